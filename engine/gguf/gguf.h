@@ -1,0 +1,160 @@
+// GGUF v3 reader and writer.
+//
+// The reader treats the file as hostile: every read is bounds-checked against the bytes left,
+// string and array lengths are capped, element counts and byte sizes are overflow-checked, and
+// every tensor must lie inside the file's data section. Any violation is a bg::Error whose
+// message is one line naming the problem (e.g. "gguf: tensor 'blk.0.attn_q_a.weight' data
+// [offset 123, size 456] ends past end of file (size 400)").
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tensor/ggml_types.h"
+
+namespace bg::gguf {
+
+constexpr uint32_t kMagic = 0x46554747;  // "GGUF" read as a little-endian u32
+constexpr uint32_t kVersion = 3;
+constexpr uint64_t kDefaultAlignment = 32;
+
+enum class ValueType : uint32_t {
+    UINT8 = 0, INT8 = 1, UINT16 = 2, INT16 = 3, UINT32 = 4, INT32 = 5, FLOAT32 = 6,
+    BOOL = 7, STRING = 8, ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12,
+};
+const char* value_type_name(ValueType t);
+
+// One metadata value. Scalars live in the field matching their type class; arrays hold their
+// elements in `items` (nested arrays allowed).
+struct Value {
+    ValueType type = ValueType::UINT8;
+    ValueType elem_type = ValueType::UINT8;  // meaningful when type == ARRAY
+    uint64_t u = 0;        // UINT8/16/32/64 and BOOL (0/1)
+    int64_t i = 0;         // INT8/16/32/64
+    double f = 0.0;        // FLOAT32/64
+    std::string s;         // STRING
+    std::vector<Value> items;  // ARRAY
+
+    static Value u8(uint8_t v);   static Value i8(int8_t v);
+    static Value u16(uint16_t v); static Value i16(int16_t v);
+    static Value u32(uint32_t v); static Value i32(int32_t v);
+    static Value u64(uint64_t v); static Value i64(int64_t v);
+    static Value f32(float v);    static Value f64(double v);
+    static Value boolean(bool v); static Value str(std::string v);
+    static Value array(ValueType elem_type, std::vector<Value> items);
+    static Value array_u64(const std::vector<uint64_t>& v);
+    static Value array_u32(const std::vector<uint32_t>& v);
+    static Value array_i32(const std::vector<int32_t>& v);
+    static Value array_f32(const std::vector<float>& v);
+    static Value array_str(const std::vector<std::string>& v);
+
+    bool operator==(const Value& o) const;
+};
+
+struct KeyValue {
+    std::string key;
+    Value value;
+};
+
+struct TensorInfo {
+    std::string name;
+    std::vector<int64_t> ne;   // ggml dimension order: ne[0] is the contiguous dimension
+    GgmlType type = GgmlType::F32;
+    uint64_t offset = 0;       // relative to the data section, as stored in the file
+    uint64_t n_elems = 0;
+    uint64_t n_bytes = 0;
+    uint64_t file_offset = 0;  // absolute: data_offset + offset
+};
+
+// Limits applied while parsing untrusted files; the defaults are generous for real models
+// (a 129,280-entry vocabulary, thousands of tensors) and small enough to stop a hostile file
+// from asking for gigabytes.
+struct ReaderLimits {
+    uint64_t max_string_bytes = 1ull << 20;      // 1 MiB per string
+    uint64_t max_array_elems = 1ull << 24;       // 16 M elements per array
+    uint64_t max_kv_count = 1ull << 16;
+    uint64_t max_tensor_count = 1ull << 20;
+    uint64_t max_metadata_bytes = 256ull << 20;  // all metadata together
+    uint32_t max_dims = 4;
+    uint32_t max_array_depth = 4;
+};
+
+class Reader {
+public:
+    // Parses the header of the file at `path`. Throws bg::Error (one line) on any problem.
+    static Reader open(const std::string& path, const ReaderLimits& limits = {});
+    // Parses an in-memory image of a whole file (used by tests and the fuzzer).
+    static Reader parse(const uint8_t* data, uint64_t size, const ReaderLimits& limits = {});
+
+    uint32_t version() const { return version_; }
+    uint64_t alignment() const { return alignment_; }
+    uint64_t data_offset() const { return data_offset_; }
+    uint64_t file_size() const { return file_size_; }
+    const std::string& path() const { return path_; }
+
+    const std::vector<KeyValue>& kvs() const { return kvs_; }
+    const std::vector<TensorInfo>& tensors() const { return tensors_; }
+
+    // nullptr when absent.
+    const Value* find(const std::string& key) const;
+    const TensorInfo* tensor(const std::string& name) const;
+
+    // Typed getters: throw bg::Error "gguf: missing key 'k'" or "gguf: key 'k' has type T,
+    // expected U" (any integer type converts when the value fits; floats accept F32/F64).
+    uint64_t get_u64(const std::string& key) const;
+    uint32_t get_u32(const std::string& key) const;
+    int64_t get_i64(const std::string& key) const;
+    double get_f64(const std::string& key) const;
+    float get_f32(const std::string& key) const;
+    bool get_bool(const std::string& key) const;
+    std::string get_str(const std::string& key) const;
+    std::vector<uint64_t> get_arr_u64(const std::string& key) const;
+    std::vector<int64_t> get_arr_i64(const std::string& key) const;
+    std::vector<float> get_arr_f32(const std::string& key) const;
+    std::vector<std::string> get_arr_str(const std::string& key) const;
+
+private:
+    std::string path_;
+    uint32_t version_ = 0;
+    uint64_t alignment_ = kDefaultAlignment;
+    uint64_t data_offset_ = 0;
+    uint64_t file_size_ = 0;
+    std::vector<KeyValue> kvs_;
+    std::vector<TensorInfo> tensors_;
+    friend class ReaderImpl;
+};
+
+// Builds a GGUF v3 header. Tensor data is laid out in the order tensors are added, each
+// starting at a multiple of the alignment. The caller writes the data itself (make-model
+// writes it in parallel with large aligned pwrite calls) or through write_file for small files.
+class Writer {
+public:
+    void set(const std::string& key, Value v);  // replaces an existing key
+    // Adds a tensor; returns its index. Throws bg::Error for a duplicate name, a bad shape or a
+    // row that is not a whole number of blocks.
+    size_t add_tensor(const std::string& name, const std::vector<int64_t>& ne, GgmlType type);
+
+    const std::vector<KeyValue>& kvs() const { return kvs_; }
+    // Tensor infos with offset, n_elems, n_bytes and file_offset filled in (valid after any add).
+    const std::vector<TensorInfo>& tensors() const { return tensors_; }
+
+    uint64_t alignment() const { return alignment_; }
+    void set_alignment(uint64_t a);  // power of two; also stored as general.alignment
+
+    // Serialised header including padding up to the data section.
+    std::vector<uint8_t> header_bytes() const;
+    uint64_t data_offset() const;    // == header_bytes().size()
+    uint64_t total_size() const;     // data_offset + data bytes (last tensor padded)
+
+    // Writes a whole file: header, then each tensor's bytes from `data[i]` (n_bytes each).
+    void write_file(const std::string& path, const std::vector<const void*>& data) const;
+
+private:
+    uint64_t alignment_ = kDefaultAlignment;
+    uint64_t data_bytes_ = 0;
+    std::vector<KeyValue> kvs_;
+    std::vector<TensorInfo> tensors_;
+};
+
+}  // namespace bg::gguf
