@@ -1,0 +1,300 @@
+#include "tensor/ggml_types.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "util/check.h"
+
+namespace bg {
+
+namespace {
+
+constexpr TypeTraits kF32{"f32", 1, 4};
+constexpr TypeTraits kF16{"f16", 1, 2};
+constexpr TypeTraits kBF16{"bf16", 1, 2};
+constexpr TypeTraits kQ8_0{"q8_0", 32, 34};
+constexpr TypeTraits kMXFP4{"mxfp4", 32, 17};
+
+constexpr int kQK = 32;  // elements per block of Q8_0 and MXFP4
+
+inline uint32_t f32_bits(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return u;
+}
+inline float bits_f32(uint32_t u) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+
+// E2M1 magnitudes of codes 0..7. Code 8 (negative zero) decodes to +0 as in ggml, whose
+// int8 table holds 0 there; keeping the sign would still compare equal but not bit-equal.
+constexpr float kE2M1[16] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f,  3.0f,  4.0f,  6.0f,
+                             0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+
+// Magnitude code (0..7) of the E2M1 value nearest to a >= 0. Ties go to the even code, i.e.
+// round-half-to-even on E2M1's one mantissa bit, as IEEE rounding would do: 0.25 -> 0,
+// 0.75 -> 2 (1.0), 1.25 -> 2, 1.75 -> 4 (2.0), 2.5 -> 4, 3.5 -> 6 (4.0), 5 -> 6.
+// Anything above 5 (including values past 6 and NaN, which fails every test) saturates to 6.
+inline uint8_t e2m1_magnitude_code(float a) {
+    if (a <= 0.25f) return 0;
+    if (a < 0.75f) return 1;
+    if (a <= 1.25f) return 2;
+    if (a < 1.75f) return 3;
+    if (a <= 2.5f) return 4;
+    if (a < 3.5f) return 5;
+    if (a <= 5.0f) return 6;
+    return 7;
+}
+
+void dequant_q8_0(const uint8_t* src, float* dst, int64_t nb) {
+    for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* blk = src + b * 34;  // [f16 d][32 x int8]
+        uint16_t dh;
+        std::memcpy(&dh, blk, 2);
+        const float d = fp16_to_fp32(dh);
+        const int8_t* q = reinterpret_cast<const int8_t*>(blk + 2);
+        for (int j = 0; j < kQK; ++j) dst[b * kQK + j] = d * static_cast<float>(q[j]);
+    }
+}
+
+void quant_q8_0(const float* src, uint8_t* dst, int64_t nb) {
+    for (int64_t b = 0; b < nb; ++b) {
+        const float* x = src + b * kQK;
+        uint8_t* blk = dst + b * 34;
+        float amax = 0.0f;
+        for (int j = 0; j < kQK; ++j) amax = std::fmax(amax, std::fabs(x[j]));
+        const float d = amax / 127.0f;
+        const uint16_t dh = fp32_to_fp16(d);
+        std::memcpy(blk, &dh, 2);
+        int8_t* q = reinterpret_cast<int8_t*>(blk + 2);
+        for (int j = 0; j < kQK; ++j) {
+            float v = d != 0.0f ? std::round(x[j] / d) : 0.0f;
+            // x/d is within [-127, 127] up to rounding of d; the clamp guards that edge.
+            v = std::fmin(127.0f, std::fmax(-127.0f, v));
+            q[j] = static_cast<int8_t>(v);
+        }
+    }
+}
+
+void dequant_mxfp4(const uint8_t* src, float* dst, int64_t nb) {
+    for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* blk = src + b * 17;  // [e8m0 e][16 bytes: lo nibble = j, hi = j+16]
+        // ldexpf is exact wherever the product is representable, so this equals ggml's
+        // doubled-table * 2^(e-128) bit for bit, e = 0 and e = 255 included (no NaN path:
+        // ggml decodes 255 as a finite power of two too).
+        const int sh = static_cast<int>(blk[0]) - 127;
+        for (int j = 0; j < kQK / 2; ++j) {
+            const uint8_t byte = blk[1 + j];
+            dst[b * kQK + j] = std::ldexp(kE2M1[byte & 0x0F], sh);
+            dst[b * kQK + j + kQK / 2] = std::ldexp(kE2M1[byte >> 4], sh);
+        }
+    }
+}
+
+void quant_mxfp4(const float* src, uint8_t* dst, int64_t nb) {
+    for (int64_t b = 0; b < nb; ++b) {
+        const float* x = src + b * kQK;
+        uint8_t* blk = dst + b * 17;
+        float amax = 0.0f;
+        for (int j = 0; j < kQK; ++j) amax = std::fmax(amax, std::fabs(x[j]));
+        if (amax == 0.0f) {
+            std::memset(blk, 0, 17);
+            continue;
+        }
+        // Smallest s with amax <= 6 * 2^s. With amax = m * 2^E, m in [0.5, 1):
+        // 6 * 2^(E-3) = 0.75 * 2^E covers m <= 0.75; otherwise 6 * 2^(E-2) = 1.5 * 2^E does,
+        // and 6 * 2^(E-4) = 0.375 * 2^E never does.
+        int s;
+        if (std::isfinite(amax)) {
+            int E;
+            const float m = std::frexp(amax, &E);
+            s = m <= 0.75f ? E - 3 : E - 2;
+        } else {
+            s = 127;  // inf in the block: largest scale, every finite value is ~0 next to it
+        }
+        // e = 255 means NaN in OCP MX; finite float inputs never need s > 127 anyway.
+        int e = s + 127;
+        if (e < 0) e = 0;
+        if (e > 254) e = 254;
+        s = e - 127;
+        blk[0] = static_cast<uint8_t>(e);
+        for (int j = 0; j < kQK / 2; ++j) {
+            uint8_t codes[2];
+            for (int h = 0; h < 2; ++h) {
+                const float v = x[j + h * (kQK / 2)];
+                // Exact: scaling by a power of two stays in the normal range near the
+                // rounding thresholds (0.25 .. 5).
+                const uint8_t mag = e2m1_magnitude_code(std::fabs(std::ldexp(v, -s)));
+                codes[h] = static_cast<uint8_t>(mag | ((std::signbit(v) && mag != 0) ? 8 : 0));
+            }
+            blk[1 + j] = static_cast<uint8_t>(codes[0] | (codes[1] << 4));
+        }
+    }
+}
+
+}  // namespace
+
+const TypeTraits* type_traits(uint32_t type_id) {
+    switch (type_id) {
+        case static_cast<uint32_t>(GgmlType::F32): return &kF32;
+        case static_cast<uint32_t>(GgmlType::F16): return &kF16;
+        case static_cast<uint32_t>(GgmlType::Q8_0): return &kQ8_0;
+        case static_cast<uint32_t>(GgmlType::BF16): return &kBF16;
+        case static_cast<uint32_t>(GgmlType::MXFP4): return &kMXFP4;
+        default: return nullptr;
+    }
+}
+
+const TypeTraits& type_traits(GgmlType t) {
+    const TypeTraits* tr = type_traits(static_cast<uint32_t>(t));
+    BG_CHECK_MSG(tr != nullptr, "GgmlType value outside the supported set");
+    return *tr;
+}
+
+const char* type_name(GgmlType t) { return type_traits(t).name; }
+
+GgmlType parse_type_name(const std::string& name) {
+    for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0,
+                       GgmlType::MXFP4}) {
+        if (name == type_traits(t).name) return t;
+    }
+    fail("unknown tensor type '%s' (supported: f32, f16, bf16, q8_0, mxfp4)", name.c_str());
+}
+
+bool row_bytes_checked(GgmlType t, int64_t n, uint64_t* out) {
+    const TypeTraits* tr = type_traits(static_cast<uint32_t>(t));
+    if (tr == nullptr || n < 0 || n % tr->block_elems != 0) return false;
+    const uint64_t blocks = static_cast<uint64_t>(n / tr->block_elems);
+    uint64_t bytes;
+    if (__builtin_mul_overflow(blocks, static_cast<uint64_t>(tr->block_bytes), &bytes)) return false;
+    *out = bytes;
+    return true;
+}
+
+uint64_t row_bytes(GgmlType t, int64_t n) {
+    uint64_t bytes = 0;
+    BG_CHECK_MSG(row_bytes_checked(t, n, &bytes), "row size is not a whole number of blocks");
+    return bytes;
+}
+
+void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n) {
+    const TypeTraits& tr = type_traits(t);
+    BG_CHECK(n >= 0 && n % tr.block_elems == 0);
+    const uint8_t* s = static_cast<const uint8_t*>(src);
+    switch (t) {
+        case GgmlType::F32:
+            std::memcpy(dst, s, static_cast<size_t>(n) * 4);
+            return;
+        case GgmlType::F16:
+            for (int64_t i = 0; i < n; ++i) {
+                uint16_t h;
+                std::memcpy(&h, s + 2 * i, 2);
+                dst[i] = fp16_to_fp32(h);
+            }
+            return;
+        case GgmlType::BF16:
+            for (int64_t i = 0; i < n; ++i) {
+                uint16_t h;
+                std::memcpy(&h, s + 2 * i, 2);
+                dst[i] = bf16_to_fp32(h);
+            }
+            return;
+        case GgmlType::Q8_0: dequant_q8_0(s, dst, n / kQK); return;
+        case GgmlType::MXFP4: dequant_mxfp4(s, dst, n / kQK); return;
+    }
+    BG_CHECK_MSG(false, "unhandled GgmlType");
+}
+
+void quantize_row(GgmlType t, const float* src, void* dst, int64_t n) {
+    const TypeTraits& tr = type_traits(t);
+    BG_CHECK(n >= 0 && n % tr.block_elems == 0);
+    uint8_t* d = static_cast<uint8_t*>(dst);
+    switch (t) {
+        case GgmlType::F32:
+            std::memcpy(d, src, static_cast<size_t>(n) * 4);
+            return;
+        case GgmlType::F16:
+            for (int64_t i = 0; i < n; ++i) {
+                const uint16_t h = fp32_to_fp16(src[i]);
+                std::memcpy(d + 2 * i, &h, 2);
+            }
+            return;
+        case GgmlType::BF16:
+            for (int64_t i = 0; i < n; ++i) {
+                const uint16_t h = fp32_to_bf16(src[i]);
+                std::memcpy(d + 2 * i, &h, 2);
+            }
+            return;
+        case GgmlType::Q8_0: quant_q8_0(src, d, n / kQK); return;
+        case GgmlType::MXFP4: quant_mxfp4(src, d, n / kQK); return;
+    }
+    BG_CHECK_MSG(false, "unhandled GgmlType");
+}
+
+float fp16_to_fp32(uint16_t h) {
+    const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+    const uint32_t exp = (h >> 10) & 0x1F;
+    const uint32_t mant = h & 0x3FF;
+    if (exp == 0) {
+        // Zero or subnormal: mant * 2^-24, exact in float.
+        const float mag = std::ldexp(static_cast<float>(mant), -24);
+        return sign ? -mag : mag;
+    }
+    if (exp == 31) return bits_f32(sign | 0x7F800000u | (mant << 13));  // inf, NaN with payload
+    return bits_f32(sign | ((exp - 15 + 127) << 23) | (mant << 13));
+}
+
+uint16_t fp32_to_fp16(float f) {
+    const uint32_t u = f32_bits(f);
+    const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000);
+    const int exp = static_cast<int>((u >> 23) & 0xFF);
+    const uint32_t mant = u & 0x7FFFFF;
+    if (exp == 255) {
+        if (mant == 0) return sign | 0x7C00;
+        // Keep the top payload bits and force the quiet bit so a NaN never becomes inf.
+        return static_cast<uint16_t>(sign | 0x7C00 | 0x200 | (mant >> 13));
+    }
+    const int e = exp - 127;
+    if (e > 15) return sign | 0x7C00;
+    if (e >= -14) {
+        // Normal half. A carry out of the mantissa bumps the exponent, up to inf: still correct.
+        uint32_t r = (static_cast<uint32_t>(e + 15) << 10) | (mant >> 13);
+        const uint32_t rem = mant & 0x1FFF;
+        if (rem > 0x1000 || (rem == 0x1000 && (r & 1))) ++r;
+        return static_cast<uint16_t>(sign | r);
+    }
+    if (e >= -25) {
+        // Subnormal half (unit 2^-24); a carry into bit 10 yields the smallest normal.
+        const uint32_t m = mant | 0x800000;  // value m * 2^(e-23)
+        const int shift = -e - 1;            // 14..24
+        uint32_t r = m >> shift;
+        const uint32_t rem = m & ((1u << shift) - 1);
+        const uint32_t half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (r & 1))) ++r;
+        return static_cast<uint16_t>(sign | r);
+    }
+    return sign;
+}
+
+float bf16_to_fp32(uint16_t h) { return bits_f32(static_cast<uint32_t>(h) << 16); }
+
+uint16_t fp32_to_bf16(float f) {
+    const uint32_t u = f32_bits(f);
+    if ((u & 0x7FFFFFFF) > 0x7F800000) return static_cast<uint16_t>((u >> 16) | 0x40);  // quiet NaN
+    return static_cast<uint16_t>((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
+}
+
+float e8m0_to_fp32(uint8_t e) {
+    if (e == 255) return bits_f32(0x7FC00000u);
+    if (e == 0) return bits_f32(0x00400000u);  // 2^-127 is a float denormal
+    return bits_f32(static_cast<uint32_t>(e) << 23);
+}
+
+float e2m1_to_fp32(uint8_t code) {
+    BG_CHECK(code < 16);
+    return kE2M1[code];
+}
+
+}  // namespace bg
