@@ -21,7 +21,8 @@ public:
 
     int size() const { return n_threads_; }
     // Calls fn(begin, end) over disjoint chunks covering [0, n); the calling thread takes part.
-    // Chunks are at least `min_chunk` long. Not re-entrant.
+    // Chunks are at least `min_chunk` long (one chunk of n when n < min_chunk). Not re-entrant.
+    // fn must not throw: it runs on worker threads.
     void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn,
                       int64_t min_chunk = 1);
 
@@ -33,6 +34,7 @@ private:
     std::condition_variable cv_start_, cv_done_;
     const std::function<void(int64_t, int64_t)>* job_ = nullptr;
     int64_t job_n_ = 0, job_chunk_ = 1;
+    int job_parts_ = 1;   // chunks of the current job: chunk i goes to thread i (caller = 0)
     uint64_t generation_ = 0;
     int pending_ = 0;
     bool stop_ = false;

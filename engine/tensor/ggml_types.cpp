@@ -78,17 +78,24 @@ void quant_q8_0(const float* src, uint8_t* dst, int64_t nb) {
     }
 }
 
+// ggml's decoding: doubled E2M1 values (integers) times 2^(e-128). The same numbers as
+// e2m1(code) * 2^(e-127), but 2^(e-128) is a float for every e (2^-128 a denormal, 2^127 the
+// top), where 2^(e-127) is not at e = 255. Products are exact wherever representable, so this
+// matches ggml bit for bit, overflow to inf at e = 255 included.
+constexpr float kE2M1Doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+inline float e8m0_half(uint8_t e) {
+    return bits_f32(e < 2 ? (0x00200000u << e) : (static_cast<uint32_t>(e - 1) << 23));
+}
+
 void dequant_mxfp4(const uint8_t* src, float* dst, int64_t nb) {
     for (int64_t b = 0; b < nb; ++b) {
         const uint8_t* blk = src + b * 17;  // [e8m0 e][16 bytes: lo nibble = j, hi = j+16]
-        // ldexpf is exact wherever the product is representable, so this equals ggml's
-        // doubled-table * 2^(e-128) bit for bit, e = 0 and e = 255 included (no NaN path:
-        // ggml decodes 255 as a finite power of two too).
-        const int sh = static_cast<int>(blk[0]) - 127;
+        const float d = e8m0_half(blk[0]);
         for (int j = 0; j < kQK / 2; ++j) {
             const uint8_t byte = blk[1 + j];
-            dst[b * kQK + j] = std::ldexp(kE2M1[byte & 0x0F], sh);
-            dst[b * kQK + j + kQK / 2] = std::ldexp(kE2M1[byte >> 4], sh);
+            dst[b * kQK + j] = kE2M1Doubled[byte & 0x0F] * d;
+            dst[b * kQK + j + kQK / 2] = kE2M1Doubled[byte >> 4] * d;
         }
     }
 }
@@ -234,16 +241,18 @@ void quantize_row(GgmlType t, const float* src, void* dst, int64_t n) {
 }
 
 float fp16_to_fp32(uint16_t h) {
+    // Branch-free so row conversion vectorises: shift exponent and mantissa into float position
+    // (exponent still biased by 15) and multiply by 2^112 to rebias. The multiply is exact, and
+    // it also normalises half subnormals, which land as float denormals m * 2^-136 before it.
+    // Inf/NaN (exponent 31) instead get the float's all-ones exponent, payload kept.
+    // (Assumes denormals are not flushed: no -ffast-math / DAZ in this process.)
     const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-    const uint32_t exp = (h >> 10) & 0x1F;
-    const uint32_t mant = h & 0x3FF;
-    if (exp == 0) {
-        // Zero or subnormal: mant * 2^-24, exact in float.
-        const float mag = std::ldexp(static_cast<float>(mant), -24);
-        return sign ? -mag : mag;
-    }
-    if (exp == 31) return bits_f32(sign | 0x7F800000u | (mant << 13));  // inf, NaN with payload
-    return bits_f32(sign | ((exp - 15 + 127) << 23) | (mant << 13));
+    const uint32_t em = static_cast<uint32_t>(h & 0x7FFF) << 13;
+    const float scaled = bits_f32(em) * 0x1p112f;
+    const uint32_t finite = f32_bits(scaled);
+    const uint32_t special = em | 0x7F800000u;
+    const uint32_t is_special = 0u - static_cast<uint32_t>((h & 0x7C00) == 0x7C00);  // all ones or 0
+    return bits_f32(sign | (special & is_special) | (finite & ~is_special));
 }
 
 uint16_t fp32_to_fp16(float f) {
