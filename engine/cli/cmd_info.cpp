@@ -1,0 +1,77 @@
+#include <cstdio>
+#include <string>
+
+#include "cli/commands.h"
+#include "model/dsv41_model.h"
+#include "util/check.h"
+
+namespace bg::cli {
+
+namespace {
+
+std::string shape(const std::vector<int64_t>& ne) {
+    std::string s = "{";
+    for (size_t i = 0; i < ne.size(); ++i) s += strf("%s%lld", i ? ", " : "", static_cast<long long>(ne[i]));
+    return s + "}";
+}
+
+void print_info(const std::string& path, bool tensors) {
+    auto m = dsv41::Model::open(path);
+    const dsv41::HParams& hp = m->hp();
+    std::printf("model            %s\n", path.c_str());
+    std::printf("architecture     %s (GGUF v%u, alignment %llu, %zu tensors, %.3f GB)\n", dsv41::kArch,
+                m->gguf().version(), (unsigned long long)m->gguf().alignment(), m->gguf().tensors().size(),
+                m->gguf().file_size() / 1e9);
+    std::printf("layers           %lld, hidden %lld, vocab %lld\n", (long long)hp.n_layer, (long long)hp.n_embd, (long long)hp.n_vocab);
+    std::printf("attention        %lld heads x %lld (rope %lld), q_lora %lld, output %lld groups x %lld, window %lld\n",
+                (long long)hp.n_head, (long long)hp.head_dim, (long long)hp.rope_dims, (long long)hp.q_lora_rank,
+                (long long)hp.o_groups, (long long)hp.o_lora_rank, (long long)hp.sliding_window);
+    std::string ratios;
+    for (int64_t r : hp.compress_ratios) ratios += std::to_string(r);
+    std::printf("compress ratios  %s\n", ratios.c_str());
+    std::string roles;
+    for (int64_t l = 0; l < hp.n_layer; ++l) {
+        const auto& r = m->roles()[l];
+        if (r.kv_source || r.key_owner || r.index_source || r.engram)
+            roles += strf(" %lld:%s%s%s%s", (long long)l, r.kv_source ? "kv" : "", r.key_owner ? "+keys" : "",
+                          r.index_source ? "+index" : "", r.engram ? "+engram" : "");
+    }
+    std::printf("layer roles     %s\n", roles.c_str());
+    std::printf("indexer          %lld heads x %lld, top-%lld\n", (long long)hp.idx_n_head, (long long)hp.idx_head_dim, (long long)hp.idx_top_k);
+    std::printf("rope             base %g (ratio-0 layers), %g with YaRN x%g (orig ctx %lld, beta %g/%g)\n",
+                hp.rope_freq_base, hp.compress_rope_freq_base, hp.yarn_factor, (long long)hp.yarn_n_ctx_orig,
+                hp.yarn_beta_fast, hp.yarn_beta_slow);
+    std::printf("experts          %lld routed (top-%lld, width %lld, scale %g, clamp %g) + %lld shared\n",
+                (long long)hp.n_expert, (long long)hp.n_expert_used, (long long)hp.n_ff_exp, hp.expert_weights_scale,
+                hp.swiglu_limit.empty() ? 0.0f : hp.swiglu_limit[0], (long long)hp.n_expert_shared);
+    std::printf("mHC              %lld copies, Sinkhorn %lld iterations, eps %g; rms eps %g\n", (long long)hp.hc_count,
+                (long long)hp.hc_sinkhorn_iters, hp.hc_eps, hp.rms_eps);
+    if (!hp.engram_layers.empty()) {
+        std::string ls;
+        for (int64_t l : hp.engram_layers) ls += strf("%s%lld", ls.empty() ? "" : ",", (long long)l);
+        std::printf("engram           layers %s, %lld heads x orders 2..%lld, rows of %lld (%s), token map %zu\n",
+                    ls.c_str(), (long long)hp.engram_heads, (long long)hp.engram_max_ngram, (long long)hp.engram_dim,
+                    type_name(m->engram_type(hp.engram_layers[0])), hp.engram_token_map.size());
+    }
+    const uint64_t expert_each = m->expert_bytes_each(0);
+    std::printf("bytes            dense %.3f GB, experts %.3f GB (%.3f MB each), engram tables %.3f GB\n",
+                m->dense_bytes() / 1e9, m->expert_bytes() / 1e9, expert_each / 1e6, m->engram_bytes() / 1e9);
+    if (!tensors) return;
+    std::printf("\n%-40s %-6s %-24s %14s %14s\n", "tensor", "type", "shape", "offset", "bytes");
+    for (const gguf::TensorInfo& t : m->gguf().tensors())
+        std::printf("%-40s %-6s %-24s %14llu %14llu\n", t.name.c_str(), type_name(t.type), shape(t.ne).c_str(),
+                    (unsigned long long)t.file_offset, (unsigned long long)t.n_bytes);
+}
+
+}  // namespace
+
+void register_info(CLI::App& app) {
+    auto* cmd = app.add_subcommand("info", "Print a model's hyper-parameters, tensor table and bytes per tier");
+    static std::string path;
+    static bool no_tensors = false;
+    cmd->add_option("model", path, "GGUF model file")->required();
+    cmd->add_flag("--no-tensors", no_tensors, "Omit the tensor table");
+    cmd->callback([] { print_info(path, !no_tensors); });
+}
+
+}  // namespace bg::cli

@@ -1,0 +1,12 @@
+// One function per subcommand registers its flags and its callback with the CLI11 app.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace bg::cli {
+
+void register_info(CLI::App& app);
+void register_make_model(CLI::App& app);
+void register_run(CLI::App& app);
+
+}  // namespace bg::cli

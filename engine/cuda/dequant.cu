@@ -1,0 +1,68 @@
+#include "cuda/dequant.cuh"
+
+#include <cuda_fp16.h>
+
+namespace bg::cuda {
+
+namespace {
+
+__device__ float half_bits_to_float(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+
+__device__ float e2m1(uint32_t code) {
+    // +-{0, 0.5, 1, 1.5, 2, 3, 4, 6}
+    const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+    const float v = mag[code & 7];
+    return (code & 8) ? -v : v;
+}
+
+__global__ void dequant_kernel(uint32_t type, const uint8_t* src, float* dst, int64_t n) {
+    const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    if (i >= n) return;
+    switch (type) {
+        case static_cast<uint32_t>(GgmlType::F32): dst[i] = reinterpret_cast<const float*>(src)[i]; break;
+        case static_cast<uint32_t>(GgmlType::F16):
+            dst[i] = half_bits_to_float(reinterpret_cast<const uint16_t*>(src)[i]);
+            break;
+        case static_cast<uint32_t>(GgmlType::BF16):
+            dst[i] = __uint_as_float(static_cast<uint32_t>(reinterpret_cast<const uint16_t*>(src)[i]) << 16);
+            break;
+        case static_cast<uint32_t>(GgmlType::Q8_0): {
+            const uint8_t* blk = src + (i / 32) * 34;
+            const uint16_t d = static_cast<uint16_t>(blk[0] | (blk[1] << 8));
+            dst[i] = half_bits_to_float(d) * static_cast<float>(static_cast<int8_t>(blk[2 + i % 32]));
+            break;
+        }
+        case static_cast<uint32_t>(GgmlType::MXFP4): {
+            const uint8_t* blk = src + (i / 32) * 17;
+            const int j = static_cast<int>(i % 32);
+            const uint8_t byte = blk[1 + (j & 15)];
+            const uint32_t code = j < 16 ? (byte & 0xF) : (byte >> 4);
+            // ldexpf is exact wherever the result is representable, as on the CPU.
+            dst[i] = ldexpf(e2m1(code), static_cast<int>(blk[0]) - 127);
+            break;
+        }
+        default: break;
+    }
+}
+
+}  // namespace
+
+cudaError_t dequantize(GgmlType t, const void* src, float* dst, int64_t n, cudaStream_t stream) {
+    if (n <= 0) return cudaSuccess;
+    const int threads = 256;
+    const int64_t blocks = (n + threads - 1) / threads;
+    dequant_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(static_cast<uint32_t>(t),
+                                                                           static_cast<const uint8_t*>(src), dst, n);
+    return cudaGetLastError();
+}
+
+int device_count() {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();  // clear the sticky "no driver" error
+        return 0;
+    }
+    return n;
+}
+
+}  // namespace bg::cuda

@@ -1,0 +1,20 @@
+// GPU dequantisation of ggml blocks (F32, F16, BF16, Q8_0, MXFP4) to float32, bit-exact with
+// the CPU's dequantize_row. One thread per output element; a block's scale is read by the 32
+// threads that share it.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "tensor/ggml_types.h"
+
+namespace bg::cuda {
+
+// Converts n elements (a whole number of blocks) at device pointer src into float32 at dst.
+cudaError_t dequantize(GgmlType t, const void* src, float* dst, int64_t n, cudaStream_t stream);
+
+// Number of CUDA devices (0 when no driver or no GPU; never fails).
+int device_count();
+
+}  // namespace bg::cuda

@@ -1,0 +1,128 @@
+// The dsv41 forward pass on the CPU, one layer of one unit of work (ubatch) at a time, so the
+// caller chooses the order: token-major (each ubatch walks all layers) or layer-major (every
+// ubatch of the prompt goes through layer l before layer l+1). Both give the same numbers: each
+// token's arithmetic does not depend on which other tokens share its ubatch.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "cpu/ops.h"
+#include "model/dsv41_model.h"
+#include "runtime/providers.h"
+
+namespace bg::dsv41 {
+
+struct ForwardConfig {
+    int64_t n_ctx = 4096;       // longest sequence (prompt + generated tokens)
+    int64_t max_ubatch = 16;    // most tokens in one unit of work
+    cpu::SwigluClamp swiglu_form = cpu::SwigluClamp::kDeepSeek;
+};
+
+// Activations of one unit of work between layers.
+struct Ubatch {
+    int64_t pos0 = 0;
+    int64_t n = 0;
+    std::vector<float> H;    // [n][4][n_embd] residual copies
+    std::vector<float> pre;  // [n][4] collapse weights of the next sub-layer (lag one sub-layer)
+};
+
+// Observes routing decisions (metrics, profiling); called once per token per MoE layer.
+class RoutingObserver {
+public:
+    virtual ~RoutingObserver() = default;
+    virtual void on_route(int64_t layer, int64_t pos, const int32_t* ids, const float* weights, int k) = 0;
+};
+
+class Forward {
+public:
+    Forward(const Model& m, cpu::ThreadPool& pool, ExpertProvider& experts, EngramProvider& engram,
+            const ForwardConfig& cfg);
+
+    const ForwardConfig& config() const { return cfg_; }
+    void set_observer(RoutingObserver* o) { observer_ = o; }
+    // Empties the sequence: the next token is at position 0.
+    void reset();
+
+    // Starts a unit at positions pos0..pos0+n-1: records the tokens and embeds them.
+    void embed(Ubatch& u, const int32_t* tokens, int64_t n, int64_t pos0);
+    void layer(int64_t l, Ubatch& u);
+    // After the last layer: the final normalised hidden state [n_embd] and logits [n_vocab] of
+    // token i of the unit.
+    void final_hidden(const Ubatch& u, int64_t i, float* out) const;
+    void logits(const Ubatch& u, int64_t i, float* out);
+
+    // Rows of the layer's Engram table that the token at `pos` hashes to (24 for dsv41),
+    // bucket-major. Needs the tokens at pos-3..pos to have been embedded.
+    void engram_rows(int64_t layer, int64_t pos, uint64_t* rows) const;
+
+private:
+    void mix(const cpu::MatView& fn, const float* base, const float* scale, const Ubatch& u, cpu::HcMix* out);
+    void engram(int64_t l, Ubatch& u);
+    void attention(int64_t l, const Ubatch& u, float* y);
+    void compressor(int64_t l, const Ubatch& u);
+    void index_keys(int64_t l, const Ubatch& u);
+    void indexer(int64_t l, const Ubatch& u);
+    void moe(int64_t l, const Ubatch& u, float* y);
+    cpu::RopeParams rope_for_layer(int64_t l) const;
+    cpu::RopeParams rope_compressed() const;
+
+    const Model& m_;
+    const HParams& hp_;
+    cpu::ThreadPool& pool_;
+    ExpertProvider& experts_;
+    EngramProvider& engram_;
+    ForwardConfig cfg_;
+    RoutingObserver* observer_ = nullptr;
+
+    // Which earlier layer provides each role to layer l (-1: none).
+    std::vector<int64_t> kv_src_of_, key_owner_of_, idx_src_of_;
+
+    // Sequence state, sized for n_ctx at construction.
+    std::vector<int32_t> tokens_;                  // [n_ctx]
+    std::vector<std::vector<float>> kv_cache_;     // per layer [n_ctx][head_dim], normed + roped
+    std::vector<std::vector<float>> comp_in_;      // per kv source [n_ctx][head_dim]
+    std::vector<std::vector<float>> comp_score_;   // per gated kv source [n_ctx][head_dim]
+    std::vector<std::vector<float>> comp_latent_;  // per kv source [blocks][head_dim], before rope
+    std::vector<std::vector<float>> comp_rows_;    // per kv source [blocks][head_dim], roped
+    std::vector<std::vector<float>> idx_keys_;     // per key owner [blocks][idx_head_dim]
+    std::vector<std::vector<int32_t>> sel_;        // per index source [n_ctx][top_k]
+    std::vector<std::vector<int32_t>> sel_n_;      // per index source [n_ctx]
+
+    // Work buffers for one unit (max_ubatch tokens), allocated once.
+    std::vector<float> hflat_;     // [mu][4*n_embd]
+    std::vector<float> mixm_;      // [mu][24]
+    std::vector<cpu::HcMix> mix_a_, mix_f_;  // [mu]
+    std::vector<float> R_;         // [mu][4*n_embd]
+    std::vector<float> x_;         // [mu][n_embd]
+    std::vector<float> y_;         // [mu][n_embd]
+    std::vector<float> qa_;        // [mu][q_lora] normalised low-rank query
+    std::vector<float> q_;         // [mu][n_head*head_dim]
+    std::vector<float> kvb_;       // [mu][head_dim]
+    std::vector<float> att_;       // [mu][n_head*head_dim]
+    std::vector<float> oa_;        // [mu][o_groups*o_lora]
+    std::vector<float> pooled_;    // [head_dim]
+    std::vector<float> iq_;        // [mu][idx_heads*idx_head_dim]
+    std::vector<float> iw_;        // [mu][idx_heads]
+    std::vector<float> iscore_;    // [mu][n_ctx]
+    std::vector<const float*> rows_;  // [mu][window + top_k]
+    std::vector<int64_t> n_rows_;     // [mu]
+    std::vector<float> att_scratch_;  // [mu*n_head][window + top_k]
+    std::vector<float> rlogits_;   // [mu][n_expert]
+    std::vector<int32_t> ids_;     // [mu][k]
+    std::vector<float> wts_;       // [mu][k]
+    std::vector<int32_t> by_expert_count_;  // [n_expert]
+    std::vector<int32_t> by_expert_start_;  // [n_expert + 1]
+    std::vector<int32_t> by_expert_slot_;   // [mu*k]: index i*k + j, grouped by expert
+    std::vector<int32_t> used_experts_;     // [min(n_expert, mu*k)]
+    std::vector<float> xg_;        // [mu][n_embd]
+    std::vector<float> g_, up_, h_;  // [mu][n_ff]
+    std::vector<float> eo_;        // [mu][n_embd]
+    std::vector<float> sg_, su_, sh_;  // [mu][n_ff*shared]
+    std::vector<uint64_t> erows_;  // [mu][buckets]
+    std::vector<float> erow_val_;  // [mu][buckets*dim]
+    std::vector<float> ekv_;       // [mu][5*n_embd]
+    std::vector<float> tmp_;       // [n_embd] (const methods use their own)
+};
+
+}  // namespace bg::dsv41

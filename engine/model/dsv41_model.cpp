@@ -1,0 +1,153 @@
+#include "model/dsv41_model.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+
+#include "util/check.h"
+#include "util/file_io.h"
+
+namespace bg::dsv41 {
+
+Model::~Model() {
+    std::free(dense_);
+    if (fd_ >= 0) ::close(fd_);
+}
+
+std::unique_ptr<Model> Model::open(const std::string& path) {
+    std::unique_ptr<Model> m(new Model());
+    m->path_ = path;
+    m->reader_ = gguf::Reader::open(path);
+    m->hp_ = read_hparams(m->reader_);
+    m->roles_ = validate_tensors(m->hp_, m->reader_);
+    const HParams& hp = m->hp_;
+    m->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (m->fd_ < 0) fail("model: cannot open '%s': %s", path.c_str(), std::strerror(errno));
+
+    // Classify: experts and Engram tables stay on disk; everything else is loaded.
+    std::map<std::string, uint64_t> dense_at;  // tensor name -> offset in dense_
+    for (const gguf::TensorInfo& t : m->reader_.tensors()) {
+        const bool expert = t.name.find("_exps.") != std::string::npos;
+        const bool engram_table = t.name.find(".engram_embd.") != std::string::npos;
+        if (expert) { m->expert_bytes_ += t.n_bytes; continue; }
+        if (engram_table) { m->engram_bytes_ += t.n_bytes; continue; }
+        dense_at[t.name] = m->dense_bytes_;
+        m->dense_bytes_ += (t.n_bytes + 63) & ~uint64_t{63};
+    }
+    m->dense_ = static_cast<uint8_t*>(std::aligned_alloc(64, std::max<uint64_t>(64, m->dense_bytes_)));
+    if (!m->dense_) fail("model: cannot allocate %llu bytes for dense weights", static_cast<unsigned long long>(m->dense_bytes_));
+    for (const auto& [name, off] : dense_at) {
+        const gguf::TensorInfo* t = m->reader_.tensor(name);
+        pread_exact(m->fd_, m->dense_ + off, t->n_bytes, t->file_offset, "model: dense weights");
+    }
+
+    auto mat = [&](const std::string& name) -> cpu::MatView {
+        const gguf::TensorInfo* t = m->reader_.tensor(name);
+        if (!t) return {};
+        cpu::MatView v;
+        v.data = m->dense_ + dense_at.at(name);
+        v.type = t->type;
+        v.cols = t->ne[0];
+        v.rows = static_cast<int64_t>(t->n_elems / static_cast<uint64_t>(t->ne[0]));
+        v.row_stride = row_bytes(t->type, t->ne[0]);
+        return v;
+    };
+    auto vec = [&](const std::string& name) -> const float* {
+        const gguf::TensorInfo* t = m->reader_.tensor(name);
+        if (!t) return nullptr;
+        BG_CHECK(t->type == GgmlType::F32);
+        return reinterpret_cast<const float*>(m->dense_ + dense_at.at(name));
+    };
+    m->token_embd_ = mat("token_embd.weight");
+    m->output_ = mat("output.weight");
+    m->output_norm_ = vec("output_norm.weight");
+    m->layers_.resize(static_cast<size_t>(hp.n_layer));
+    for (int64_t l = 0; l < hp.n_layer; ++l) {
+        LayerWeights& w = m->layers_[l];
+        auto N = [&](const char* base, const char* suffix = "weight") { return layer_tensor_name(l, base, suffix); };
+        w.attn_norm = vec(N("attn_norm"));
+        w.ffn_norm = vec(N("ffn_norm"));
+        w.attn_sinks = vec(N("attn_sinks"));
+        w.q_a = mat(N("attn_q_a"));
+        w.q_a_norm = vec(N("attn_q_a_norm"));
+        w.q_b = mat(N("attn_q_b"));
+        w.kv = mat(N("attn_kv"));
+        w.kv_a_norm = vec(N("attn_kv_a_norm"));
+        w.o_a = mat(N("attn_output_a"));
+        w.o_b = mat(N("attn_output_b"));
+        w.hc_attn_fn = mat(N("hc_attn_fn"));
+        w.hc_ffn_fn = mat(N("hc_ffn_fn"));
+        w.hc_attn_base = vec(N("hc_attn_base"));
+        w.hc_attn_scale = vec(N("hc_attn_scale"));
+        w.hc_ffn_base = vec(N("hc_ffn_base"));
+        w.hc_ffn_scale = vec(N("hc_ffn_scale"));
+        w.comp_kv = mat(N("attn_compressor_kv"));
+        w.comp_gate = mat(N("attn_compressor_gate"));
+        w.comp_norm = vec(N("attn_compressor_norm"));
+        w.idx_k = mat(N("indexer.attn_k"));
+        w.idx_k_norm = vec(N("indexer.k_norm"));
+        w.idx_q_b = mat(N("indexer.attn_q_b"));
+        w.idx_proj = mat(N("indexer.proj"));
+        w.gate_inp = mat(N("ffn_gate_inp"));
+        w.exp_probs_b = vec(N("exp_probs_b", "bias"));
+        w.sh_gate = mat(N("ffn_gate_shexp"));
+        w.sh_up = mat(N("ffn_up_shexp"));
+        w.sh_down = mat(N("ffn_down_shexp"));
+        w.engram_wkv = mat(N("engram_wkv"));
+        w.engram_q = vec(N("engram_q"));
+        w.engram_k = vec(N("engram_k"));
+        w.engram_embd = m->reader_.tensor(N("engram_embd"));
+        w.gate_exps = m->reader_.tensor(N("ffn_gate_exps"));
+        w.up_exps = m->reader_.tensor(N("ffn_up_exps"));
+        w.down_exps = m->reader_.tensor(N("ffn_down_exps"));
+        w.expert_type_gate = w.gate_exps->type;
+        w.expert_type_up = w.up_exps->type;
+        w.expert_type_down = w.down_exps->type;
+    }
+    return m;
+}
+
+ExpertRanges Model::expert_ranges(int64_t layer, int64_t expert) const {
+    BG_CHECK(layer >= 0 && layer < hp_.n_layer && expert >= 0 && expert < hp_.n_expert);
+    const LayerWeights& w = layers_[static_cast<size_t>(layer)];
+    auto slice = [&](const gguf::TensorInfo* t) {
+        const uint64_t each = t->n_bytes / static_cast<uint64_t>(hp_.n_expert);
+        return ByteRange{t->file_offset + each * static_cast<uint64_t>(expert), each};
+    };
+    return {slice(w.gate_exps), slice(w.up_exps), slice(w.down_exps)};
+}
+
+void Model::expert_views(int64_t layer, const uint8_t* buf, cpu::MatView* gate, cpu::MatView* up,
+                         cpu::MatView* down) const {
+    const LayerWeights& w = layers_[static_cast<size_t>(layer)];
+    const ExpertRanges r = expert_ranges(layer, 0);
+    auto view = [](const uint8_t* p, GgmlType t, int64_t cols, int64_t rows) {
+        cpu::MatView v;
+        v.data = p;
+        v.type = t;
+        v.cols = cols;
+        v.rows = rows;
+        v.row_stride = row_bytes(t, cols);
+        return v;
+    };
+    *gate = view(buf, w.expert_type_gate, hp_.n_embd, hp_.n_ff_exp);
+    *up = view(buf + r.gate.bytes, w.expert_type_up, hp_.n_embd, hp_.n_ff_exp);
+    *down = view(buf + r.gate.bytes + r.up.bytes, w.expert_type_down, hp_.n_ff_exp, hp_.n_embd);
+}
+
+ByteRange Model::engram_row(int64_t layer, uint64_t row) const {
+    const gguf::TensorInfo* t = layers_[static_cast<size_t>(layer)].engram_embd;
+    BG_CHECK(t != nullptr && row < static_cast<uint64_t>(t->ne[1]));
+    const uint64_t rb = row_bytes(t->type, t->ne[0]);
+    return {t->file_offset + rb * row, rb};
+}
+
+GgmlType Model::engram_type(int64_t layer) const {
+    return layers_[static_cast<size_t>(layer)].engram_embd->type;
+}
+
+}  // namespace bg::dsv41

@@ -1,0 +1,113 @@
+// A dsv41 model file opened for inference: validated header, dense weights resident in host
+// memory, and the byte ranges of every routed expert and Engram table left on disk for the
+// expert and Engram providers to fetch.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cpu/ops.h"
+#include "gguf/gguf.h"
+#include "model/dsv41.h"
+
+namespace bg::dsv41 {
+
+struct ByteRange {
+    uint64_t offset = 0;  // absolute file offset
+    uint64_t bytes = 0;
+};
+
+// One routed expert: three contiguous slices of the merged 3-D tensors.
+struct ExpertRanges {
+    ByteRange gate, up, down;
+    uint64_t total() const { return gate.bytes + up.bytes + down.bytes; }
+};
+
+struct LayerWeights {
+    const float* attn_norm = nullptr;   // [n_embd]
+    const float* ffn_norm = nullptr;    // [n_embd]
+    const float* attn_sinks = nullptr;  // [n_head]
+    cpu::MatView q_a;                   // n_embd -> q_lora
+    const float* q_a_norm = nullptr;    // [q_lora]
+    cpu::MatView q_b;                   // q_lora -> n_head*head_dim
+    cpu::MatView kv;                    // n_embd -> head_dim
+    const float* kv_a_norm = nullptr;   // [head_dim]
+    cpu::MatView o_a;                   // per group: q_dim/o_groups -> o_lora (rows g*o_lora ..)
+    cpu::MatView o_b;                   // o_groups*o_lora -> n_embd
+    cpu::MatView hc_attn_fn, hc_ffn_fn;  // 4*n_embd -> 24
+    const float* hc_attn_base = nullptr;  // [24]
+    const float* hc_attn_scale = nullptr; // [3]
+    const float* hc_ffn_base = nullptr;
+    const float* hc_ffn_scale = nullptr;
+    // compressed kv stream (kv sources)
+    cpu::MatView comp_kv, comp_gate;     // n_embd -> head_dim
+    const float* comp_norm = nullptr;    // [head_dim]
+    // indexer
+    cpu::MatView idx_k;                  // head_dim -> idx_head_dim (key owners)
+    const float* idx_k_norm = nullptr;   // [idx_head_dim]
+    cpu::MatView idx_q_b;                // q_lora -> idx_heads*idx_head_dim (index sources)
+    cpu::MatView idx_proj;               // n_embd -> idx_heads
+    // MoE
+    cpu::MatView gate_inp;               // n_embd -> n_expert
+    const float* exp_probs_b = nullptr;  // [n_expert]
+    GgmlType expert_type_gate = GgmlType::MXFP4, expert_type_up = GgmlType::MXFP4,
+             expert_type_down = GgmlType::MXFP4;
+    cpu::MatView sh_gate, sh_up, sh_down;
+    // Engram
+    cpu::MatView engram_wkv;             // buckets*dim -> 5*n_embd (4 keys, then the value)
+    const float* engram_q = nullptr;     // [4][n_embd]
+    const float* engram_k = nullptr;     // [4][n_embd]
+    const gguf::TensorInfo* engram_embd = nullptr;
+    const gguf::TensorInfo* gate_exps = nullptr;
+    const gguf::TensorInfo* up_exps = nullptr;
+    const gguf::TensorInfo* down_exps = nullptr;
+};
+
+class Model {
+public:
+    // Opens, validates and loads the dense weights. Throws bg::Error on any problem.
+    static std::unique_ptr<Model> open(const std::string& path);
+    ~Model();
+    Model(const Model&) = delete;
+    Model& operator=(const Model&) = delete;
+
+    const HParams& hp() const { return hp_; }
+    const std::vector<LayerRoles>& roles() const { return roles_; }
+    const LayerWeights& layer(int64_t l) const { return layers_[static_cast<size_t>(l)]; }
+    const gguf::Reader& gguf() const { return reader_; }
+    const std::string& path() const { return path_; }
+    int fd() const { return fd_; }
+
+    cpu::MatView token_embd() const { return token_embd_; }
+    cpu::MatView output() const { return output_; }
+    const float* output_norm() const { return output_norm_; }
+
+    ExpertRanges expert_ranges(int64_t layer, int64_t expert) const;
+    // Views of an expert's three matrices over a buffer holding gate, up and down back to back.
+    void expert_views(int64_t layer, const uint8_t* buf, cpu::MatView* gate, cpu::MatView* up,
+                      cpu::MatView* down) const;
+    uint64_t expert_bytes_each(int64_t layer) const { return expert_ranges(layer, 0).total(); }
+    ByteRange engram_row(int64_t layer, uint64_t row) const;
+    GgmlType engram_type(int64_t layer) const;
+
+    uint64_t dense_bytes() const { return dense_bytes_; }
+    uint64_t expert_bytes() const { return expert_bytes_; }
+    uint64_t engram_bytes() const { return engram_bytes_; }
+
+private:
+    Model() = default;
+    std::string path_;
+    int fd_ = -1;
+    gguf::Reader reader_;
+    HParams hp_;
+    std::vector<LayerRoles> roles_;
+    std::vector<LayerWeights> layers_;
+    cpu::MatView token_embd_, output_;
+    const float* output_norm_ = nullptr;
+    uint8_t* dense_ = nullptr;  // all dense tensors, each at a 64-byte aligned offset
+    uint64_t dense_bytes_ = 0, expert_bytes_ = 0, engram_bytes_ = 0;
+};
+
+}  // namespace bg::dsv41

@@ -1,0 +1,36 @@
+// make-model: writes a deterministic random-weight dsv41 GGUF at a given scale.
+//
+// Every tensor row is drawn from its own generator seeded by (seed, tensor index, row), so the
+// file's bytes depend on the seed alone, never on the thread count. The file is produced in
+// large chunks aligned to 4 KiB, each filled by one worker and written with one pwrite
+// (O_DIRECT where the file system takes it), then renamed into place.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "model/scale.h"
+
+namespace bg {
+
+struct MakeModelConfig {
+    std::string scale_path;
+    std::string out_path;
+    uint64_t seed = 1;
+    int threads = 0;               // 0: all cores
+    uint64_t chunk_bytes = 8ull << 20;
+    bool progress = true;          // shown only on a terminal
+};
+
+struct MakeModelResult {
+    uint64_t file_bytes = 0;
+    double seconds = 0.0;
+};
+
+// Fills the generated parts of the hyper-parameters (Engram multipliers, primes, offsets,
+// token map) from the seed.
+void generate_engram_params(ModelScale& s, uint64_t seed);
+
+MakeModelResult make_model(const ModelScale& scale, const MakeModelConfig& cfg);
+
+}  // namespace bg

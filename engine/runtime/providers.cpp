@@ -1,0 +1,50 @@
+#include "runtime/providers.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "util/check.h"
+#include "util/file_io.h"
+
+namespace bg {
+
+PreadExpertProvider::PreadExpertProvider(const dsv41::Model& m) : m_(m) {
+    uint64_t most = 0;
+    for (int64_t l = 0; l < m.hp().n_layer; ++l) most = std::max(most, m.expert_bytes_each(l));
+    buf_.resize(most);
+}
+
+ExpertView PreadExpertProvider::acquire(int64_t layer, int32_t expert) {
+    const dsv41::ExpertRanges r = m_.expert_ranges(layer, expert);
+    // gate, up and down are in three tensors: three reads into one buffer, back to back.
+    pread_exact(m_.fd(), buf_.data(), r.gate.bytes, r.gate.offset, "expert read");
+    pread_exact(m_.fd(), buf_.data() + r.gate.bytes, r.up.bytes, r.up.offset, "expert read");
+    pread_exact(m_.fd(), buf_.data() + r.gate.bytes + r.up.bytes, r.down.bytes, r.down.offset, "expert read");
+    bytes_read_ += r.total();
+    ++fetches_;
+    ExpertView v;
+    m_.expert_views(layer, buf_.data(), &v.gate, &v.up, &v.down);
+    return v;
+}
+
+PreadEngramProvider::PreadEngramProvider(const dsv41::Model& m) : m_(m) {
+    uint64_t most = 0;
+    for (int64_t l : m.hp().engram_layers) most = std::max(most, m.engram_row(l, 0).bytes);
+    row_.resize(most);
+}
+
+void PreadEngramProvider::fetch_rows(int64_t layer, const uint64_t* rows, int64_t n, float* out) {
+    const int64_t dim = m_.hp().engram_dim;
+    const GgmlType t = m_.engram_type(layer);
+    for (int64_t i = 0; i < n; ++i) {
+        const dsv41::ByteRange r = m_.engram_row(layer, rows[i]);
+        pread_exact(m_.fd(), row_.data(), r.bytes, r.offset, "engram read");
+        dequantize_row(t, row_.data(), out + i * dim, dim);
+        bytes_read_ += r.bytes;
+    }
+}
+
+}  // namespace bg

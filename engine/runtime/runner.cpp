@@ -1,0 +1,110 @@
+#include "runtime/runner.h"
+
+#include <fstream>
+
+#include "util/check.h"
+#include "util/rng.h"
+
+namespace bg {
+
+PrefillOrder parse_prefill_order(const std::string& s) {
+    if (s == "token-major") return PrefillOrder::kTokenMajor;
+    if (s == "layer-major") return PrefillOrder::kLayerMajor;
+    fail("--prefill must be 'token-major' or 'layer-major', got '%s'", s.c_str());
+}
+
+const char* prefill_order_name(PrefillOrder o) {
+    return o == PrefillOrder::kTokenMajor ? "token-major" : "layer-major";
+}
+
+std::vector<int32_t> random_prompt(int64_t n, uint64_t seed, int64_t n_vocab, int32_t bos) {
+    if (n < 1) fail("prompt: --prompt-tokens must be >= 1");
+    std::vector<int32_t> p(static_cast<size_t>(n));
+    Rng rng(mix_seed(seed, 0x9407));
+    p[0] = bos;
+    for (int64_t i = 1; i < n; ++i) p[i] = static_cast<int32_t>(3 + rng.below(static_cast<uint64_t>(n_vocab - 3)));
+    return p;
+}
+
+std::vector<int32_t> read_prompt_file(const std::string& path, int64_t n_vocab) {
+    std::ifstream f(path);
+    if (!f) fail("prompt: cannot open '%s'", path.c_str());
+    std::vector<int32_t> p;
+    std::string word;
+    while (f >> word) {
+        char* end = nullptr;
+        const long long v = std::strtoll(word.c_str(), &end, 10);
+        if (!end || *end || v < 0 || v >= n_vocab)
+            fail("prompt: '%s' in '%s' is not a token id in [0, %lld)", word.c_str(), path.c_str(), (long long)n_vocab);
+        p.push_back(static_cast<int32_t>(v));
+    }
+    if (p.empty()) fail("prompt: '%s' holds no token ids", path.c_str());
+    return p;
+}
+
+int32_t argmax(const float* x, int64_t n) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; ++i)
+        if (x[i] > x[best]) best = i;
+    return static_cast<int32_t>(best);
+}
+
+Runner::Runner(const dsv41::Model& m, dsv41::Forward& fwd) : m_(m), fwd_(fwd) {}
+
+void Runner::prefill(const std::vector<int32_t>& prompt, PrefillOrder order, int64_t ubatch,
+                     std::vector<float>* last_logits, std::vector<float>* all_logits) {
+    const int64_t n = static_cast<int64_t>(prompt.size()), L = m_.hp().n_layer, V = m_.hp().n_vocab;
+    if (ubatch < 1 || ubatch > fwd_.config().max_ubatch)
+        fail("--ubatch %lld is outside [1, %lld]", (long long)ubatch, (long long)fwd_.config().max_ubatch);
+    if (n > fwd_.config().n_ctx) fail("prompt of %lld tokens exceeds the context of %lld", (long long)n, (long long)fwd_.config().n_ctx);
+    fwd_.reset();
+    const int64_t n_units = (n + ubatch - 1) / ubatch;
+    if (static_cast<int64_t>(units_.size()) < n_units) units_.resize(static_cast<size_t>(n_units));
+    if (all_logits) all_logits->assign(static_cast<size_t>(n * V), 0.0f);
+    auto unit_logits = [&](const dsv41::Ubatch& u) {
+        if (!all_logits) return;
+        for (int64_t i = 0; i < u.n; ++i) fwd_.logits(u, i, &(*all_logits)[(u.pos0 + i) * V]);
+    };
+    auto embed = [&](int64_t ui) {
+        const int64_t p0 = ui * ubatch, cnt = std::min(ubatch, n - p0);
+        fwd_.embed(units_[ui], &prompt[p0], cnt, p0);
+    };
+    if (order == PrefillOrder::kTokenMajor) {
+        for (int64_t ui = 0; ui < n_units; ++ui) {
+            embed(ui);
+            for (int64_t l = 0; l < L; ++l) fwd_.layer(l, units_[ui]);
+            unit_logits(units_[ui]);
+        }
+    } else {
+        for (int64_t ui = 0; ui < n_units; ++ui) embed(ui);
+        for (int64_t l = 0; l < L; ++l)
+            for (int64_t ui = 0; ui < n_units; ++ui) fwd_.layer(l, units_[ui]);
+        for (int64_t ui = 0; ui < n_units; ++ui) unit_logits(units_[ui]);
+    }
+    if (last_logits) {
+        last_logits->resize(static_cast<size_t>(V));
+        const dsv41::Ubatch& u = units_[n_units - 1];
+        fwd_.logits(u, u.n - 1, last_logits->data());
+    }
+    n_past_ = n;
+}
+
+std::vector<int32_t> Runner::decode(std::vector<float>& logits, int64_t n_gen) {
+    const int64_t L = m_.hp().n_layer, V = m_.hp().n_vocab;
+    std::vector<int32_t> out;
+    if (units_.empty()) units_.resize(1);
+    dsv41::Ubatch& u = units_[0];
+    for (int64_t g = 0; g < n_gen; ++g) {
+        const int32_t t = argmax(logits.data(), V);
+        out.push_back(t);
+        if (g + 1 == n_gen) break;
+        if (n_past_ >= fwd_.config().n_ctx) fail("decode: context of %lld tokens is full", (long long)fwd_.config().n_ctx);
+        fwd_.embed(u, &t, 1, n_past_);
+        for (int64_t l = 0; l < L; ++l) fwd_.layer(l, u);
+        fwd_.logits(u, 0, logits.data());
+        ++n_past_;
+    }
+    return out;
+}
+
+}  // namespace bg

@@ -1,0 +1,52 @@
+// Shared set-up for model-level tests: synthetic models generated once per build tree and
+// reused (make-model is deterministic, so a cached file is the same file).
+#pragma once
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "model/make_model.h"
+
+namespace bgtest {
+
+inline std::string source_path(const std::string& rel) { return std::string(BG_SOURCE_DIR) + "/" + rel; }
+
+// A small variant of the ci scale: 6 layers, 64 experts, the same roles pattern compressed
+// into those layers, so a test can make many files quickly.
+inline const char* kTinyScale = R"({
+  "name": "tiny", "n_layer": 6, "n_embd": 64, "n_vocab": 512, "n_head": 2, "head_dim": 64,
+  "rope_dims": 16, "q_lora_rank": 32, "output_groups": 2, "output_lora_rank": 32, "n_expert": 64,
+  "n_expert_used": 6, "n_ff_exp": 32, "context_length": 1024, "sliding_window": 8,
+  "compress_ratios": [0, 0, 2, 2, 1, 1], "kv_source_layers": [2, 4], "gated_layers": [2],
+  "key_owner_layers": [2, 4], "index_source_layers": [2, 5], "indexer_heads": 2,
+  "indexer_head_dim": 32, "indexer_top_k": 4, "engram_layers": [1, 3], "engram_row_width": 32,
+  "engram_rows_per_table": 8192, "engram_compressed_vocab": 300, "dense_type": "q8_0"
+})";
+
+inline bool file_exists(const std::string& p) {
+    struct stat st;
+    return ::stat(p.c_str(), &st) == 0;
+}
+
+// Path of a model of `scale` with `seed`, generated on first use.
+inline std::string cached_model(const bg::ModelScale& scale, uint64_t seed, int threads = 0) {
+    const std::string dir = std::string(BG_BINARY_DIR) + "/test-models";
+    ::mkdir(dir.c_str(), 0755);
+    const std::string path = dir + "/" + scale.name + "-seed" + std::to_string(seed) + ".gguf";
+    if (!file_exists(path)) {
+        bg::MakeModelConfig cfg;
+        cfg.out_path = path;
+        cfg.seed = seed;
+        cfg.threads = threads;
+        cfg.progress = false;
+        bg::make_model(scale, cfg);
+    }
+    return path;
+}
+
+inline std::string ci_model() { return cached_model(bg::load_scale(source_path("scenarios/models/ci.json")), 7); }
+inline std::string tiny_model(uint64_t seed = 3) { return cached_model(bg::parse_scale(kTinyScale, "tiny"), seed); }
+
+}  // namespace bgtest
