@@ -7,8 +7,11 @@
 // [offset 123, size 456] ends past end of file (size 400)").
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "tensor/ggml_types.h"
@@ -122,6 +125,9 @@ private:
     uint64_t file_size_ = 0;
     std::vector<KeyValue> kvs_;
     std::vector<TensorInfo> tensors_;
+    // Name -> index, so lookups stay cheap for files with tens of thousands of tensors.
+    std::unordered_map<std::string, size_t> kv_index_;
+    std::unordered_map<std::string, size_t> tensor_index_;
     friend class ReaderImpl;
 };
 
@@ -137,7 +143,7 @@ public:
 
     const std::vector<KeyValue>& kvs() const { return kvs_; }
     // Tensor infos with offset, n_elems, n_bytes and file_offset filled in (valid after any add).
-    const std::vector<TensorInfo>& tensors() const { return tensors_; }
+    const std::vector<TensorInfo>& tensors() const;
 
     uint64_t alignment() const { return alignment_; }
     void set_alignment(uint64_t a);  // power of two; also stored as general.alignment
@@ -151,10 +157,32 @@ public:
     void write_file(const std::string& path, const std::vector<const void*>& data) const;
 
 private:
+    void relayout();  // recomputes offsets after the alignment changes
+
+    // Every add grows the header and so moves every tensor's file_offset; refreshing them on
+    // each add made adding n tensors O(n^2), so tensors() refreshes them once, on demand, and
+    // the lock keeps concurrent const callers (parallel writers) race-free.
+    struct FileOffsetsState {
+        std::mutex mu;
+        std::atomic<uint64_t> base{UINT64_MAX};  // data_offset the file offsets hold, or stale
+        FileOffsetsState() = default;
+        FileOffsetsState(const FileOffsetsState&) {}
+        FileOffsetsState& operator=(const FileOffsetsState&) {
+            base.store(UINT64_MAX);
+            return *this;
+        }
+    };
+
     uint64_t alignment_ = kDefaultAlignment;
     uint64_t data_bytes_ = 0;
+    // Serialised sizes kept up to date on every change, so data_offset() is O(1).
+    uint64_t kv_bytes_ = 0;
+    uint64_t info_bytes_ = 0;
     std::vector<KeyValue> kvs_;
-    std::vector<TensorInfo> tensors_;
+    mutable std::vector<TensorInfo> tensors_;
+    mutable FileOffsetsState file_offsets_;
+    std::unordered_map<std::string, size_t> kv_index_;
+    std::unordered_map<std::string, size_t> tensor_index_;
 };
 
 }  // namespace bg::gguf
