@@ -1,0 +1,104 @@
+// Disk tier: reads of exact byte ranges of the model file, through io_uring with O_DIRECT
+// (default) or plain pread (`--io pread`, for comparison).
+//
+// Real GGUF data is not 4 KiB aligned, so each request is served by reading its aligned cover
+// into the reader's own aligned bounce buffers (registered with the ring) and copying out the
+// exact bytes. A request larger than read_bytes is split into pieces; at most queue_depth
+// pieces are in flight. Records are caller-owned: submit() links the caller's ReadOp into an
+// intrusive queue, so nothing is allocated per read. Short reads are resubmitted for the rest,
+// EINTR/EAGAIN are retried, and any other error completes the op with its errno (the message
+// names the file offset).
+//
+// One thread uses a Reader at a time (submit and poll from the same thread).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace bg::io {
+
+struct IoConfig {
+    std::string engine = "uring";     // "uring" | "pread"
+    uint32_t queue_depth = 64;        // pieces in flight at most
+    uint32_t read_bytes = 1u << 20;   // largest piece (multiple of 4096)
+    bool direct = true;               // O_DIRECT; falls back to buffered only if the FS refuses
+};
+
+// Test-only fault injection, applied to piece completions in the order they complete.
+struct FaultPlan {
+    uint32_t short_read_every = 0;  // every Nth completion delivers only half its bytes
+    uint32_t eintr_every = 0;       // every Nth completion reports -EINTR (nothing read)
+    uint32_t eagain_every = 0;      // every Nth completion reports -EAGAIN
+    int64_t eio_at = -1;            // the Nth completion (0-based) reports -EIO
+    uint32_t delay_us = 0;          // extra latency per piece
+};
+
+// One read, owned by the caller for as long as it is in flight.
+struct ReadOp {
+    // in
+    uint64_t offset = 0;      // exact file offset
+    uint64_t bytes = 0;
+    uint8_t* dst = nullptr;   // receives exactly `bytes` (any alignment)
+    uint64_t tag = 0;         // for the caller
+    // out (valid once poll returned it)
+    int32_t error = 0;        // 0, or the errno that stopped it
+    // reader-private
+    uint64_t next_piece = 0;  // bytes of the range already handed to pieces
+    uint64_t done = 0;        // bytes delivered
+    uint32_t pieces_in_flight = 0;
+    ReadOp* link = nullptr;
+};
+
+struct ReaderStats {
+    uint64_t ops = 0;             // ReadOps completed
+    uint64_t pieces = 0;          // device reads issued (resubmissions included)
+    uint64_t bytes_requested = 0; // exact bytes delivered to callers
+    uint64_t bytes_read = 0;      // bytes the device read (aligned covers)
+    uint64_t short_reads = 0;     // resubmitted after a short read
+    uint64_t retries = 0;         // resubmitted after EINTR/EAGAIN
+    uint64_t errors = 0;          // ops completed with an error
+};
+
+class Reader {
+public:
+    // Opens `path` for reading as the config says. Throws bg::Error with the reason.
+    static std::unique_ptr<Reader> open(const std::string& path, const IoConfig& cfg,
+                                        const FaultPlan& faults = {});
+    virtual ~Reader() = default;
+
+    // Queues op (its range must lie inside the file: else bg::Error). Never blocks.
+    virtual void submit(ReadOp* op) = 0;
+    // Returns up to `max` ops completed since the last call, in completion order. With
+    // wait = true and ops pending, blocks until at least one completes.
+    virtual size_t poll(ReadOp** out, size_t max, bool wait) = 0;
+    // Ops submitted and not yet returned by poll.
+    virtual uint64_t pending() const = 0;
+    virtual ReaderStats stats() const = 0;
+    virtual uint64_t file_size() const = 0;
+    virtual const IoConfig& config() const = 0;
+    virtual const char* engine_name() const = 0;  // "io_uring+O_DIRECT", "pread", ...
+};
+
+// Convenience for one blocking read through a reader: throws bg::Error naming the offset
+// and the errno on failure.
+void read_blocking(Reader& r, uint8_t* dst, uint64_t bytes, uint64_t offset);
+
+// Raw disk bandwidth with the same reader settings, for the harness's ratios (SPEC §5).
+struct ProbeConfig {
+    IoConfig io;
+    uint64_t seq_bytes = 1ull << 30;   // read sequentially from offset 0 (capped at file size)
+    uint64_t rand_reads = 20000;       // 4 KiB reads at random aligned offsets
+    uint64_t seed = 1;
+};
+struct ProbeResult {
+    double seq_gb_s = 0;      // GB = 1e9 bytes
+    double seq_seconds = 0;
+    uint64_t seq_bytes = 0;
+    double rand_iops = 0;
+    double rand_gb_s = 0;
+    std::string engine;
+};
+ProbeResult probe_disk(const std::string& path, const ProbeConfig& cfg);
+
+}  // namespace bg::io
