@@ -22,7 +22,11 @@ Forward::Forward(const Model& m, cpu::ThreadPool& pool, ExpertProvider& experts,
                  const ForwardConfig& cfg)
     : m_(m), hp_(m.hp()), pool_(pool), experts_(experts), engram_(engram), cfg_(cfg) {
     BG_CHECK(hp_.hc_count == kHc);
-    if (cfg_.n_ctx < 1 || cfg_.max_ubatch < 1) fail("forward: n_ctx and max_ubatch must be >= 1");
+    if (cfg_.n_ctx < 1 || cfg_.max_ubatch < 1 || cfg_.moe_chunk < 1) fail("forward: n_ctx, max_ubatch and moe_chunk must be >= 1");
+    if (cfg_.routing != RoutingPolicy::kExact &&
+        (!cfg_.plan || cfg_.plan->n_layer() != hp_.n_layer))
+        fail("forward: routing '%s' needs a residency plan for all %lld layers", routing_policy_name(cfg_.routing),
+             (long long)hp_.n_layer);
     const int64_t L = hp_.n_layer, E = hp_.n_embd, hd = hp_.head_dim, mu = cfg_.max_ubatch, ctx = cfg_.n_ctx;
     const auto& roles = m.roles();
     kv_src_of_.assign(L, -1);
@@ -88,17 +92,18 @@ Forward::Forward(const Model& m, cpu::ThreadPool& pool, ExpertProvider& experts,
     n_rows_.assign(mu, 0);
     att_scratch_.assign(mu * hp_.n_head * max_rows, 0.0f);
     rlogits_.assign(mu * hp_.n_expert, 0.0f);
-    ids_.assign(mu * k, 0);
-    wts_.assign(mu * k, 0.0f);
+    route_scratch_.assign(2 * hp_.n_expert, 0.0f);
+    route_order_.assign(hp_.n_expert, 0);
     by_expert_count_.assign(hp_.n_expert, 0);
     by_expert_start_.assign(hp_.n_expert + 1, 0);
-    by_expert_slot_.assign(mu * k, 0);
-    used_experts_.assign(std::min<int64_t>(hp_.n_expert, mu * k), 0);
-    xg_.assign(mu * E, 0.0f);
-    g_.assign(mu * nff, 0.0f);
-    up_.assign(mu * nff, 0.0f);
-    h_.assign(mu * nff, 0.0f);
-    eo_.assign(mu * E, 0.0f);
+    by_expert_slot_.assign(ctx * k, 0);
+    used_experts_.assign(hp_.n_expert, 0);
+    const int64_t chunk = cfg_.moe_chunk;
+    xg_.assign(chunk * E, 0.0f);
+    g_.assign(chunk * nff, 0.0f);
+    up_.assign(chunk * nff, 0.0f);
+    h_.assign(chunk * nff, 0.0f);
+    eo_.assign(std::max(chunk, mu) * E, 0.0f);
     sg_.assign(mu * nsh, 0.0f);
     su_.assign(mu * nsh, 0.0f);
     sh_.assign(mu * nsh, 0.0f);
@@ -147,6 +152,12 @@ void Forward::embed(Ubatch& u, const int32_t* tokens, int64_t n, int64_t pos0) {
     u.n = n;
     u.H.resize(static_cast<size_t>(n * kHc * E));
     u.pre.resize(static_cast<size_t>(n * kHc));
+    const int64_t k = hp_.n_expert_used;
+    u.xf.resize(static_cast<size_t>(n * E));
+    u.mix_f.resize(static_cast<size_t>(n));
+    u.ids.resize(static_cast<size_t>(n * k));
+    u.wts.resize(static_cast<size_t>(n * k));
+    u.eo.resize(static_cast<size_t>(n * k * E));
     const cpu::MatView emb = m_.token_embd();
     for (int64_t i = 0; i < n; ++i) {
         const int32_t t = tokens[i];
@@ -169,6 +180,12 @@ void Forward::mix(const cpu::MatView& fn, const float* base, const float* scale,
 }
 
 void Forward::layer(int64_t l, Ubatch& u) {
+    attention_half(l, u);
+    Ubatch* one = &u;
+    moe_half(l, &one, 1);
+}
+
+void Forward::attention_half(int64_t l, Ubatch& u) {
     BG_CHECK(l >= 0 && l < hp_.n_layer && u.n >= 1 && u.n <= cfg_.max_ubatch);
     const LayerWeights& w = m_.layer(l);
     const int64_t E = hp_.n_embd, W = kHc * E, n = u.n;
@@ -202,11 +219,11 @@ void Forward::layer(int64_t l, Ubatch& u) {
             }
     }
 
-    // MoE sub-layer: collapse with the attention mix's pre (one sub-layer of lag).
-    std::memcpy(R_.data(), u.H.data(), n * W * sizeof(float));
-    mix(w.hc_ffn_fn, w.hc_ffn_base, w.hc_ffn_scale, u, mix_f_.data());
+    // MoE input: collapse with the attention mix's pre (one sub-layer of lag); u.H now holds
+    // the MoE sub-layer's residual R until moe_half.
+    mix(w.hc_ffn_fn, w.hc_ffn_base, w.hc_ffn_scale, u, u.mix_f.data());
     for (int64_t i = 0; i < n; ++i) {
-        float* x = &x_[i * E];
+        float* x = &u.xf[i * E];
         const float* H = &u.H[i * W];
         for (int64_t e = 0; e < E; ++e) {
             float s = 0.0f;
@@ -214,20 +231,107 @@ void Forward::layer(int64_t l, Ubatch& u) {
             x[e] = s;
         }
         cpu::rmsnorm(x, w.ffn_norm, E, hp_.rms_eps, x);
-        for (int c = 0; c < kHc; ++c) u.pre[i * kHc + c] = mix_f_[i].pre[c];
+        for (int c = 0; c < kHc; ++c) u.pre[i * kHc + c] = u.mix_f[i].pre[c];
     }
-    moe(l, u, y_.data());
+
+    // Routing: a pure function of the scores and the fixed resident set.
+    const int64_t ne = hp_.n_expert, k = hp_.n_expert_used;
+    cpu::matmul(pool_, w.gate_inp, u.xf.data(), E, n, rlogits_.data(), ne);
+    const uint8_t* resident = cfg_.plan ? cfg_.plan->mask[l].data() : nullptr;
     for (int64_t i = 0; i < n; ++i) {
-        const cpu::HcMix& mx = mix_f_[i];
-        float* H = &u.H[i * W];
-        const float* R = &R_[i * W];
-        const float* y = &y_[i * E];
-        for (int d = 0; d < kHc; ++d)
-            for (int64_t e = 0; e < E; ++e) {
-                float s = mx.post[d] * y[e];
-                for (int c = 0; c < kHc; ++c) s += mx.comb[d][c] * R[c * E + e];
-                H[d * E + e] = s;
+        route(cfg_.routing, &rlogits_[i * ne], w.exp_probs_b, resident, ne, static_cast<int>(k),
+              hp_.expert_weights_scale, &u.ids[i * k], &u.wts[i * k], route_scratch_.data(), route_order_.data());
+        if (observer_) observer_->on_route(l, u.pos0 + i, &u.ids[i * k], &u.wts[i * k], static_cast<int>(k));
+    }
+}
+
+void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
+    const int64_t E = hp_.n_embd, W = kHc * E, k = hp_.n_expert_used, ne = hp_.n_expert, nff = hp_.n_ff_exp;
+    const int64_t chunk = cfg_.moe_chunk;
+
+    // Group every (unit, token, rank) slot by expert; experts in ascending id order.
+    std::fill(by_expert_count_.begin(), by_expert_count_.end(), 0);
+    int64_t n_slots = 0;
+    for (int64_t ui = 0; ui < n_units; ++ui) {
+        const Ubatch& u = *units[ui];
+        for (int64_t s = 0; s < u.n * k; ++s) ++by_expert_count_[u.ids[s]];
+        n_slots += u.n * k;
+    }
+    BG_CHECK(n_slots <= static_cast<int64_t>(by_expert_slot_.size()));
+    int64_t n_used = 0;
+    by_expert_start_[0] = 0;
+    for (int64_t e = 0; e < ne; ++e) {
+        by_expert_start_[e + 1] = by_expert_start_[e] + by_expert_count_[e];
+        if (by_expert_count_[e] > 0) used_experts_[n_used++] = static_cast<int32_t>(e);
+    }
+    std::fill(by_expert_count_.begin(), by_expert_count_.end(), 0);
+    for (int64_t ui = 0; ui < n_units; ++ui) {
+        const Ubatch& u = *units[ui];
+        for (int64_t s = 0; s < u.n * k; ++s) {
+            const int32_t e = u.ids[s];
+            by_expert_slot_[by_expert_start_[e] + by_expert_count_[e]++] = (ui << 32) | s;
+        }
+    }
+
+    // Each expert once, for all its tokens, in the order the provider delivers them.
+    experts_.begin_layer(l, used_experts_.data(), n_used);
+    for (int64_t got = 0; got < n_used; ++got) {
+        ExpertView v;
+        const int32_t e = experts_.next_ready(&v);
+        const int64_t s0 = by_expert_start_[e], m_total = by_expert_start_[e + 1] - s0;
+        for (int64_t c0 = 0; c0 < m_total; c0 += chunk) {
+            const int64_t m = std::min(chunk, m_total - c0);
+            for (int64_t j = 0; j < m; ++j) {
+                const int64_t slot = by_expert_slot_[s0 + c0 + j];
+                const Ubatch& u = *units[slot >> 32];
+                const int64_t tok = (slot & 0xffffffff) / k;
+                std::memcpy(&xg_[j * E], &u.xf[tok * E], E * sizeof(float));
             }
+            cpu::matmul(pool_, v.gate, xg_.data(), E, m, g_.data(), nff);
+            cpu::matmul(pool_, v.up, xg_.data(), E, m, up_.data(), nff);
+            cpu::swiglu(g_.data(), up_.data(), m * nff, hp_.swiglu_limit[l], cfg_.swiglu_form, h_.data());
+            cpu::matmul(pool_, v.down, h_.data(), nff, m, eo_.data(), E);
+            for (int64_t j = 0; j < m; ++j) {
+                const int64_t slot = by_expert_slot_[s0 + c0 + j];
+                Ubatch& u = *units[slot >> 32];
+                std::memcpy(&u.eo[(slot & 0xffffffff) * E], &eo_[j * E], E * sizeof(float));
+            }
+        }
+        experts_.release(e);
+    }
+    experts_.end_layer();
+
+    // Per unit: y = sum over ranks of weight * expert output (+ shared expert), then expand.
+    for (int64_t ui = 0; ui < n_units; ++ui) {
+        Ubatch& u = *units[ui];
+        float* y = y_.data();
+        shared_expert(l, u, y);
+        for (int64_t i = 0; i < u.n; ++i) {
+            float* yt = &y[i * E];
+            // routed experts in rank order, then the shared expert already in y: add routed
+            // first into a zeroed row so the sum order is fixed.
+            float* acc = &eo_[i * E];
+            std::fill(acc, acc + E, 0.0f);
+            for (int64_t j = 0; j < k; ++j) {
+                const float wt = u.wts[i * k + j];
+                const float* o = &u.eo[(i * k + j) * E];
+                for (int64_t c = 0; c < E; ++c) acc[c] += wt * o[c];
+            }
+            for (int64_t c = 0; c < E; ++c) yt[c] += acc[c];
+        }
+        for (int64_t i = 0; i < u.n; ++i) {
+            const cpu::HcMix& mx = u.mix_f[i];
+            float* H = &u.H[i * W];
+            float* R = &R_[i * W];
+            std::memcpy(R, H, W * sizeof(float));
+            const float* yt = &y[i * E];
+            for (int d = 0; d < kHc; ++d)
+                for (int64_t e = 0; e < E; ++e) {
+                    float s = mx.post[d] * yt[e];
+                    for (int c = 0; c < kHc; ++c) s += mx.comb[d][c] * R[c * E + e];
+                    H[d * E + e] = s;
+                }
+        }
     }
 }
 
@@ -409,64 +513,19 @@ void Forward::attention(int64_t l, const Ubatch& u, float* y) {
     cpu::matmul(pool_, w.o_b, oa_.data(), groups * orank, n, y, E);
 }
 
-void Forward::moe(int64_t l, const Ubatch& u, float* y) {
+void Forward::shared_expert(int64_t l, const Ubatch& u, float* y) {
     const LayerWeights& w = m_.layer(l);
-    const int64_t E = hp_.n_embd, n = u.n, k = hp_.n_expert_used, ne = hp_.n_expert, nff = hp_.n_ff_exp;
-    cpu::matmul(pool_, w.gate_inp, x_.data(), E, n, rlogits_.data(), ne);
-    for (int64_t i = 0; i < n; ++i) {
-        cpu::router_exact(&rlogits_[i * ne], w.exp_probs_b, ne, static_cast<int>(k), hp_.expert_weights_scale,
-                          &ids_[i * k], &wts_[i * k], nullptr);
-        if (observer_) observer_->on_route(l, u.pos0 + i, &ids_[i * k], &wts_[i * k], static_cast<int>(k));
+    const int64_t E = hp_.n_embd, n = u.n;
+    if (hp_.n_expert_shared == 0) {
+        std::fill(y, y + n * E, 0.0f);
+        return;
     }
-    // Group (token, choice) slots by expert: counting sort, experts in ascending id order.
-    std::fill(by_expert_count_.begin(), by_expert_count_.end(), 0);
-    for (int64_t s = 0; s < n * k; ++s) ++by_expert_count_[ids_[s]];
-    int64_t n_used = 0;
-    by_expert_start_[0] = 0;
-    for (int64_t e = 0; e < ne; ++e) {
-        by_expert_start_[e + 1] = by_expert_start_[e] + by_expert_count_[e];
-        if (by_expert_count_[e] > 0) used_experts_[n_used++] = static_cast<int32_t>(e);
-    }
-    std::fill(by_expert_count_.begin(), by_expert_count_.end(), 0);
-    for (int64_t s = 0; s < n * k; ++s) {
-        const int32_t e = ids_[s];
-        by_expert_slot_[by_expert_start_[e] + by_expert_count_[e]++] = static_cast<int32_t>(s);
-    }
-
-    std::fill(y, y + n * E, 0.0f);
-    experts_.begin_layer(l, used_experts_.data(), n_used);
-    for (int64_t ui = 0; ui < n_used; ++ui) {
-        const int32_t e = used_experts_[ui];
-        const int32_t s0 = by_expert_start_[e], m = by_expert_start_[e + 1] - s0;
-        for (int32_t j = 0; j < m; ++j) {
-            const int64_t tok = by_expert_slot_[s0 + j] / k;
-            std::memcpy(&xg_[j * E], &x_[tok * E], E * sizeof(float));
-        }
-        const ExpertView v = experts_.acquire(l, e);
-        cpu::matmul(pool_, v.gate, xg_.data(), E, m, g_.data(), nff);
-        cpu::matmul(pool_, v.up, xg_.data(), E, m, up_.data(), nff);
-        cpu::swiglu(g_.data(), up_.data(), m * nff, hp_.swiglu_limit[l], cfg_.swiglu_form, h_.data());
-        cpu::matmul(pool_, v.down, h_.data(), nff, m, eo_.data(), E);
-        experts_.release(l, e);
-        for (int32_t j = 0; j < m; ++j) {
-            const int32_t slot = by_expert_slot_[s0 + j];
-            const float wt = wts_[slot];
-            float* yt = &y[(slot / k) * E];
-            const float* o = &eo_[j * E];
-            for (int64_t c = 0; c < E; ++c) yt[c] += wt * o[c];
-        }
-    }
-    experts_.end_layer(l);
-
-    if (hp_.n_expert_shared > 0) {
-        const int64_t nsh = nff * hp_.n_expert_shared;
-        cpu::matmul(pool_, w.sh_gate, x_.data(), E, n, sg_.data(), nsh);
-        cpu::matmul(pool_, w.sh_up, x_.data(), E, n, su_.data(), nsh);
-        // The clamp applies to routed experts only.
-        cpu::swiglu(sg_.data(), su_.data(), n * nsh, 0.0f, cfg_.swiglu_form, sh_.data());
-        cpu::matmul(pool_, w.sh_down, sh_.data(), nsh, n, eo_.data(), E);
-        for (int64_t c = 0; c < n * E; ++c) y[c] += eo_[c];
-    }
+    const int64_t nsh = hp_.n_ff_exp * hp_.n_expert_shared;
+    cpu::matmul(pool_, w.sh_gate, u.xf.data(), E, n, sg_.data(), nsh);
+    cpu::matmul(pool_, w.sh_up, u.xf.data(), E, n, su_.data(), nsh);
+    // The clamp applies to routed experts only.
+    cpu::swiglu(sg_.data(), su_.data(), n * nsh, 0.0f, cfg_.swiglu_form, sh_.data());
+    cpu::matmul(pool_, w.sh_down, sh_.data(), nsh, n, y, E);
 }
 
 void Forward::final_hidden(const Ubatch& u, int64_t i, float* out) const {

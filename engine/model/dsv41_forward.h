@@ -10,6 +10,8 @@
 #include "cpu/ops.h"
 #include "model/dsv41_model.h"
 #include "runtime/providers.h"
+#include "runtime/residency.h"
+#include "runtime/routing.h"
 
 namespace bg::dsv41 {
 
@@ -17,6 +19,9 @@ struct ForwardConfig {
     int64_t n_ctx = 4096;       // longest sequence (prompt + generated tokens)
     int64_t max_ubatch = 16;    // most tokens in one unit of work
     cpu::SwigluClamp swiglu_form = cpu::SwigluClamp::kDeepSeek;
+    RoutingPolicy routing = RoutingPolicy::kExact;
+    const ResidencyPlan* plan = nullptr;  // needed by every policy but exact
+    int64_t moe_chunk = 64;     // tokens per expert matmul
 };
 
 // Activations of one unit of work between layers.
@@ -25,6 +30,12 @@ struct Ubatch {
     int64_t n = 0;
     std::vector<float> H;    // [n][4][n_embd] residual copies
     std::vector<float> pre;  // [n][4] collapse weights of the next sub-layer (lag one sub-layer)
+    // Between the attention and MoE halves of a layer:
+    std::vector<float> xf;          // [n][n_embd] normalised MoE input
+    std::vector<cpu::HcMix> mix_f;  // [n] the MoE sub-layer's mix
+    std::vector<int32_t> ids;       // [n][k] routed experts, in rank order
+    std::vector<float> wts;         // [n][k] their weights
+    std::vector<float> eo;          // [n][k][n_embd] each routed expert's output
 };
 
 // Observes routing decisions (metrics, profiling); called once per token per MoE layer.
@@ -46,7 +57,16 @@ public:
 
     // Starts a unit at positions pos0..pos0+n-1: records the tokens and embeds them.
     void embed(Ubatch& u, const int32_t* tokens, int64_t n, int64_t pos0);
+    // One whole layer of one unit (token-major): attention_half then moe_half on {u}.
     void layer(int64_t l, Ubatch& u);
+    // Engram, the attention sub-layer, the MoE mix and routing. The routed experts are left in
+    // u.ids for moe_half.
+    void attention_half(int64_t l, Ubatch& u);
+    // The MoE sub-layer of several units at once: every expert any of them routed to is
+    // brought in once and applied to all of their tokens (layer-major prefill passes every
+    // unit of the prompt). Per token the outputs are summed in rank order, so the result does
+    // not depend on which units share the call or on the order experts arrive in.
+    void moe_half(int64_t l, Ubatch* const* units, int64_t n_units);
     // After the last layer: the final normalised hidden state [n_embd] and logits [n_vocab] of
     // token i of the unit.
     void final_hidden(const Ubatch& u, int64_t i, float* out) const;
@@ -63,7 +83,7 @@ private:
     void compressor(int64_t l, const Ubatch& u);
     void index_keys(int64_t l, const Ubatch& u);
     void indexer(int64_t l, const Ubatch& u);
-    void moe(int64_t l, const Ubatch& u, float* y);
+    void shared_expert(int64_t l, const Ubatch& u, float* y);
     cpu::RopeParams rope_for_layer(int64_t l) const;
     cpu::RopeParams rope_compressed() const;
 
@@ -109,15 +129,16 @@ private:
     std::vector<int64_t> n_rows_;     // [mu]
     std::vector<float> att_scratch_;  // [mu*n_head][window + top_k]
     std::vector<float> rlogits_;   // [mu][n_expert]
-    std::vector<int32_t> ids_;     // [mu][k]
-    std::vector<float> wts_;       // [mu][k]
+    std::vector<float> route_scratch_;  // [2*n_expert]
+    std::vector<int32_t> route_order_;  // [n_expert]
+    // Slots (unit, token, rank) grouped by expert for the MoE half: counting sort by expert id.
     std::vector<int32_t> by_expert_count_;  // [n_expert]
     std::vector<int32_t> by_expert_start_;  // [n_expert + 1]
-    std::vector<int32_t> by_expert_slot_;   // [mu*k]: index i*k + j, grouped by expert
-    std::vector<int32_t> used_experts_;     // [min(n_expert, mu*k)]
-    std::vector<float> xg_;        // [mu][n_embd]
-    std::vector<float> g_, up_, h_;  // [mu][n_ff]
-    std::vector<float> eo_;        // [mu][n_embd]
+    std::vector<int64_t> by_expert_slot_;   // [n_ctx*k]: (unit << 32) | (token*k + rank)
+    std::vector<int32_t> used_experts_;     // [n_expert]
+    std::vector<float> xg_;        // [moe_chunk][n_embd]
+    std::vector<float> g_, up_, h_;  // [moe_chunk][n_ff]
+    std::vector<float> eo_;        // [max(moe_chunk, mu)][n_embd]
     std::vector<float> sg_, su_, sh_;  // [mu][n_ff*shared]
     std::vector<uint64_t> erows_;  // [mu][buckets]
     std::vector<float> erow_val_;  // [mu][buckets*dim]

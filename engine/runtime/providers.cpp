@@ -17,17 +17,25 @@ PreadExpertProvider::PreadExpertProvider(const dsv41::Model& m) : m_(m) {
     buf_.resize(most);
 }
 
-ExpertView PreadExpertProvider::acquire(int64_t layer, int32_t expert) {
-    const dsv41::ExpertRanges r = m_.expert_ranges(layer, expert);
+void PreadExpertProvider::begin_layer(int64_t layer, const int32_t* experts, int64_t n) {
+    layer_ = layer;
+    list_ = experts;
+    n_ = n;
+    next_ = 0;
+}
+
+int32_t PreadExpertProvider::next_ready(ExpertView* v) {
+    BG_CHECK(next_ < n_);
+    const int32_t expert = list_[next_++];
+    const dsv41::ExpertRanges r = m_.expert_ranges(layer_, expert);
     // gate, up and down are in three tensors: three reads into one buffer, back to back.
     pread_exact(m_.fd(), buf_.data(), r.gate.bytes, r.gate.offset, "expert read");
     pread_exact(m_.fd(), buf_.data() + r.gate.bytes, r.up.bytes, r.up.offset, "expert read");
     pread_exact(m_.fd(), buf_.data() + r.gate.bytes + r.up.bytes, r.down.bytes, r.down.offset, "expert read");
     bytes_read_ += r.total();
     ++fetches_;
-    ExpertView v;
-    m_.expert_views(layer, buf_.data(), &v.gate, &v.up, &v.down);
-    return v;
+    m_.expert_views(layer_, buf_.data(), &v->gate, &v->up, &v->down);
+    return expert;
 }
 
 PreadEngramProvider::PreadEngramProvider(const dsv41::Model& m) : m_(m) {

@@ -20,13 +20,14 @@ struct ExpertView {
 class ExpertProvider {
 public:
     virtual ~ExpertProvider() = default;
-    // Announces the distinct experts one unit of work needs in a layer (ascending ids), before
-    // any acquire, so a provider can issue all reads together.
+    // Announces the distinct experts one unit of work needs in a layer (ascending ids). Each is
+    // then returned exactly once by next_ready, in whatever order its bytes become present.
     virtual void begin_layer(int64_t layer, const int32_t* experts, int64_t n) = 0;
-    // Blocks until the expert's bytes are present; valid until release.
-    virtual ExpertView acquire(int64_t layer, int32_t expert) = 0;
-    virtual void release(int64_t layer, int32_t expert) = 0;
-    virtual void end_layer(int64_t layer) = 0;
+    // Blocks until an announced expert not yet returned is present; its view stays valid until
+    // release(expert).
+    virtual int32_t next_ready(ExpertView* view) = 0;
+    virtual void release(int32_t expert) = 0;
+    virtual void end_layer() = 0;
 };
 
 class EngramProvider {
@@ -36,20 +37,24 @@ public:
     virtual void fetch_rows(int64_t layer, const uint64_t* rows, int64_t n, float* out) = 0;
 };
 
-// Reads each expert with pread into one buffer sized at start-up (one expert at a time).
+// Reads each expert with pread into one buffer sized at start-up, one at a time, in the
+// announced order (no overlap: the simplest correct provider).
 class PreadExpertProvider final : public ExpertProvider {
 public:
     explicit PreadExpertProvider(const dsv41::Model& m);
-    void begin_layer(int64_t, const int32_t*, int64_t) override {}
-    ExpertView acquire(int64_t layer, int32_t expert) override;
-    void release(int64_t, int32_t) override {}
-    void end_layer(int64_t) override {}
+    void begin_layer(int64_t layer, const int32_t* experts, int64_t n) override;
+    int32_t next_ready(ExpertView* view) override;
+    void release(int32_t) override {}
+    void end_layer() override {}
     uint64_t bytes_read() const { return bytes_read_; }
     uint64_t fetches() const { return fetches_; }
 
 private:
     const dsv41::Model& m_;
     std::vector<uint8_t> buf_;  // [largest expert's bytes]
+    int64_t layer_ = -1;
+    const int32_t* list_ = nullptr;
+    int64_t n_ = 0, next_ = 0;
     uint64_t bytes_read_ = 0, fetches_ = 0;
 };
 

@@ -76,9 +76,17 @@ void Runner::prefill(const std::vector<int32_t>& prompt, PrefillOrder order, int
             unit_logits(units_[ui]);
         }
     } else {
-        for (int64_t ui = 0; ui < n_units; ++ui) embed(ui);
-        for (int64_t l = 0; l < L; ++l)
-            for (int64_t ui = 0; ui < n_units; ++ui) fwd_.layer(l, units_[ui]);
+        // Every unit passes the attention half of layer l, then one MoE half for all of them:
+        // each routed expert is brought in once per layer per pass.
+        unit_ptrs_.clear();
+        for (int64_t ui = 0; ui < n_units; ++ui) {
+            embed(ui);
+            unit_ptrs_.push_back(&units_[ui]);
+        }
+        for (int64_t l = 0; l < L; ++l) {
+            for (int64_t ui = 0; ui < n_units; ++ui) fwd_.attention_half(l, units_[ui]);
+            fwd_.moe_half(l, unit_ptrs_.data(), n_units);
+        }
         for (int64_t ui = 0; ui < n_units; ++ui) unit_logits(units_[ui]);
     }
     if (last_logits) {

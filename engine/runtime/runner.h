@@ -38,6 +38,7 @@ private:
     const dsv41::Model& m_;
     dsv41::Forward& fwd_;
     std::vector<dsv41::Ubatch> units_;  // layer-major keeps every unit of the prompt alive
+    std::vector<dsv41::Ubatch*> unit_ptrs_;
     int64_t n_past_ = 0;
 };
 

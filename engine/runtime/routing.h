@@ -1,0 +1,26 @@
+// Routing policies: which k experts a token uses, as a pure function of the router's scores
+// and the fixed resident set (never of the tier an expert sits in).
+//   exact          top-k of p + bias over all experts (the model's own rule)
+//   pinned-top1    rank 1 is the exact argmax over all experts; ranks 2..k are the next experts
+//                  of the exact ranking that are resident, in score order
+//   resident-only  top-k of p + bias among the resident experts
+// In every policy the weights are the chosen p renormalised over the chosen set as the model
+// does: p / max(sum p, 6.1035e-5) * expert_weights_scale, with p = sqrt(softplus(logit)).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace bg {
+
+enum class RoutingPolicy { kExact, kPinnedTop1, kResidentOnly };
+RoutingPolicy parse_routing_policy(const std::string& s);
+const char* routing_policy_name(RoutingPolicy p);
+
+// resident: [n_expert] 1/0 (ignored by kExact; may be null then). scratch: 2*n_expert floats,
+// order: n_expert ints. Writes ids (k, in descending order of p + bias) and weights.
+void route(RoutingPolicy policy, const float* logits, const float* bias, const uint8_t* resident,
+           int64_t n_expert, int k, float scale, int32_t* ids, float* weights, float* scratch,
+           int32_t* order);
+
+}  // namespace bg
