@@ -8,5 +8,6 @@ namespace bg::cli {
 void register_info(CLI::App& app);
 void register_make_model(CLI::App& app);
 void register_run(CLI::App& app);
+void register_probe_disk(CLI::App& app);
 
 }  // namespace bg::cli

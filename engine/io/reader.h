@@ -81,7 +81,8 @@ public:
 };
 
 // Convenience for one blocking read through a reader: throws bg::Error naming the offset
-// and the errno on failure.
+// and the errno on failure. The reader must have nothing else pending (poll could hand back
+// another caller's op), else bg::Error.
 void read_blocking(Reader& r, uint8_t* dst, uint64_t bytes, uint64_t offset);
 
 // Raw disk bandwidth with the same reader settings, for the harness's ratios (SPEC §5).

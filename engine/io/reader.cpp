@@ -1,0 +1,54 @@
+#include <cstring>
+
+#include "io/reader.h"
+#include "io/reader_impl.h"
+#include "util/check.h"
+
+namespace bg::io {
+
+namespace detail {
+
+void check_range(const ReadOp* op, uint64_t file_bytes, const std::string& path) {
+    // Written as a subtraction so a huge offset + bytes cannot wrap past the check.
+    if (op->offset > file_bytes || op->bytes > file_bytes - op->offset)
+        fail("read of %llu bytes at offset %llu is past the end of %s (%llu bytes)",
+             (unsigned long long)op->bytes, (unsigned long long)op->offset, path.c_str(),
+             (unsigned long long)file_bytes);
+    if (op->bytes > 0 && op->dst == nullptr)
+        fail("read of %llu bytes at offset %llu of %s has no destination", (unsigned long long)op->bytes,
+             (unsigned long long)op->offset, path.c_str());
+}
+
+}  // namespace detail
+
+std::unique_ptr<Reader> Reader::open(const std::string& path, const IoConfig& cfg, const FaultPlan& faults) {
+    if (cfg.queue_depth < 1 || cfg.queue_depth > 4096)
+        fail("io queue depth must be 1..4096, got %u", cfg.queue_depth);
+    if (cfg.read_bytes < detail::kAlign || cfg.read_bytes % detail::kAlign != 0)
+        fail("io read size must be a multiple of 4096 and at least 4096, got %u", cfg.read_bytes);
+    if (cfg.engine == "uring") return detail::make_uring_reader(path, cfg, faults);
+    if (cfg.engine == "pread") return detail::make_pread_reader(path, cfg, faults);
+    fail("unknown io engine '%s' (expected 'uring' or 'pread')", cfg.engine.c_str());
+}
+
+void read_blocking(Reader& r, uint8_t* dst, uint64_t bytes, uint64_t offset) {
+    // poll() hands back whichever ops finish first, so another caller's op could be
+    // swallowed here; only an idle reader can serve a blocking read.
+    if (r.pending() != 0)
+        fail("blocking read at offset %llu on a reader with %llu reads pending", (unsigned long long)offset,
+             (unsigned long long)r.pending());
+    ReadOp op;
+    op.offset = offset;
+    op.bytes = bytes;
+    op.dst = dst;
+    r.submit(&op);
+    ReadOp* got = nullptr;
+    while (r.poll(&got, 1, true) == 0) {
+    }
+    BG_CHECK(got == &op);
+    if (op.error != 0)
+        fail("read of %llu bytes at offset %llu failed: %s", (unsigned long long)bytes, (unsigned long long)offset,
+             std::strerror(op.error));
+}
+
+}  // namespace bg::io
