@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
     bg::cli::register_make_model(app);
     bg::cli::register_run(app);
     bg::cli::register_probe_disk(app);
+    bg::cli::register_profile(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

@@ -98,6 +98,7 @@ Forward::Forward(const Model& m, cpu::ThreadPool& pool, ExpertProvider& experts,
     by_expert_start_.assign(hp_.n_expert + 1, 0);
     by_expert_slot_.assign(ctx * k, 0);
     used_experts_.assign(hp_.n_expert, 0);
+    used_tokens_.assign(hp_.n_expert, 0);
     const int64_t chunk = cfg_.moe_chunk;
     xg_.assign(chunk * E, 0.0f);
     g_.assign(chunk * nff, 0.0f);
@@ -113,6 +114,31 @@ Forward::Forward(const Model& m, cpu::ThreadPool& pool, ExpertProvider& experts,
         ekv_.assign(mu * (kHc + 1) * E, 0.0f);
     }
     tmp_.assign(E, 0.0f);
+}
+
+void Forward::set_routing(RoutingPolicy p) {
+    if (p != RoutingPolicy::kExact && !cfg_.plan) fail("forward: routing '%s' needs a residency plan", routing_policy_name(p));
+    cfg_.routing = p;
+}
+
+uint64_t Forward::buffer_bytes() const {
+    uint64_t b = 0;
+    auto add = [&](const auto& v) { b += v.capacity() * sizeof(v[0]); };
+    auto add_all = [&](const auto& vv) { for (const auto& v : vv) add(v); };
+    add(tokens_);
+    add_all(kv_cache_);
+    add_all(comp_in_);
+    add_all(comp_score_);
+    add_all(comp_latent_);
+    add_all(comp_rows_);
+    add_all(idx_keys_);
+    add_all(sel_);
+    add_all(sel_n_);
+    for (const auto* v : {&hflat_, &mixm_, &R_, &x_, &y_, &qa_, &q_, &kvb_, &att_, &oa_, &pooled_, &iq_, &iw_, &iscore_,
+                          &att_scratch_, &rlogits_, &route_scratch_, &xg_, &g_, &up_, &h_, &eo_, &sg_, &su_, &sh_,
+                          &erow_val_, &ekv_, &tmp_})
+        add(*v);
+    return b;
 }
 
 void Forward::reset() {
@@ -262,7 +288,10 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
     by_expert_start_[0] = 0;
     for (int64_t e = 0; e < ne; ++e) {
         by_expert_start_[e + 1] = by_expert_start_[e] + by_expert_count_[e];
-        if (by_expert_count_[e] > 0) used_experts_[n_used++] = static_cast<int32_t>(e);
+        if (by_expert_count_[e] > 0) {
+            used_tokens_[n_used] = by_expert_count_[e];
+            used_experts_[n_used++] = static_cast<int32_t>(e);
+        }
     }
     std::fill(by_expert_count_.begin(), by_expert_count_.end(), 0);
     for (int64_t ui = 0; ui < n_units; ++ui) {
@@ -274,7 +303,7 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
     }
 
     // Each expert once, for all its tokens, in the order the provider delivers them.
-    experts_.begin_layer(l, used_experts_.data(), n_used);
+    experts_.begin_layer(l, used_experts_.data(), used_tokens_.data(), n_used);
     for (int64_t got = 0; got < n_used; ++got) {
         ExpertView v;
         const int32_t e = experts_.next_ready(&v);

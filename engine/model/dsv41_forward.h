@@ -52,6 +52,10 @@ public:
 
     const ForwardConfig& config() const { return cfg_; }
     void set_observer(RoutingObserver* o) { observer_ = o; }
+    // Switches the routing policy (fidelity runs compare policies on one engine).
+    void set_routing(RoutingPolicy p);
+    // Host memory held by caches and work buffers, for the host budget.
+    uint64_t buffer_bytes() const;
     // Empties the sequence: the next token is at position 0.
     void reset();
 
@@ -136,6 +140,7 @@ private:
     std::vector<int32_t> by_expert_start_;  // [n_expert + 1]
     std::vector<int64_t> by_expert_slot_;   // [n_ctx*k]: (unit << 32) | (token*k + rank)
     std::vector<int32_t> used_experts_;     // [n_expert]
+    std::vector<int32_t> used_tokens_;      // [n_expert] tokens routed to each used expert
     std::vector<float> xg_;        // [moe_chunk][n_embd]
     std::vector<float> g_, up_, h_;  // [moe_chunk][n_ff]
     std::vector<float> eo_;        // [max(moe_chunk, mu)][n_embd]

@@ -20,9 +20,10 @@ struct ExpertView {
 class ExpertProvider {
 public:
     virtual ~ExpertProvider() = default;
-    // Announces the distinct experts one unit of work needs in a layer (ascending ids). Each is
-    // then returned exactly once by next_ready, in whatever order its bytes become present.
-    virtual void begin_layer(int64_t layer, const int32_t* experts, int64_t n) = 0;
+    // Announces the distinct experts one unit of work needs in a layer (ascending ids) and how
+    // many tokens each serves. Each is then returned exactly once by next_ready, in whatever
+    // order its bytes become present.
+    virtual void begin_layer(int64_t layer, const int32_t* experts, const int32_t* tokens, int64_t n) = 0;
     // Blocks until an announced expert not yet returned is present; its view stays valid until
     // release(expert).
     virtual int32_t next_ready(ExpertView* view) = 0;
@@ -42,7 +43,7 @@ public:
 class PreadExpertProvider final : public ExpertProvider {
 public:
     explicit PreadExpertProvider(const dsv41::Model& m);
-    void begin_layer(int64_t layer, const int32_t* experts, int64_t n) override;
+    void begin_layer(int64_t layer, const int32_t* experts, const int32_t* tokens, int64_t n) override;
     int32_t next_ready(ExpertView* view) override;
     void release(int32_t) override {}
     void end_layer() override {}

@@ -6,17 +6,42 @@ namespace bg {
 
 nlohmann::json RunConfig::to_json() const {
     return {
-        {"model", model_path},       {"prompt_tokens", prompt_tokens}, {"prompt_seed", prompt_seed},
-        {"prompt_file", prompt_file}, {"gen", gen},                    {"prefill", prefill},
-        {"ubatch", ubatch},          {"passes", passes},               {"threads", threads},
-        {"swiglu_clamp", swiglu_clamp}, {"n_ctx", n_ctx},              {"metrics_json", metrics_json},
+        {"model", model_path},
+        {"prompt_tokens", prompt_tokens},
+        {"prompt_seed", prompt_seed},
+        {"prompt_file", prompt_file},
+        {"gen", gen},
+        {"prefill", prefill},
+        {"ubatch", ubatch},
+        {"passes", passes},
+        {"threads", threads},
+        {"swiglu_clamp", swiglu_clamp},
+        {"n_ctx", n_ctx},
+        {"routing", routing},
+        {"residency", residency},
+        {"slots", slots},
+        {"hot", hot},
+        {"promote", promote},
+        {"transient_slots", transient_slots},
+        {"lru_slots", lru_slots},
+        {"io", io},
+        {"queue_depth", queue_depth},
+        {"read_size", read_size},
+        {"host_budget_mib", host_budget_mib},
+        {"vram_budget_mib", vram_budget_mib},
+        {"engram_buffer_kib", engram_buffer_kib},
+        {"fidelity", fidelity},
+        {"verify_slots", verify_slots},
+        {"metrics_json", metrics_json},
+        {"faults", {{"short_read_every", faults.short_read_every}, {"eintr_every", faults.eintr_every},
+                    {"eagain_every", faults.eagain_every}, {"eio_at", faults.eio_at}, {"delay_us", faults.delay_us}}},
     };
 }
 
 std::string RunConfig::describe() const {
     std::string s = "run config\n";
     const nlohmann::json j = to_json();
-    for (const auto& [k, v] : j.items()) s += strf("  %-14s %s\n", k.c_str(), v.dump().c_str());
+    for (const auto& [k, v] : j.items()) s += strf("  %-18s %s\n", k.c_str(), v.dump().c_str());
     return s;
 }
 

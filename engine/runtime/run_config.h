@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/reader.h"
+
 namespace bg {
 
 struct RunConfig {
@@ -15,13 +17,30 @@ struct RunConfig {
     uint64_t prompt_seed = 1;
     std::string prompt_file;          // overrides prompt_tokens/prompt_seed when set
     int64_t gen = 16;                 // tokens to decode after the prompt
-    std::string prefill = "layer-major";
+    std::string prefill = "layer-major";  // layer-major overlaps reads and copies with compute
     int64_t ubatch = 16;
-    int64_t passes = 1;               // prefill passes over the same prompt before decoding
+    int64_t passes = 1;               // prefill passes over the same prompt: 1 cold, then warm
     int threads = 0;                  // 0: all cores
     std::string swiglu_clamp = "deepseek";  // or "llamacpp"
     int64_t n_ctx = 0;                // 0: prompt + gen
+    // Tiered store
+    std::string routing = "exact";    // exact | pinned-top1 | resident-only
+    std::string residency;            // plan file from `betelgeuse profile`; "" = highest bias
+    int64_t slots = 20;               // S resident experts per layer
+    int64_t hot = 5;                  // H of them in VRAM
+    bool promote = false;             // end-of-pass promotion of the H most-used into VRAM
+    int64_t transient_slots = 32;
+    int64_t lru_slots = 0;            // host LRU cache for non-resident experts
+    std::string io = "uring";         // uring | pread
+    uint32_t queue_depth = 64;
+    uint32_t read_size = 1u << 20;
+    uint64_t host_budget_mib = 12288;
+    uint64_t vram_budget_mib = 12288;
+    uint64_t engram_buffer_kib = 2048;
+    bool fidelity = false;            // also measure the policy's distance from exact routing
+    bool verify_slots = false;        // after each pass, compare every loaded slot with the file
     std::string metrics_json;         // where to write the metrics ("" = none)
+    io::FaultPlan faults;             // injected disk faults (tests and fault drills)
 
     nlohmann::json to_json() const;
     std::string describe() const;     // the start-up table

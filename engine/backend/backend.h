@@ -1,0 +1,31 @@
+// The small interface the expert streamer talks to: buffers and copies, not kernels.
+// The CPU backend's "device" is a separate arena in host memory with its own budget; a copy
+// into it is counted as PCIe traffic exactly as a host-to-device copy on a GPU would be.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace bg {
+
+enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice, kHostToHost };
+
+class Backend {
+public:
+    virtual ~Backend() = default;
+    virtual const char* name() const = 0;
+    // Start-up allocations only. Host memory is page-locked where the backend supports it.
+    virtual uint8_t* alloc_device(uint64_t bytes) = 0;
+    virtual void free_device(uint8_t* p) = 0;
+    virtual uint8_t* alloc_host(uint64_t bytes) = 0;
+    virtual void free_host(uint8_t* p) = 0;
+    // Copies on the backend's copy engine; returns when the bytes are in place.
+    virtual void copy(uint8_t* dst, const uint8_t* src, uint64_t bytes, CopyKind kind) = 0;
+    // Device memory the driver reports as used by this process (0 when unknown).
+    virtual uint64_t device_used_bytes() const = 0;
+};
+
+std::unique_ptr<Backend> make_cpu_backend();
+
+}  // namespace bg

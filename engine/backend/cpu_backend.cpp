@@ -1,0 +1,36 @@
+#include <cstdlib>
+#include <cstring>
+
+#include "backend/backend.h"
+#include "util/check.h"
+
+namespace bg {
+
+namespace {
+
+class CpuBackend final : public Backend {
+public:
+    const char* name() const override { return "cpu"; }
+    uint8_t* alloc_device(uint64_t bytes) override { return alloc(bytes, "device arena"); }
+    void free_device(uint8_t* p) override { std::free(p); }
+    uint8_t* alloc_host(uint64_t bytes) override { return alloc(bytes, "host pool"); }
+    void free_host(uint8_t* p) override { std::free(p); }
+    void copy(uint8_t* dst, const uint8_t* src, uint64_t bytes, CopyKind) override { std::memcpy(dst, src, bytes); }
+    uint64_t device_used_bytes() const override { return 0; }
+
+private:
+    static uint8_t* alloc(uint64_t bytes, const char* what) {
+        const uint64_t rounded = (std::max<uint64_t>(bytes, 1) + 4095) / 4096 * 4096;
+        void* p = std::aligned_alloc(4096, rounded);
+        if (!p) fail("cpu backend: cannot allocate %llu bytes for the %s", (unsigned long long)bytes, what);
+        // Touch every page now so the first pass does not pay for page faults.
+        std::memset(p, 0, rounded);
+        return static_cast<uint8_t*>(p);
+    }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace bg

@@ -1,0 +1,77 @@
+#include "runtime/engram_store.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "util/check.h"
+
+namespace bg {
+
+EngramCounters EngramCounters::operator-(const EngramCounters& o) const {
+    return {rows - o.rows, row_bytes - o.row_bytes, disk_read_bytes - o.disk_read_bytes, disk_ms - o.disk_ms};
+}
+
+nlohmann::json EngramCounters::to_json() const {
+    return {{"rows", rows}, {"row_bytes", row_bytes}, {"disk_read_bytes", disk_read_bytes}, {"disk_ms", disk_ms}};
+}
+
+EngramStore::EngramStore(const dsv41::Model& m, Backend& backend, io::Reader& reader, uint64_t buffer_bytes)
+    : m_(m), backend_(backend), reader_(reader), buffer_bytes_(buffer_bytes) {
+    uint64_t row_bytes = 0;
+    for (int64_t l : m.hp().engram_layers) row_bytes = std::max(row_bytes, m.engram_row(l, 0).bytes);
+    if (row_bytes > 0 && buffer_bytes < row_bytes)
+        fail("engram: buffer of %llu bytes cannot hold one row of %llu bytes", (unsigned long long)buffer_bytes,
+             (unsigned long long)row_bytes);
+    const uint64_t cap = row_bytes ? buffer_bytes / row_bytes : 1;
+    ops_.resize(cap);
+    done_.resize(cap);
+    buffer_ = backend.alloc_device(buffer_bytes);
+}
+
+EngramStore::~EngramStore() { backend_.free_device(buffer_); }
+
+void EngramStore::fetch_rows(int64_t layer, const uint64_t* rows, int64_t n, float* out) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t dim = m_.hp().engram_dim;
+    const GgmlType t = m_.engram_type(layer);
+    const uint64_t before = reader_.stats().bytes_read;
+    for (int64_t i0 = 0; i0 < n;) {
+        const int64_t cnt = std::min<int64_t>(n - i0, static_cast<int64_t>(ops_.size()));
+        uint64_t at = 0;
+        for (int64_t i = 0; i < cnt; ++i) {
+            const dsv41::ByteRange r = m_.engram_row(layer, rows[i0 + i]);
+            io::ReadOp& op = ops_[i];
+            op = io::ReadOp{};
+            op.offset = r.offset;
+            op.bytes = r.bytes;
+            op.dst = buffer_ + at;
+            op.tag = static_cast<uint64_t>(i);
+            at += r.bytes;
+            reader_.submit(&op);
+            c_.row_bytes += r.bytes;
+        }
+        // Every read must land before the error is raised: they write into buffer_.
+        const io::ReadOp* failed = nullptr;
+        for (int64_t got = 0; got < cnt;) {
+            const size_t k = reader_.poll(done_.data(), done_.size(), true);
+            for (size_t j = 0; j < k; ++j)
+                if (done_[j]->error && !failed) failed = done_[j];
+            got += static_cast<int64_t>(k);
+        }
+        if (failed)
+            fail("engram: read of layer %lld row at offset %llu failed: %s", (long long)layer,
+                 (unsigned long long)failed->offset, std::strerror(failed->error));
+        at = 0;
+        for (int64_t i = 0; i < cnt; ++i) {
+            dequantize_row(t, buffer_ + at, out + (i0 + i) * dim, dim);
+            at += ops_[i].bytes;
+        }
+        i0 += cnt;
+    }
+    c_.rows += static_cast<uint64_t>(n);
+    c_.disk_read_bytes += reader_.stats().bytes_read - before;
+    c_.disk_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace bg

@@ -1,0 +1,46 @@
+// Engram rows straight from disk: the 4 KiB pages holding each row are read with the disk-tier
+// reader (O_DIRECT) and the row bytes land in a fixed device buffer (2 MiB by default); nothing
+// is cached in host memory.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/backend.h"
+#include "io/reader.h"
+#include "model/dsv41_model.h"
+#include "runtime/providers.h"
+
+namespace bg {
+
+struct EngramCounters {
+    uint64_t rows = 0;
+    uint64_t row_bytes = 0;        // exact bytes of the rows used
+    uint64_t disk_read_bytes = 0;  // bytes the device read (whole pages)
+    double disk_ms = 0;            // wall time spent fetching
+    EngramCounters operator-(const EngramCounters& o) const;
+    nlohmann::json to_json() const;
+};
+
+class EngramStore final : public EngramProvider {
+public:
+    EngramStore(const dsv41::Model& m, Backend& backend, io::Reader& reader, uint64_t buffer_bytes);
+    ~EngramStore() override;
+    void fetch_rows(int64_t layer, const uint64_t* rows, int64_t n, float* out) override;
+    EngramCounters counters() const { return c_; }
+    uint64_t buffer_bytes() const { return buffer_bytes_; }
+
+private:
+    const dsv41::Model& m_;
+    Backend& backend_;
+    io::Reader& reader_;
+    uint64_t buffer_bytes_ = 0;
+    uint8_t* buffer_ = nullptr;           // device memory [buffer_bytes]
+    std::vector<io::ReadOp> ops_;         // [rows that fit the buffer]
+    std::vector<io::ReadOp*> done_;
+    EngramCounters c_;
+};
+
+}  // namespace bg

@@ -1,0 +1,494 @@
+#include "runtime/expert_store.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <numeric>
+
+#include "util/check.h"
+
+namespace bg {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+std::string mib(uint64_t b) { return strf("%.1f MiB", b / 1048576.0); }
+
+}  // namespace
+
+nlohmann::json StoreConfig::to_json() const {
+    return {{"transient_slots", transient_slots},      {"prefetch", prefetch},
+            {"lru_slots", lru_slots},
+            {"vram_budget_bytes", vram_budget_bytes},  {"host_budget_bytes", host_budget_bytes},
+            {"device_fixed_bytes", device_fixed_bytes}, {"host_fixed_bytes", host_fixed_bytes}};
+}
+
+StoreCounters StoreCounters::operator-(const StoreCounters& o) const {
+    StoreCounters d = *this;
+    d.vram_hits -= o.vram_hits;
+    d.host_hits -= o.host_hits;
+    d.disk_fetches -= o.disk_fetches;
+    d.vram_hit_bytes -= o.vram_hit_bytes;
+    d.host_hit_bytes -= o.host_hit_bytes;
+    d.disk_bytes -= o.disk_bytes;
+    d.consumed_bytes -= o.consumed_bytes;
+    d.pcie_bytes -= o.pcie_bytes;
+    d.pcie_ms -= o.pcie_ms;
+    d.disk_read_bytes -= o.disk_read_bytes;
+    d.disk_busy_ms -= o.disk_busy_ms;
+    d.disk_wait_ms -= o.disk_wait_ms;
+    d.copy_wait_ms -= o.copy_wait_ms;
+    d.promotions -= o.promotions;
+    d.promotion_bytes -= o.promotion_bytes;
+    d.pool_allocations -= o.pool_allocations;
+    return d;  // max_reads_one_expert_pass is per pass already
+}
+
+nlohmann::json StoreCounters::to_json() const {
+    return {{"vram_hits", vram_hits},
+            {"host_hits", host_hits},
+            {"disk_fetches", disk_fetches},
+            {"vram_hit_bytes", vram_hit_bytes},
+            {"host_hit_bytes", host_hit_bytes},
+            {"disk_bytes", disk_bytes},
+            {"consumed_bytes", consumed_bytes},
+            {"disk_read_pct", consumed_bytes ? 100.0 * disk_bytes / consumed_bytes : 0.0},
+            {"pcie_bytes", pcie_bytes},
+            {"pcie_ms", pcie_ms},
+            {"pcie_gb_s", pcie_ms > 0 ? pcie_bytes / (pcie_ms * 1e6) : 0.0},
+            {"disk_read_bytes", disk_read_bytes},
+            {"disk_busy_ms", disk_busy_ms},
+            {"disk_gb_s", disk_busy_ms > 0 ? disk_read_bytes / (disk_busy_ms * 1e6) : 0.0},
+            {"disk_wait_ms", disk_wait_ms},
+            {"copy_wait_ms", copy_wait_ms},
+            {"promotions", promotions},
+            {"promotion_bytes", promotion_bytes},
+            {"max_reads_one_expert_pass", max_reads_one_expert_pass}};
+}
+
+TieredExpertStore::TieredExpertStore(const dsv41::Model& m, Backend& backend, io::Reader& reader,
+                                     const ResidencyPlan& plan, const StoreConfig& cfg)
+    : m_(m), backend_(backend), reader_(reader), plan_(plan), cfg_(cfg) {
+    const auto& hp = m.hp();
+    L_ = hp.n_layer;
+    S_ = plan.slots;
+    H_ = plan.hot;
+    T_ = cfg.transient_slots;
+    if (plan.n_layer() != L_) fail("store: the residency plan has %lld layers, the model %lld", (long long)plan.n_layer(), (long long)L_);
+    if (T_ < 1) fail("store: --transient-slots must be >= 1");
+    for (int64_t l = 0; l < L_; ++l) slot_bytes_ = std::max(slot_bytes_, m.expert_bytes_each(l));
+    slot_bytes_ = (slot_bytes_ + 4095) / 4096 * 4096;
+
+    // Budgets, checked before anything is allocated, with what would fit.
+    device_bytes_ = (static_cast<uint64_t>(L_ * H_) + T_) * slot_bytes_;
+    if (cfg.lru_slots < 0) fail("store: --lru-slots must be >= 0");
+    host_bytes_ = (static_cast<uint64_t>(L_ * (S_ - H_)) + T_ + cfg.lru_slots) * slot_bytes_;
+    const uint64_t dev_need = device_bytes_ + cfg.device_fixed_bytes;
+    if (dev_need > cfg.vram_budget_bytes) {
+        const uint64_t room = cfg.vram_budget_bytes > cfg.device_fixed_bytes + T_ * slot_bytes_
+                                  ? cfg.vram_budget_bytes - cfg.device_fixed_bytes - T_ * slot_bytes_ : 0;
+        fail("store: VRAM budget %s cannot hold %lld layers x %lld hot slots x %s + %lld transient slots + %s other "
+             "(%s in all); it would fit --hot %llu",
+             mib(cfg.vram_budget_bytes).c_str(), (long long)L_, (long long)H_, mib(slot_bytes_).c_str(), (long long)T_,
+             mib(cfg.device_fixed_bytes).c_str(), mib(dev_need).c_str(),
+             static_cast<unsigned long long>(room / (slot_bytes_ * L_)));
+    }
+    const uint64_t host_need = host_bytes_ + cfg.host_fixed_bytes;
+    if (host_need > cfg.host_budget_bytes) {
+        const uint64_t other = cfg.host_fixed_bytes + (T_ + cfg.lru_slots) * slot_bytes_;
+        const uint64_t room = cfg.host_budget_bytes > other ? cfg.host_budget_bytes - other : 0;
+        fail("store: host budget %s cannot hold %lld layers x %lld host slots x %s + %lld staging and %lld LRU slots + %s "
+             "of dense weights (%s in all); it would fit --slots %llu with --hot %lld",
+             mib(cfg.host_budget_bytes).c_str(), (long long)L_, (long long)(S_ - H_), mib(slot_bytes_).c_str(),
+             (long long)T_, (long long)cfg.lru_slots, mib(cfg.host_fixed_bytes).c_str(), mib(host_need).c_str(),
+             static_cast<unsigned long long>(room / (slot_bytes_ * L_) + H_), (long long)H_);
+    }
+    device_ = backend.alloc_device(device_bytes_);
+    host_ = backend.alloc_host(host_bytes_);
+    c_.pool_allocations = 2;
+
+    const int64_t ne = hp.n_expert;
+    homes_.assign(L_, std::vector<Home>(ne));
+    hot_owner_.assign(L_, std::vector<int32_t>(H_, -1));
+    host_owner_.assign(L_, std::vector<int32_t>(S_ - H_, -1));
+    usage_.assign(L_, std::vector<uint64_t>(ne, 0));
+    reads_pass_.assign(L_, std::vector<uint16_t>(ne, 0));
+    for (int64_t l = 0; l < L_; ++l) {
+        int32_t hs = 0, ss = 0;
+        for (int32_t e : plan.hot_ids[l]) {
+            homes_[l][e] = {2, false, hs};
+            hot_owner_[l][hs++] = e;
+        }
+        for (int32_t e : plan.resident[l]) {
+            if (homes_[l][e].tier) continue;
+            homes_[l][e] = {1, false, ss};
+            host_owner_[l][ss++] = e;
+        }
+    }
+    for (int32_t i = static_cast<int32_t>(T_) - 1; i >= 0; --i) {
+        free_staging_.push_back(i);
+        free_transient_.push_back(i);
+    }
+    lru_owner_.assign(cfg.lru_slots, {-1, -1});
+    lru_stamp_.assign(cfg.lru_slots, 0);
+    items_.resize(ne);
+    item_of_.assign(ne, -1);
+    done_ops_.assign(3 * ne, nullptr);
+    thread_ = std::thread([this] { streamer(); });
+}
+
+TieredExpertStore::~TieredExpertStore() {
+    {
+        std::lock_guard<std::mutex> g(mu_);
+        stop_ = true;
+    }
+    cv_work_.notify_all();
+    thread_.join();
+    // Reads still in flight (after an error) must land before the buffers go.
+    while (reader_.pending() > 0) reader_.poll(done_ops_.data(), done_ops_.size(), true);
+    backend_.free_device(device_);
+    backend_.free_host(host_);
+}
+
+uint8_t* TieredExpertStore::home_ptr(int64_t layer, const Home& h) const {
+    if (h.tier == 2) return device_ + (static_cast<uint64_t>(layer * H_ + h.slot)) * slot_bytes_;
+    if (h.tier == 3) return host_ + (static_cast<uint64_t>(L_ * (S_ - H_) + T_ + h.slot)) * slot_bytes_;
+    BG_CHECK(h.tier == 1);
+    return host_ + (static_cast<uint64_t>(layer * (S_ - H_) + h.slot)) * slot_bytes_;
+}
+
+void TieredExpertStore::begin_pass() {
+    std::lock_guard<std::mutex> g(mu_);
+    for (auto& u : usage_) std::fill(u.begin(), u.end(), 0);
+    for (auto& r : reads_pass_) std::fill(r.begin(), r.end(), 0);
+    c_.max_reads_one_expert_pass = 0;
+}
+
+void TieredExpertStore::evict_all() {
+    std::lock_guard<std::mutex> g(mu_);
+    BG_CHECK(!active_);
+    for (auto& layer : homes_)
+        for (Home& h : layer) h.loaded = false;
+}
+
+void TieredExpertStore::begin_layer(int64_t layer, const int32_t* experts, const int32_t* tokens, int64_t n) {
+    std::unique_lock<std::mutex> lk(mu_);
+    BG_CHECK(!active_ && n <= static_cast<int64_t>(items_.size()));
+    layer_ = layer;
+    n_items_ = n;
+    delivered_ = done_ = requested_ = 0;
+    const uint64_t stamp = ++lru_clock_;
+    for (int64_t i = 0; i < n; ++i) {
+        const Home& h = homes_[layer][experts[i]];
+        if (h.tier == 3) lru_stamp_[h.slot] = stamp;  // in use by this layer: not a victim
+    }
+    for (int64_t i = 0; i < n; ++i) {
+        const int32_t e = experts[i];
+        Item& it = items_[i];
+        it = Item{};
+        it.expert = e;
+        item_of_[e] = static_cast<int32_t>(i);
+        const uint64_t bytes = m_.expert_bytes_each(layer);
+        c_.consumed_bytes += bytes;
+        Home& h = homes_[layer][e];
+        if (h.tier == 1 || h.tier == 2) usage_[layer][e] += static_cast<uint64_t>(tokens[i]);
+        if (h.tier == 0 && !lru_stamp_.empty()) {
+            // Not resident: take the least recently used LRU slot that this layer is not using.
+            int64_t victim = -1;
+            for (size_t j = 0; j < lru_stamp_.size(); ++j)
+                if (lru_stamp_[j] != stamp && (victim < 0 || lru_stamp_[j] < lru_stamp_[victim])) victim = static_cast<int64_t>(j);
+            if (victim >= 0) {
+                const auto [ol, oe] = lru_owner_[victim];
+                if (ol >= 0) homes_[ol][oe] = Home{};
+                h = Home{3, false, static_cast<int32_t>(victim)};
+                lru_owner_[victim] = {static_cast<int32_t>(layer), e};
+                lru_stamp_[victim] = stamp;
+            }
+        }
+        if (h.tier == 2 && h.loaded) {
+            it.source = Source::kVram;
+            it.stage = Stage::kReady;
+            it.compute = home_ptr(layer, h);
+            ++c_.vram_hits;
+            c_.vram_hit_bytes += bytes;
+        } else if ((h.tier == 1 || h.tier == 3) && h.loaded) {
+            it.source = Source::kHost;
+            it.stage = Stage::kInHost;
+            it.host_src = home_ptr(layer, h);
+            ++c_.host_hits;
+            c_.host_hit_bytes += bytes;
+        } else {
+            it.source = Source::kDisk;
+            it.stage = Stage::kPending;
+            it.to_hot = h.tier == 2;
+            ++c_.disk_fetches;
+            c_.disk_bytes += bytes;
+        }
+    }
+    active_ = true;
+    ++events_;
+    lk.unlock();
+    cv_work_.notify_all();
+}
+
+int32_t TieredExpertStore::next_ready(ExpertView* view) {
+    std::unique_lock<std::mutex> lk(mu_);
+    BG_CHECK(active_ && delivered_ < n_items_);
+    if (!cfg_.prefetch) {
+        requested_ = delivered_ + 1;
+        ++events_;
+        cv_work_.notify_all();
+    }
+    auto find_ready = [&]() -> int64_t {
+        // Without prefetch experts are handed out strictly in order, each loaded on demand.
+        if (!cfg_.prefetch) return items_[delivered_].stage == Stage::kReady ? delivered_ : -1;
+        for (int64_t i = 0; i < n_items_; ++i)
+            if (items_[i].stage == Stage::kReady) return i;
+        return -1;
+    };
+    int64_t i = find_ready();
+    if (i < 0 && error_.empty()) {
+        // Blocked: on disk if any expert still to come is not in memory yet, else on copies.
+        bool on_disk = false;
+        for (int64_t j = 0; j < n_items_; ++j)
+            if (items_[j].stage == Stage::kPending || items_[j].stage == Stage::kReading) on_disk = true;
+        const auto t0 = Clock::now();
+        cv_ready_.wait(lk, [&] { return (i = find_ready()) >= 0 || !error_.empty(); });
+        (on_disk ? c_.disk_wait_ms : c_.copy_wait_ms) += ms_between(t0, Clock::now());
+    }
+    if (!error_.empty()) throw Error(error_);
+    Item& it = items_[i];
+    it.stage = Stage::kDelivered;
+    ++delivered_;
+    m_.expert_views(layer_, it.compute, &view->gate, &view->up, &view->down);
+    return it.expert;
+}
+
+void TieredExpertStore::release(int32_t expert) {
+    {
+        std::lock_guard<std::mutex> g(mu_);
+        Item& it = items_[item_of_[expert]];
+        BG_CHECK(it.stage == Stage::kDelivered);
+        it.stage = Stage::kDone;
+        if (it.transient >= 0) free_transient_.push_back(it.transient);
+        it.transient = -1;
+        ++done_;
+        ++events_;
+    }
+    cv_work_.notify_all();
+}
+
+void TieredExpertStore::end_layer() {
+    {
+        std::lock_guard<std::mutex> g(mu_);
+        BG_CHECK(active_ && done_ == n_items_ && reads_in_flight_ == 0);
+        active_ = false;
+        layer_ = -1;
+        ++events_;
+    }
+    cv_work_.notify_all();
+}
+
+// Issues disk reads in item order while staging allows (host-home experts read straight into
+// their slot). Caller holds mu_. Returns whether anything was issued.
+bool TieredExpertStore::start_reads_locked() {
+    bool any = false;
+    const int64_t limit = cfg_.prefetch ? n_items_ : requested_;
+    for (int64_t i = 0; i < limit; ++i) {
+        Item& it = items_[i];
+        if (it.stage != Stage::kPending) continue;
+        Home& h = homes_[layer_][it.expert];
+        uint8_t* dst;
+        if (h.tier == 1 || h.tier == 3) {
+            dst = home_ptr(layer_, h);
+        } else {
+            if (free_staging_.empty()) break;  // keep order: later experts wait for staging
+            it.staging = free_staging_.back();
+            free_staging_.pop_back();
+            dst = host_ + (static_cast<uint64_t>(L_ * (S_ - H_) + it.staging)) * slot_bytes_;
+        }
+        const dsv41::ExpertRanges r = m_.expert_ranges(layer_, it.expert);
+        const dsv41::ByteRange parts[3] = {r.gate, r.up, r.down};
+        uint64_t at = 0;
+        for (int p = 0; p < 3; ++p) {
+            io::ReadOp& op = it.ops[p];
+            op = io::ReadOp{};
+            op.offset = parts[p].offset;
+            op.bytes = parts[p].bytes;
+            op.dst = dst + at;
+            op.tag = static_cast<uint64_t>(i);
+            at += parts[p].bytes;
+        }
+        it.host_src = dst;
+        it.reads_left = 3;
+        it.stage = Stage::kReading;
+        uint16_t& reads = reads_pass_[layer_][it.expert];
+        reads = static_cast<uint16_t>(std::min<int>(reads + 1, 65535));
+        c_.max_reads_one_expert_pass = std::max<uint64_t>(c_.max_reads_one_expert_pass, reads);
+        if (reads_in_flight_ == 0) disk_busy_since_ = Clock::now();
+        reads_in_flight_ += 3;
+        for (int p = 0; p < 3; ++p) reader_.submit(&it.ops[p]);
+        any = true;
+    }
+    return any;
+}
+
+void TieredExpertStore::complete_read(io::ReadOp* op) {
+    Item& it = items_[op->tag];
+    if (op->error != 0 && error_.empty())
+        error_ = strf("store: disk read of layer %lld expert %d at offset %llu failed: %s", (long long)layer_, it.expert,
+                      static_cast<unsigned long long>(op->offset), std::strerror(op->error));
+    if (--reads_in_flight_ == 0) c_.disk_busy_ms += ms_between(disk_busy_since_, Clock::now());
+    if (--it.reads_left > 0) return;
+    c_.disk_read_bytes = reader_.stats().bytes_read;
+    if (!error_.empty()) return;
+    Home& h = homes_[layer_][it.expert];
+    if (h.tier == 1 || h.tier == 3) h.loaded = true;
+    it.stage = Stage::kInHost;
+}
+
+// Moves bytes toward device memory in item order: staging -> hot slot for hot-home experts,
+// host -> transient slot for the others. Copies run without the lock held.
+bool TieredExpertStore::do_copies(std::unique_lock<std::mutex>& lk) {
+    bool any = false;
+    const int64_t limit = cfg_.prefetch ? n_items_ : requested_;
+    for (int64_t i = 0; i < limit; ++i) {
+        Item& it = items_[i];
+        if (it.stage != Stage::kInHost) continue;
+        uint8_t* dst;
+        Home& h = homes_[layer_][it.expert];
+        if (it.to_hot) {
+            dst = home_ptr(layer_, h);
+        } else {
+            if (free_transient_.empty()) break;
+            it.transient = free_transient_.back();
+            free_transient_.pop_back();
+            dst = device_ + (static_cast<uint64_t>(L_ * H_ + it.transient)) * slot_bytes_;
+        }
+        const uint64_t bytes = m_.expert_bytes_each(layer_);
+        const uint8_t* src = it.host_src;
+        lk.unlock();
+        const auto t0 = Clock::now();
+        backend_.copy(dst, src, bytes, CopyKind::kHostToDevice);
+        const double ms = ms_between(t0, Clock::now());
+        lk.lock();
+        c_.pcie_bytes += bytes;
+        c_.pcie_ms += ms;
+        if (it.staging >= 0) {
+            free_staging_.push_back(it.staging);
+            it.staging = -1;
+        }
+        if (it.to_hot) h.loaded = true;
+        it.compute = dst;
+        it.stage = Stage::kReady;
+        any = true;
+        cv_ready_.notify_all();
+    }
+    return any;
+}
+
+void TieredExpertStore::streamer() {
+    std::unique_lock<std::mutex> lk(mu_);
+    for (;;) {
+        cv_work_.wait(lk, [&] { return stop_ || (active_ && error_.empty() && (done_ < n_items_)); });
+        if (stop_) return;
+        bool progress = start_reads_locked();
+        progress |= do_copies(lk);
+        if (reads_in_flight_ > 0) {
+            // Reap completions; block only when nothing else can move.
+            lk.unlock();
+            const size_t n = reader_.poll(done_ops_.data(), done_ops_.size(), !progress);
+            lk.lock();
+            for (size_t j = 0; j < n; ++j) complete_read(done_ops_[j]);
+            if (!error_.empty()) cv_ready_.notify_all();
+            continue;
+        }
+        if (!progress) {
+            // Waiting for the compute thread: a release (transient slot) or a request.
+            const uint64_t seen = events_;
+            cv_work_.wait(lk, [&] { return stop_ || events_ != seen; });
+        }
+    }
+}
+
+void TieredExpertStore::promote() {
+    std::lock_guard<std::mutex> g(mu_);
+    BG_CHECK(!active_);
+    uint8_t* tmp = host_ + (static_cast<uint64_t>(L_ * (S_ - H_))) * slot_bytes_;  // staging slot 0 (idle now)
+    for (int64_t l = 0; l < L_; ++l) {
+        std::vector<int32_t> res = plan_.resident[l];
+        std::stable_sort(res.begin(), res.end(), [&](int32_t a, int32_t b) {
+            if (usage_[l][a] != usage_[l][b]) return usage_[l][a] > usage_[l][b];
+            return a < b;
+        });
+        std::vector<uint8_t> want_hot(homes_[l].size(), 0);
+        for (int64_t j = 0; j < H_; ++j) want_hot[res[j]] = 1;
+        std::vector<int32_t> leaving, entering;
+        for (int32_t e : hot_owner_[l])
+            if (!want_hot[e]) leaving.push_back(e);
+        for (int64_t j = 0; j < H_; ++j)
+            if (homes_[l][res[j]].tier != 2) entering.push_back(res[j]);
+        BG_CHECK(leaving.size() == entering.size());
+        const uint64_t bytes = m_.expert_bytes_each(l);
+        for (size_t j = 0; j < leaving.size(); ++j) {
+            Home& out = homes_[l][leaving[j]];  // hot -> host
+            Home& in = homes_[l][entering[j]];  // host -> hot
+            uint8_t* dev = home_ptr(l, out);
+            uint8_t* hst = home_ptr(l, in);
+            // Swap the two slots' bytes through an idle staging slot.
+            if (out.loaded) backend_.copy(tmp, dev, bytes, CopyKind::kDeviceToHost);
+            if (in.loaded) backend_.copy(dev, hst, bytes, CopyKind::kHostToDevice);
+            if (out.loaded) backend_.copy(hst, tmp, bytes, CopyKind::kHostToHost);
+            c_.promotion_bytes += (out.loaded ? bytes : 0) + (in.loaded ? bytes : 0);
+            c_.promotions += 2;
+            std::swap(out.slot, in.slot);
+            std::swap(out.tier, in.tier);
+            // `loaded` stays with each expert: its bytes moved with it.
+            hot_owner_[l][in.slot] = entering[j];
+            host_owner_[l][out.slot] = leaving[j];
+        }
+    }
+}
+
+std::vector<int32_t> TieredExpertStore::hot_experts(int64_t layer) const {
+    std::lock_guard<std::mutex> g(mu_);
+    std::vector<int32_t> v = hot_owner_[layer];
+    std::sort(v.begin(), v.end());
+    return v;
+}
+
+StoreCounters TieredExpertStore::counters() const {
+    std::lock_guard<std::mutex> g(mu_);
+    return c_;
+}
+
+void TieredExpertStore::read_expert_blocking(int64_t layer, int32_t e, uint8_t* dst) const {
+    const dsv41::ExpertRanges r = m_.expert_ranges(layer, e);
+    io::read_blocking(reader_, dst, r.gate.bytes, r.gate.offset);
+    io::read_blocking(reader_, dst + r.gate.bytes, r.up.bytes, r.up.offset);
+    io::read_blocking(reader_, dst + r.gate.bytes + r.up.bytes, r.down.bytes, r.down.offset);
+}
+
+uint64_t TieredExpertStore::verify_slots() const {
+    std::lock_guard<std::mutex> g(mu_);
+    BG_CHECK(!active_);
+    std::vector<uint8_t> want(slot_bytes_);
+    uint64_t checked = 0;
+    for (int64_t l = 0; l < L_; ++l)
+        for (size_t e = 0; e < homes_[l].size(); ++e) {
+            const Home& h = homes_[l][e];
+            if (!h.tier || !h.loaded) continue;
+            read_expert_blocking(l, static_cast<int32_t>(e), want.data());
+            if (std::memcmp(want.data(), home_ptr(l, h), m_.expert_bytes_each(l)) != 0)
+                fail("store: slot of layer %lld expert %zu does not match the file", (long long)l, e);
+            ++checked;
+        }
+    return checked;
+}
+
+}  // namespace bg

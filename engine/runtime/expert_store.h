@@ -1,0 +1,158 @@
+// The tiered expert store: disk (the model file through io::Reader), host slots and device
+// slots, behind the ExpertProvider interface the forward pass uses.
+//
+// Per layer, the S resident experts of the plan each own a home slot: H in the device ("hot")
+// pool, S-H in the host pool. A resident expert is read from disk the first time a pass uses it
+// and stays. A non-resident expert goes through a bounded transient area (host staging, then a
+// device transient slot) and is not kept. Compute always reads device memory: a hot expert in
+// place, any other through a copy into a transient slot, which is what crosses PCIe.
+//
+// A streamer thread runs the pipeline for the announced experts of a layer: it issues disk reads
+// as far ahead as staging allows and copies as far ahead as transient slots allow, so reads and
+// copies of later experts overlap the compute of earlier ones. With prefetch off it handles one
+// expert only when the compute thread asks for it (the synchronous baseline).
+// All pools are allocated once, at construction; nothing allocates per expert.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/backend.h"
+#include "io/reader.h"
+#include "model/dsv41_model.h"
+#include "runtime/providers.h"
+#include "runtime/residency.h"
+
+namespace bg {
+
+struct StoreConfig {
+    int64_t transient_slots = 32;     // device transient slots (and as many host staging slots)
+    bool prefetch = true;             // run reads and copies ahead of compute
+    int64_t lru_slots = 0;            // host slots caching non-resident experts (0: none kept)
+    uint64_t vram_budget_bytes = 12ull << 30;
+    uint64_t host_budget_bytes = 12ull << 30;
+    uint64_t device_fixed_bytes = 0;  // other device memory charged to the budget (Engram buffer)
+    uint64_t host_fixed_bytes = 0;    // other host memory charged to the budget (dense, caches)
+    nlohmann::json to_json() const;
+};
+
+// Counters since construction; a pass's figures are the difference of two snapshots.
+struct StoreCounters {
+    uint64_t vram_hits = 0, host_hits = 0, disk_fetches = 0;
+    uint64_t vram_hit_bytes = 0, host_hit_bytes = 0, disk_bytes = 0;  // expert bytes by source
+    uint64_t consumed_bytes = 0;     // once per expert per layer per unit of work
+    uint64_t pcie_bytes = 0;         // host->device copies of expert bytes
+    double pcie_ms = 0;              // time spent in those copies
+    uint64_t disk_read_bytes = 0;    // bytes the device read (aligned covers)
+    double disk_busy_ms = 0;         // wall time with at least one expert read in flight
+    double disk_wait_ms = 0;         // compute blocked while an expert it waits for is on disk
+    double copy_wait_ms = 0;         // compute blocked on copies only
+    uint64_t promotions = 0;         // experts moved between tiers by promotion
+    uint64_t promotion_bytes = 0;
+    uint64_t max_reads_one_expert_pass = 0;  // most disk reads of one (layer, expert) in a pass
+    uint64_t pool_allocations = 0;   // start-up allocations; never grows afterwards
+
+    StoreCounters operator-(const StoreCounters& o) const;
+    nlohmann::json to_json() const;
+};
+
+class TieredExpertStore final : public ExpertProvider {
+public:
+    // Throws bg::Error, naming what would fit, when the budgets cannot hold the pools.
+    TieredExpertStore(const dsv41::Model& m, Backend& backend, io::Reader& reader, const ResidencyPlan& plan,
+                      const StoreConfig& cfg);
+    ~TieredExpertStore() override;
+
+    void begin_layer(int64_t layer, const int32_t* experts, const int32_t* tokens, int64_t n) override;
+    int32_t next_ready(ExpertView* view) override;
+    void release(int32_t expert) override;
+    void end_layer() override;
+
+    // Pass boundaries: a new pass resets the per-pass read counts and usage; evict_all empties
+    // every slot (a cold pass); promote moves, per layer, the H most-used resident experts of the
+    // pass just ended into the hot slots (ties by expert id), the others to host slots.
+    void begin_pass();
+    void evict_all();
+    void promote();
+
+    StoreCounters counters() const;
+    uint64_t slot_bytes() const { return slot_bytes_; }
+    uint64_t device_bytes() const { return device_bytes_; }
+    uint64_t host_bytes() const { return host_bytes_; }
+    // Which experts of a layer sit in hot slots now (ascending ids).
+    std::vector<int32_t> hot_experts(int64_t layer) const;
+    // Checks every loaded slot against the file (debug: every consumed byte was delivered).
+    // Returns the number of slots checked; throws bg::Error on a mismatch.
+    uint64_t verify_slots() const;
+
+private:
+    enum class Stage : uint8_t { kPending, kReading, kInHost, kReady, kDelivered, kDone };
+    enum class Source : uint8_t { kVram, kHost, kDisk };
+    struct Home {
+        int8_t tier = 0;     // 0 none, 1 host slot, 2 hot slot (resident); 3 LRU slot (not resident)
+        bool loaded = false;
+        int32_t slot = -1;
+    };
+    struct Item {
+        int32_t expert = -1;
+        Source source = Source::kDisk;
+        Stage stage = Stage::kPending;
+        bool to_hot = false;        // a hot-home expert read from disk: staging -> hot slot
+        int32_t staging = -1, transient = -1;
+        const uint8_t* host_src = nullptr;  // host slot or staging holding the bytes
+        const uint8_t* compute = nullptr;   // device memory compute reads
+        io::ReadOp ops[3];
+        int reads_left = 0;
+    };
+
+    void streamer();
+    bool start_reads_locked();
+    bool do_copies(std::unique_lock<std::mutex>& lk);
+    void complete_read(io::ReadOp* op);
+    uint8_t* home_ptr(int64_t layer, const Home& h) const;
+    void read_expert_blocking(int64_t layer, int32_t e, uint8_t* dst) const;
+
+    const dsv41::Model& m_;
+    Backend& backend_;
+    io::Reader& reader_;
+    const ResidencyPlan& plan_;
+    StoreConfig cfg_;
+    int64_t L_ = 0, S_ = 0, H_ = 0, T_ = 0;
+    uint64_t slot_bytes_ = 0, device_bytes_ = 0, host_bytes_ = 0;
+    uint8_t* device_ = nullptr;  // [L][H] hot slots, then [T] transient slots
+    uint8_t* host_ = nullptr;    // [L][S-H] host slots, then [T] staging slots, then [lru] slots
+
+    std::vector<std::vector<Home>> homes_;            // [layer][expert]
+    std::vector<std::vector<int32_t>> hot_owner_;     // [layer][H] expert in each hot slot (-1 none)
+    std::vector<std::vector<int32_t>> host_owner_;    // [layer][S-H]
+    std::vector<std::vector<uint64_t>> usage_;        // [layer][expert] tokens routed this pass
+    std::vector<std::vector<uint16_t>> reads_pass_;   // [layer][expert] disk reads this pass
+    std::vector<int32_t> free_staging_, free_transient_;  // stacks, capacity T
+    std::vector<std::pair<int32_t, int32_t>> lru_owner_;  // [lru] (layer, expert) or (-1, -1)
+    std::vector<uint64_t> lru_stamp_;                      // [lru] last begin_layer that used it
+    uint64_t lru_clock_ = 0;
+    std::vector<Item> items_;                          // [n_expert], the current layer's work
+    std::vector<int32_t> item_of_;                     // [n_expert] -> index in items_
+    std::vector<io::ReadOp*> done_ops_;                // [3 * n_expert] poll output
+
+    mutable std::mutex mu_;
+    std::condition_variable cv_work_, cv_ready_;
+    std::thread thread_;
+    bool stop_ = false, active_ = false;
+    int64_t layer_ = -1, n_items_ = 0, delivered_ = 0, done_ = 0, requested_ = 0;
+    int64_t reads_in_flight_ = 0;
+    // Bumped by every compute-thread event the streamer may wait for (a layer begun or ended, a
+    // release, a request): a counter, not done_, so a layer boundary cannot hide a wake-up.
+    uint64_t events_ = 0;
+    std::chrono::steady_clock::time_point disk_busy_since_;
+    StoreCounters c_;
+    std::string error_;  // an I/O error seen by the streamer, rethrown to the compute thread
+};
+
+}  // namespace bg

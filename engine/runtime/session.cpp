@@ -1,0 +1,260 @@
+#include "runtime/session.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "util/check.h"
+
+namespace bg {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+io::IoConfig io_config(const RunConfig& c) {
+    io::IoConfig io;
+    io.engine = c.io;
+    io.queue_depth = c.queue_depth;
+    io.read_bytes = c.read_size;
+    return io;
+}
+
+}  // namespace
+
+// memory.peak of the cgroup (v2) this process runs in; < 0 when there is none to read.
+double cgroup_memory_peak_mib() {
+    std::ifstream f("/proc/self/cgroup");
+    std::string line;
+    while (std::getline(f, line)) {
+        if (line.rfind("0::", 0) != 0) continue;
+        std::ifstream peak("/sys/fs/cgroup" + line.substr(3) + "/memory.peak");
+        unsigned long long bytes = 0;
+        if (peak >> bytes) return bytes / 1048576.0;
+    }
+    return -1.0;
+}
+
+double host_peak_rss_mib() {
+    struct rusage ru{};
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss / 1024.0;  // ru_maxrss is in KiB on Linux
+}
+
+Fidelity compare_logits(const std::vector<float>& exact, const std::vector<float>& policy, int64_t V) {
+    BG_CHECK(exact.size() == policy.size() && V > 0);
+    Fidelity f;
+    f.positions = static_cast<int64_t>(exact.size()) / V;
+    int64_t agree = 0;
+    double kl_sum = 0.0;
+    for (int64_t p = 0; p < f.positions; ++p) {
+        const float* a = &exact[p * V];
+        const float* b = &policy[p * V];
+        agree += argmax(a, V) == argmax(b, V);
+        // log-softmax of both in double, then KL(a || b)
+        double ma = a[0], mb = b[0];
+        for (int64_t i = 1; i < V; ++i) ma = std::max<double>(ma, a[i]), mb = std::max<double>(mb, b[i]);
+        double za = 0, zb = 0;
+        for (int64_t i = 0; i < V; ++i) za += std::exp(a[i] - ma), zb += std::exp(b[i] - mb);
+        const double la = ma + std::log(za), lb = mb + std::log(zb);
+        double kl = 0;
+        for (int64_t i = 0; i < V; ++i) {
+            const double lpa = a[i] - la, lpb = b[i] - lb;
+            kl += std::exp(lpa) * (lpa - lpb);
+        }
+        kl_sum += std::max(0.0, kl);
+    }
+    f.top1_agreement = f.positions ? static_cast<double>(agree) / f.positions : 0.0;
+    f.mean_kl = f.positions ? kl_sum / f.positions : 0.0;
+    return f;
+}
+
+Session::Session(const RunConfig& cfg) : cfg_(cfg) {
+    order_ = parse_prefill_order(cfg.prefill);
+    routing_ = parse_routing_policy(cfg.routing);
+    cpu::SwigluClamp clamp;
+    if (cfg.swiglu_clamp == "deepseek") clamp = cpu::SwigluClamp::kDeepSeek;
+    else if (cfg.swiglu_clamp == "llamacpp") clamp = cpu::SwigluClamp::kLlamaCpp;
+    else fail("--swiglu-clamp must be 'deepseek' or 'llamacpp', got '%s'", cfg.swiglu_clamp.c_str());
+    if (cfg.passes < 1) fail("--passes must be >= 1");
+    if (cfg.gen < 0) fail("--gen must be >= 0");
+
+    model_ = dsv41::Model::open(cfg.model_path);
+    const dsv41::HParams& hp = model_->hp();
+    prompt_ = cfg.prompt_file.empty()
+                  ? random_prompt(cfg.prompt_tokens, cfg.prompt_seed, hp.n_vocab, static_cast<int32_t>(hp.bos_id))
+                  : read_prompt_file(cfg.prompt_file, hp.n_vocab);
+    plan_ = cfg.residency.empty() ? plan_from_bias(*model_, cfg.slots, cfg.hot) : load_plan(cfg.residency, *model_);
+
+    backend_ = make_cpu_backend();
+    pool_ = std::make_unique<cpu::ThreadPool>(cfg.threads);
+    expert_reader_ = io::Reader::open(cfg.model_path, io_config(cfg), cfg.faults);
+    engram_reader_ = io::Reader::open(cfg.model_path, io_config(cfg), cfg.faults);
+
+    const uint64_t mib = 1ull << 20;
+    const uint64_t engram_bytes = cfg.engram_buffer_kib * 1024;
+    StoreConfig sc;
+    sc.transient_slots = cfg.transient_slots;
+    sc.lru_slots = cfg.lru_slots;
+    sc.prefetch = order_ == PrefillOrder::kLayerMajor;
+    sc.vram_budget_bytes = cfg.vram_budget_mib * mib;
+    sc.host_budget_bytes = cfg.host_budget_mib * mib;
+    sc.device_fixed_bytes = hp.engram_layers.empty() ? 0 : engram_bytes;
+    sc.host_fixed_bytes = model_->dense_bytes();
+    store_ = std::make_unique<TieredExpertStore>(*model_, *backend_, *expert_reader_, plan_, sc);
+    engram_ = std::make_unique<EngramStore>(*model_, *backend_, *engram_reader_, engram_bytes);
+
+    dsv41::ForwardConfig fc;
+    const int64_t n_prompt = static_cast<int64_t>(prompt_.size());
+    fc.n_ctx = cfg.n_ctx > 0 ? cfg.n_ctx : n_prompt + std::max<int64_t>(cfg.gen, 1);
+    fc.max_ubatch = cfg.ubatch;
+    fc.swiglu_form = clamp;
+    fc.routing = routing_;
+    fc.plan = &plan_;
+    fwd_ = std::make_unique<dsv41::Forward>(*model_, *pool_, *store_, *engram_, fc);
+    runner_ = std::make_unique<Runner>(*model_, *fwd_);
+
+    // The whole host picture, now that the caches and work buffers exist; still before any work.
+    const uint64_t host_total = model_->dense_bytes() + store_->host_bytes() + fwd_->buffer_bytes();
+    if (host_total > sc.host_budget_bytes)
+        fail("host budget %.1f MiB cannot hold dense weights %.1f MiB + host slots and staging %.1f MiB + KV cache "
+             "and work buffers %.1f MiB (%.1f MiB in all); lower --slots, --n-ctx or --ubatch, or raise --host-budget",
+             sc.host_budget_bytes / 1048576.0, model_->dense_bytes() / 1048576.0, store_->host_bytes() / 1048576.0,
+             fwd_->buffer_bytes() / 1048576.0, host_total / 1048576.0);
+}
+
+Session::~Session() = default;
+
+std::vector<float> Session::all_logits(RoutingPolicy policy) {
+    fwd_->set_routing(policy);
+    std::vector<float> all;
+    runner_->prefill(prompt_, order_, cfg_.ubatch, nullptr, &all);
+    fwd_->set_routing(routing_);
+    return all;
+}
+
+nlohmann::json Session::run(bool verbose) {
+    const dsv41::HParams& hp = model_->hp();
+    const int64_t n_prompt = static_cast<int64_t>(prompt_.size());
+    nlohmann::json metrics;
+    metrics["config"] = cfg_.to_json();
+    metrics["engine"] = {{"backend", backend_->name()},
+                         {"io_engine", expert_reader_->engine_name()},
+                         {"threads", pool_->size()},
+                         {"prefetch", order_ == PrefillOrder::kLayerMajor},
+                         {"slot_bytes", store_->slot_bytes()},
+                         {"device_pool_bytes", store_->device_bytes()},
+                         {"host_pool_bytes", store_->host_bytes()},
+                         {"engram_buffer_bytes", engram_->buffer_bytes()},
+                         {"dense_bytes", model_->dense_bytes()},
+                         {"work_buffer_bytes", fwd_->buffer_bytes()}};
+    metrics["model"] = {{"path", cfg_.model_path},
+                        {"file_bytes", model_->gguf().file_size()},
+                        {"expert_bytes", model_->expert_bytes()},
+                        {"engram_bytes", model_->engram_bytes()},
+                        {"n_layer", hp.n_layer},
+                        {"n_expert", hp.n_expert},
+                        {"n_expert_used", hp.n_expert_used},
+                        {"expert_bytes_each", model_->expert_bytes_each(0)}};
+    metrics["residency"] = {{"slots", plan_.slots}, {"hot", plan_.hot}, {"source", plan_.source}};
+    metrics["passes"] = nlohmann::json::array();
+    const double vram_mib = (store_->device_bytes() + engram_->buffer_bytes()) / 1048576.0;
+
+    auto tier_metrics = [&](const StoreCounters& d, const EngramCounters& g, double wall_ms) {
+        const double blocked = d.disk_wait_ms + d.copy_wait_ms;
+        return nlohmann::json{
+            {"experts", d.to_json()},
+            {"engram", g.to_json()},
+            {"disk_read_pct", d.consumed_bytes ? 100.0 * d.disk_bytes / d.consumed_bytes : 0.0},
+            {"disk_wait_ms", d.disk_wait_ms},
+            {"pcie_bytes", d.pcie_bytes},
+            {"pcie_gb_s", d.pcie_ms > 0 ? d.pcie_bytes / (d.pcie_ms * 1e6) : 0.0},
+            {"disk_gb_s", d.disk_busy_ms > 0 ? d.disk_read_bytes / (d.disk_busy_ms * 1e6) : 0.0},
+            {"compute_busy_fraction", wall_ms > 0 ? std::max(0.0, 1.0 - blocked / wall_ms) : 0.0},
+            {"vram_peak_mib", vram_mib},
+            {"vram_device_reported_mib", backend_->device_used_bytes() / 1048576.0},
+            {"host_peak_rss_mib", host_peak_rss_mib()}};
+    };
+
+    std::vector<float> logits;
+    for (int64_t pass = 1; pass <= cfg_.passes; ++pass) {
+        if (pass == 1) store_->evict_all();
+        store_->begin_pass();
+        const StoreCounters s0 = store_->counters();
+        const EngramCounters g0 = engram_->counters();
+        const auto t0 = Clock::now();
+        runner_->prefill(prompt_, order_, cfg_.ubatch, &logits);
+        const double ms = ms_since(t0);
+        const StoreCounters d = store_->counters() - s0;
+        const EngramCounters g = engram_->counters() - g0;
+        nlohmann::json pm = tier_metrics(d, g, ms);
+        pm["pass"] = pass;
+        pm["state"] = pass == 1 ? "cold" : "warm";
+        pm["prompt_tokens"] = n_prompt;
+        pm["prefill_ms"] = ms;
+        pm["prefill_tok_s"] = n_prompt / (ms / 1e3);
+        if (cfg_.promote) {
+            const StoreCounters p0 = store_->counters();
+            store_->promote();
+            const StoreCounters pd = store_->counters() - p0;
+            pm["promotion"] = {{"experts_moved", pd.promotions}, {"bytes", pd.promotion_bytes}};
+        }
+        if (cfg_.verify_slots) pm["verified_slots"] = store_->verify_slots();
+        if (verbose)
+            std::fprintf(stderr,
+                         "pass %lld (%s): prefill %lld tokens in %.1f ms = %.2f tok/s | disk read %.2f %% | disk wait "
+                         "%.1f ms | vram %llu host %llu disk %llu fetches | pcie %.1f MB\n",
+                         (long long)pass, pass == 1 ? "cold" : "warm", (long long)n_prompt, ms, n_prompt / (ms / 1e3),
+                         pm["disk_read_pct"].get<double>(), d.disk_wait_ms, (unsigned long long)d.vram_hits,
+                         (unsigned long long)d.host_hits, (unsigned long long)d.disk_fetches, d.pcie_bytes / 1e6);
+        metrics["passes"].push_back(pm);
+    }
+
+    store_->begin_pass();
+    const StoreCounters s0 = store_->counters();
+    const EngramCounters g0 = engram_->counters();
+    const auto t_dec = Clock::now();
+    generated_ = runner_->decode(logits, cfg_.gen);
+    const double dec_ms = ms_since(t_dec);
+    // The first generated token comes from the prefill's logits: decode speed counts the
+    // one-token steps that followed it.
+    const int64_t steps = std::max<int64_t>(0, cfg_.gen - 1);
+    nlohmann::json dm = tier_metrics(store_->counters() - s0, engram_->counters() - g0, dec_ms);
+    dm["tokens"] = cfg_.gen;
+    dm["steps"] = steps;
+    dm["decode_ms"] = dec_ms;
+    dm["decode_tok_s"] = steps > 0 ? steps / (dec_ms / 1e3) : 0.0;
+    metrics["decode"] = dm;
+    metrics["generated"] = generated_;
+    metrics["prompt_first_tokens"] = std::vector<int32_t>(prompt_.begin(), prompt_.begin() + std::min<int64_t>(n_prompt, 16));
+    if (verbose)
+        std::fprintf(stderr, "decode: %lld tokens, %.2f tok/s\n", (long long)cfg_.gen, dm["decode_tok_s"].get<double>());
+
+    if (cfg_.fidelity) {
+        // Extra prefills outside the measured passes: exact routing against the chosen policy.
+        const std::vector<float> exact = all_logits(RoutingPolicy::kExact);
+        const std::vector<float> chosen = all_logits(routing_);
+        const Fidelity f = compare_logits(exact, chosen, hp.n_vocab);
+        metrics["fidelity"] = {{"policy", routing_policy_name(routing_)},
+                               {"top1_agreement", f.top1_agreement},
+                               {"mean_kl", f.mean_kl},
+                               {"positions", f.positions}};
+        if (verbose)
+            std::fprintf(stderr, "fidelity of %s vs exact: top-1 agreement %.3f, mean KL %.5f over %lld positions\n",
+                         routing_policy_name(routing_), f.top1_agreement, f.mean_kl, (long long)f.positions);
+    }
+    metrics["host_peak_rss_mib"] = host_peak_rss_mib();
+    const double cg = cgroup_memory_peak_mib();
+    if (cg >= 0) metrics["cgroup_memory_peak_mib"] = cg;
+    metrics["pool_allocations"] = store_->counters().pool_allocations;
+    return metrics;
+}
+
+}  // namespace bg

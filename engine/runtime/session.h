@@ -1,0 +1,73 @@
+// One engine run: the model, the backend, the disk readers, the residency plan, the tiered
+// expert store, the Engram store, the forward pass and the runner, owned together (no globals).
+// run() does the passes and the decode and returns every metric of SPEC §2.1 as JSON.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/backend.h"
+#include "cpu/thread_pool.h"
+#include "io/reader.h"
+#include "model/dsv41_forward.h"
+#include "runtime/engram_store.h"
+#include "runtime/expert_store.h"
+#include "runtime/residency.h"
+#include "runtime/run_config.h"
+#include "runtime/runner.h"
+
+namespace bg {
+
+class Session {
+public:
+    // Opens everything and checks the budgets; throws bg::Error with the reason.
+    explicit Session(const RunConfig& cfg);
+    ~Session();
+
+    // The passes, then decoding; the metrics object (config echoed). Prints a line per pass to
+    // stderr when `verbose`.
+    nlohmann::json run(bool verbose);
+
+    const std::vector<int32_t>& prompt() const { return prompt_; }
+    const std::vector<int32_t>& generated() const { return generated_; }
+    const dsv41::Model& model() const { return *model_; }
+    TieredExpertStore& store() { return *store_; }
+    EngramStore& engram() { return *engram_; }
+    dsv41::Forward& forward() { return *fwd_; }
+    Runner& runner() { return *runner_; }
+    const ResidencyPlan& plan() const { return plan_; }
+    PrefillOrder order() const { return order_; }
+
+    // Logits of every prompt position under the given routing (for fidelity and tests).
+    std::vector<float> all_logits(RoutingPolicy policy);
+
+private:
+    RunConfig cfg_;
+    PrefillOrder order_;
+    RoutingPolicy routing_;
+    std::unique_ptr<dsv41::Model> model_;
+    std::unique_ptr<Backend> backend_;
+    std::unique_ptr<cpu::ThreadPool> pool_;
+    std::unique_ptr<io::Reader> expert_reader_, engram_reader_;
+    ResidencyPlan plan_;
+    std::unique_ptr<EngramStore> engram_;
+    std::unique_ptr<TieredExpertStore> store_;
+    std::unique_ptr<dsv41::Forward> fwd_;
+    std::unique_ptr<Runner> runner_;
+    std::vector<int32_t> prompt_, generated_;
+};
+
+// Top-1 agreement and mean KL(exact || policy) of next-token distributions over positions.
+struct Fidelity {
+    double top1_agreement = 0;
+    double mean_kl = 0;
+    int64_t positions = 0;
+};
+Fidelity compare_logits(const std::vector<float>& exact, const std::vector<float>& policy, int64_t n_vocab);
+
+double host_peak_rss_mib();
+double cgroup_memory_peak_mib();
+
+}  // namespace bg

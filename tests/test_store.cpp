@@ -1,0 +1,320 @@
+// The tiered expert store and its invariants (SPEC §3) on synthetic models.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+
+#include "model_fixture.h"
+#include "runtime/routing.h"
+#include "runtime/session.h"
+#include "util/check.h"
+#include "util/file_io.h"
+
+namespace {
+
+using bg::RoutingPolicy;
+
+bg::RunConfig tiny_cfg() {
+    bg::RunConfig c;
+    c.model_path = bgtest::tiny_model();
+    c.prompt_tokens = 40;
+    c.prompt_seed = 3;
+    c.gen = 4;
+    c.slots = 8;
+    c.hot = 2;
+    c.transient_slots = 6;
+    c.threads = 2;
+    c.ubatch = 16;
+    return c;
+}
+
+double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+    EXPECT_EQ(a.size(), b.size());
+    double scale = 0.0, diff = 0.0;
+    for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+        scale = std::max(scale, std::fabs(static_cast<double>(a[i])));
+        diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - b[i]));
+    }
+    return diff / std::max(scale, 1e-30);
+}
+
+std::vector<int32_t> tokens_of(bg::RunConfig c) {
+    bg::Session s(c);
+    s.run(false);
+    return s.generated();
+}
+
+const RoutingPolicy kPolicies[] = {RoutingPolicy::kExact, RoutingPolicy::kPinnedTop1, RoutingPolicy::kResidentOnly};
+
+TEST(Routing, PoliciesArePureFunctionsOfScoresAndResidentSet) {
+    // 8 experts; scores make expert 5 the exact argmax, but it is not resident.
+    const float logits[8] = {0.1f, 2.0f, -1.0f, 0.5f, 1.5f, 4.0f, 0.0f, 3.0f};
+    const float bias[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    const uint8_t resident[8] = {1, 0, 1, 1, 1, 0, 1, 0};
+    float scratch[16], w[3];
+    int32_t order[8], ids[3];
+    bg::route(RoutingPolicy::kExact, logits, bias, resident, 8, 3, 1.5f, ids, w, scratch, order);
+    EXPECT_EQ(std::vector<int32_t>(ids, ids + 3), (std::vector<int32_t>{5, 7, 1}));
+    bg::route(RoutingPolicy::kPinnedTop1, logits, bias, resident, 8, 3, 1.5f, ids, w, scratch, order);
+    EXPECT_EQ(std::vector<int32_t>(ids, ids + 3), (std::vector<int32_t>{5, 4, 3})) << "rank 1 exact, then resident in score order";
+    float sum = 0;
+    for (float x : w) sum += x;
+    EXPECT_NEAR(sum, 1.5f, 1e-5);
+    const float p5 = std::sqrt(std::log1p(std::exp(4.0f))), p4 = std::sqrt(std::log1p(std::exp(1.5f))),
+                p3 = std::sqrt(std::log1p(std::exp(0.5f)));
+    EXPECT_NEAR(w[0], 1.5f * p5 / (p5 + p4 + p3), 1e-5);
+    bg::route(RoutingPolicy::kResidentOnly, logits, bias, resident, 8, 3, 1.5f, ids, w, scratch, order);
+    EXPECT_EQ(std::vector<int32_t>(ids, ids + 3), (std::vector<int32_t>{4, 3, 0}));
+}
+
+TEST(Store, ColdWarmPromotionAndPolicyOrderInvariance) {
+    for (RoutingPolicy pol : kPolicies) {
+        SCOPED_TRACE(bg::routing_policy_name(pol));
+        bg::RunConfig c = tiny_cfg();
+        c.routing = bg::routing_policy_name(pol);
+        bg::Session lm(c);
+        const std::vector<float> cold = lm.all_logits(pol);
+        const std::vector<float> warm = lm.all_logits(pol);
+        EXPECT_EQ(cold, warm) << "tier state must not change a result";
+        lm.store().promote();
+        EXPECT_EQ(cold, lm.all_logits(pol)) << "promotion must not change a result";
+
+        bg::RunConfig t = c;
+        t.prefill = "token-major";
+        t.ubatch = 3;
+        bg::Session tm(t);
+        EXPECT_LT(max_rel_diff(cold, tm.all_logits(pol)), 1e-4);
+    }
+}
+
+TEST(Store, SameTokensWhateverTheIoAndBudgets) {
+    bg::RunConfig base = tiny_cfg();
+    base.routing = "pinned-top1";
+    base.passes = 2;
+    base.promote = true;
+    const std::vector<int32_t> want = tokens_of(base);
+    ASSERT_EQ(want.size(), 4u);
+    {
+        bg::RunConfig c = base;
+        c.io = "pread";
+        EXPECT_EQ(tokens_of(c), want) << "--io pread";
+    }
+    for (uint32_t qd : {1u, 64u}) {
+        bg::RunConfig c = base;
+        c.queue_depth = qd;
+        c.read_size = 4096;
+        EXPECT_EQ(tokens_of(c), want) << "queue depth " << qd;
+    }
+    {
+        bg::RunConfig c = base;
+        c.hot = 0;
+        c.transient_slots = 1;
+        EXPECT_EQ(tokens_of(c), want) << "no hot slots, one transient slot";
+    }
+    {
+        bg::RunConfig c = base;
+        c.hot = 8;
+        c.promote = false;
+        EXPECT_EQ(tokens_of(c), want) << "everything resident in VRAM, no promotion";
+    }
+    {
+        bg::RunConfig c = base;
+        c.faults.short_read_every = 2;
+        c.faults.eintr_every = 3;
+        c.faults.eagain_every = 7;
+        EXPECT_EQ(tokens_of(c), want) << "short reads, EINTR and EAGAIN are retried";
+    }
+}
+
+// Records the distinct (layer, expert) pairs routing used.
+class UsedExperts final : public bg::dsv41::RoutingObserver {
+public:
+    void on_route(int64_t layer, int64_t, const int32_t* ids, const float*, int k) override {
+        for (int j = 0; j < k; ++j) used.insert({layer, ids[j]});
+    }
+    std::set<std::pair<int64_t, int32_t>> used;
+};
+
+TEST(Store, ResidentOnlyReadsExactlyTheResidentExpertsColdAndNothingWarm) {
+    bg::RunConfig c = tiny_cfg();
+    c.routing = "resident-only";
+    c.passes = 2;
+    c.gen = 1;
+    bg::Session s(c);
+    UsedExperts obs;
+    s.forward().set_observer(&obs);
+    const nlohmann::json m = s.run(false);
+    // Independently: the bytes of every distinct expert routing used in the pass.
+    uint64_t want = 0;
+    for (const auto& [l, e] : obs.used) {
+        ASSERT_TRUE(s.plan().is_resident(l, e));
+        want += s.model().expert_bytes_each(l);
+    }
+    const auto& cold = m["passes"][0]["experts"];
+    const auto& warm = m["passes"][1]["experts"];
+    EXPECT_EQ(cold["disk_bytes"].get<uint64_t>(), want);
+    EXPECT_EQ(cold["disk_fetches"].get<uint64_t>(), obs.used.size());
+    EXPECT_GE(cold["disk_read_bytes"].get<uint64_t>(), want);
+    EXPECT_EQ(warm["disk_bytes"].get<uint64_t>(), 0u);
+    EXPECT_EQ(warm["disk_read_bytes"].get<uint64_t>(), 0u) << "a fully resident warm pass reads 0 bytes";
+    EXPECT_EQ(warm["consumed_bytes"].get<uint64_t>(), want) << "layer-major: each used expert consumed once per layer";
+    EXPECT_DOUBLE_EQ(m["passes"][1]["disk_read_pct"].get<double>(), 0.0);
+    EXPECT_EQ(warm["vram_hits"].get<uint64_t>() + warm["host_hits"].get<uint64_t>(), obs.used.size());
+}
+
+TEST(Store, NoExpertReadTwiceInALayerPassAndPoolsOnlyAtStartUp) {
+    bg::RunConfig c = tiny_cfg();
+    c.routing = "exact";
+    c.passes = 2;
+    c.transient_slots = 2;  // forces staging to recycle many times
+    bg::Session s(c);
+    const uint64_t allocs = s.store().counters().pool_allocations;
+    const nlohmann::json m = s.run(false);
+    for (const auto& p : m["passes"]) {
+        EXPECT_EQ(p["experts"]["max_reads_one_expert_pass"].get<uint64_t>(), 1u);
+        EXPECT_GT(p["experts"]["disk_fetches"].get<uint64_t>(), 0u) << "exact routing leaves the resident set";
+    }
+    EXPECT_EQ(s.store().counters().pool_allocations, allocs);
+    EXPECT_EQ(allocs, 2u);
+}
+
+TEST(Store, EverySlotMatchesTheFileAfterPassesAndPromotion) {
+    bg::RunConfig c = tiny_cfg();
+    c.routing = "pinned-top1";
+    c.passes = 3;
+    c.promote = true;
+    c.verify_slots = true;
+    bg::Session s(c);
+    const nlohmann::json m = s.run(false);
+    for (const auto& p : m["passes"]) EXPECT_GT(p["verified_slots"].get<uint64_t>(), 0u);
+    EXPECT_GT(m["passes"][0]["promotion"]["experts_moved"].get<uint64_t>(), 0u);
+}
+
+TEST(Store, PromotionPutsTheMostUsedResidentExpertsInVram) {
+    bg::RunConfig c = tiny_cfg();
+    c.routing = "resident-only";
+    c.hot = 3;
+    bg::Session s(c);
+    UsedExperts obs;
+    s.forward().set_observer(&obs);
+    s.store().begin_pass();
+    s.all_logits(RoutingPolicy::kResidentOnly);
+    s.store().promote();
+    // Count tokens per resident expert of layer 0 independently and compare with the hot set.
+    bg::Session ref(c);
+    class Counter final : public bg::dsv41::RoutingObserver {
+    public:
+        std::vector<uint64_t> n = std::vector<uint64_t>(64, 0);
+        void on_route(int64_t layer, int64_t, const int32_t* ids, const float*, int k) override {
+            if (layer == 0)
+                for (int j = 0; j < k; ++j) ++n[ids[j]];
+        }
+    } cnt;
+    ref.forward().set_observer(&cnt);
+    ref.all_logits(RoutingPolicy::kResidentOnly);
+    std::vector<int32_t> res = s.plan().resident[0];
+    std::stable_sort(res.begin(), res.end(), [&](int32_t a, int32_t b) { return cnt.n[a] != cnt.n[b] ? cnt.n[a] > cnt.n[b] : a < b; });
+    std::vector<int32_t> want(res.begin(), res.begin() + 3);
+    std::sort(want.begin(), want.end());
+    EXPECT_EQ(s.store().hot_experts(0), want);
+}
+
+TEST(Store, InjectedEioIsAClearErrorNotWrongWeights) {
+    bg::RunConfig c = tiny_cfg();
+    c.faults.eio_at = 5;
+    try {
+        bg::Session s(c);
+        s.run(false);
+        FAIL() << "an EIO must stop the run";
+    } catch (const bg::Error& e) {
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find("offset"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("Input/output error"), std::string::npos) << msg;
+    }
+}
+
+TEST(Store, BudgetsTooSmallSayWhatWouldFit) {
+    bg::RunConfig c = tiny_cfg();
+    c.vram_budget_mib = 1;
+    c.hot = 8;
+    try {
+        bg::Session s(c);
+        FAIL() << "the budget cannot hold the hot slots";
+    } catch (const bg::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("it would fit --hot"), std::string::npos) << e.what();
+    }
+    c = tiny_cfg();
+    c.host_budget_mib = 1;
+    try {
+        bg::Session s(c);
+        FAIL() << "the host budget cannot hold the dense weights";
+    } catch (const bg::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("host budget"), std::string::npos) << e.what();
+    }
+}
+
+TEST(Residency, PlanRoundTripsAndBadPlansAreRejected) {
+    auto m = bg::dsv41::Model::open(bgtest::tiny_model());
+    const bg::ResidencyPlan p = bg::plan_from_bias(*m, 8, 2);
+    const float* bias = m->layer(3).exp_probs_b;
+    for (int32_t e : p.resident[3])
+        for (int32_t o = 0; o < 64; ++o)
+            if (!p.is_resident(3, o)) EXPECT_GE(bias[e], bias[o]);
+    const std::string path = std::string(BG_BINARY_DIR) + "/test-models/plan.json";
+    bg::save_plan(p, path);
+    const bg::ResidencyPlan q = bg::load_plan(path, *m);
+    EXPECT_EQ(q.resident, p.resident);
+    EXPECT_EQ(q.hot_ids, p.hot_ids);
+
+    nlohmann::json j = p.to_json();
+    j["layers"][2]["hot"][0] = 63 - 0;  // very likely not resident; make sure
+    int32_t not_res = 0;
+    while (p.is_resident(2, not_res)) ++not_res;
+    j["layers"][2]["hot"][0] = not_res;
+    bg::write_file_atomic(path, j.dump());
+    EXPECT_THROW(bg::load_plan(path, *m), bg::Error);
+    j = p.to_json();
+    j["layers"][1]["resident"][1] = j["layers"][1]["resident"][0];
+    bg::write_file_atomic(path, j.dump());
+    EXPECT_THROW(bg::load_plan(path, *m), bg::Error);
+    EXPECT_THROW(bg::plan_from_bias(*m, 4, 2), bg::Error) << "fewer slots than experts per token";
+}
+
+TEST(Store, CiScaleWarmPassReadsLessThanCold) {
+    bg::RunConfig c;
+    c.model_path = bgtest::ci_model();
+    c.prompt_tokens = 64;
+    c.passes = 2;
+    c.gen = 2;
+    c.routing = "pinned-top1";
+    c.promote = true;
+    bg::Session s(c);
+    const nlohmann::json m = s.run(false);
+    const uint64_t cold = m["passes"][0]["experts"]["disk_bytes"].get<uint64_t>();
+    const uint64_t warm = m["passes"][1]["experts"]["disk_bytes"].get<uint64_t>();
+    EXPECT_GT(cold, 0u);
+    EXPECT_LT(warm, cold);
+    EXPECT_GT(m["passes"][1]["experts"]["vram_hits"].get<uint64_t>(), 0u);
+    EXPECT_GT(m["passes"][0]["engram"]["disk_read_bytes"].get<uint64_t>(), 0u);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(Store, LruKeepsNonResidentExpertsWithoutChangingResults) {
+    bg::RunConfig c = tiny_cfg();
+    c.routing = "exact";
+    c.passes = 2;
+    const std::vector<int32_t> want = tokens_of(c);
+    c.lru_slots = 6 * 64;  // room for every expert of the tiny model
+    bg::Session s(c);
+    const nlohmann::json m = s.run(false);
+    EXPECT_EQ(s.generated(), want);
+    EXPECT_GT(m["passes"][0]["experts"]["disk_bytes"].get<uint64_t>(), 0u);
+    EXPECT_EQ(m["passes"][1]["experts"]["disk_bytes"].get<uint64_t>(), 0u) << "everything cached after the cold pass";
+    c.lru_slots = 3;  // constant eviction
+    EXPECT_EQ(tokens_of(c), want);
+}
+
+}  // namespace
