@@ -10,5 +10,6 @@ void register_make_model(CLI::App& app);
 void register_run(CLI::App& app);
 void register_probe_disk(CLI::App& app);
 void register_profile(CLI::App& app);
+void register_probe_pcie(CLI::App& app);
 
 }  // namespace bg::cli

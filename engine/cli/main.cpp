@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
     bg::cli::register_run(app);
     bg::cli::register_probe_disk(app);
     bg::cli::register_profile(app);
+    bg::cli::register_probe_pcie(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

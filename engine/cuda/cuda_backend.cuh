@@ -1,0 +1,25 @@
+// The CUDA backend of the store: device pools in VRAM (cudaMalloc), page-locked host pools
+// (cudaHostAlloc), and copies on a dedicated copy stream so they overlap compute on another.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "backend/backend.h"
+
+namespace bg::cuda {
+
+// Throws bg::Error when no device is present or an allocation fails (with the size).
+std::unique_ptr<Backend> make_cuda_backend(int device = 0);
+
+// Host-to-device copy bandwidth from page-locked and from pageable memory, in GB/s (1e9 B/s),
+// each the best of `reps` copies of `bytes`.
+struct PcieProbe {
+    double pinned_gb_s = 0;
+    double pageable_gb_s = 0;
+    uint64_t bytes = 0;
+    std::string device_name;
+};
+PcieProbe probe_pcie(uint64_t bytes, int reps, int device = 0);
+
+}  // namespace bg::cuda
