@@ -5,7 +5,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <string>
+#include <vector>
 
 #include "model/make_model.h"
 
@@ -44,6 +47,17 @@ inline std::string cached_model(const bg::ModelScale& scale, uint64_t seed, int 
         bg::make_model(scale, cfg);
     }
     return path;
+}
+
+// Largest absolute difference relative to the largest magnitude of `a`.
+inline double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+    double scale = 0.0, diff = 0.0;
+    const size_t n = std::min(a.size(), b.size());
+    for (size_t i = 0; i < n; ++i) {
+        scale = std::max(scale, std::fabs(static_cast<double>(a[i])));
+        diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - b[i]));
+    }
+    return a.size() == b.size() ? diff / std::max(scale, 1e-30) : INFINITY;
 }
 
 inline std::string ci_model() { return cached_model(bg::load_scale(source_path("scenarios/models/ci.json")), 7); }

@@ -39,14 +39,6 @@ ForwardConfig config(int64_t n_ctx, int64_t ubatch) {
     return fc;
 }
 
-double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
-    double scale = 0.0, diff = 0.0;
-    for (size_t i = 0; i < a.size(); ++i) {
-        scale = std::max(scale, std::fabs(static_cast<double>(a[i])));
-        diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - b[i]));
-    }
-    return diff / std::max(scale, 1e-30);
-}
 
 TEST(ModelE2E, CiScaleDeterministicSaneAndOrderInvariant) {
     const std::string path = bgtest::ci_model();
@@ -76,7 +68,7 @@ TEST(ModelE2E, CiScaleDeterministicSaneAndOrderInvariant) {
     Engine b(Model::open(path), config(64, 3));
     std::vector<float> logits_b;
     b.runner.prefill(prompt, bg::PrefillOrder::kTokenMajor, 3, &logits_b);
-    EXPECT_LT(max_rel_diff(logits_a, logits_b), 1e-4);
+    EXPECT_LT(bgtest::max_rel_diff(logits_a, logits_b), 1e-4);
     std::vector<float> dec_b = logits_b;
     EXPECT_EQ(toks_a, b.runner.decode(dec_b, 6));
 
@@ -99,7 +91,7 @@ TEST(ModelE2E, OneCallEqualsTokenByTokenThroughTheKvCache) {
     std::vector<float> all_step;
     step.runner.prefill(prompt, bg::PrefillOrder::kTokenMajor, 1, nullptr, &all_step);
     ASSERT_EQ(all_one.size(), all_step.size());
-    EXPECT_LT(max_rel_diff(all_one, all_step), 1e-4);
+    EXPECT_LT(bgtest::max_rel_diff(all_one, all_step), 1e-4);
 
     // Decoding continues the same cache: prefill 39 then one decode step equals position 39.
     std::vector<int32_t> head(prompt.begin(), prompt.end() - 1);
@@ -111,7 +103,7 @@ TEST(ModelE2E, OneCallEqualsTokenByTokenThroughTheKvCache) {
     std::vector<float> lg(512);
     step.fwd.logits(u, 0, lg.data());
     std::vector<float> want(all_one.end() - 512, all_one.end());
-    EXPECT_LT(max_rel_diff(want, lg), 1e-4);
+    EXPECT_LT(bgtest::max_rel_diff(want, lg), 1e-4);
 }
 
 // Wraps the plain Engram reader and adds a constant to every value of one chosen row.
@@ -169,7 +161,7 @@ TEST(ModelE2E, OutputDependsOnTheEngramRowsATokenHashesTo) {
     pert.fwd.final_hidden(v, target - 1, pert_before.data());
 
     EXPECT_EQ(base_before, pert_before) << "a token before the changed row must not move";
-    EXPECT_GT(max_rel_diff(base_hidden, pert_hidden), 1e-3) << "changing a row the token hashes to must change its state";
+    EXPECT_GT(bgtest::max_rel_diff(base_hidden, pert_hidden), 1e-3) << "changing a row the token hashes to must change its state";
 }
 
 TEST(ModelE2E, MakeModelIsDeterministicWhateverTheThreadCount) {

@@ -28,15 +28,6 @@ bg::RunConfig tiny_cfg() {
     return c;
 }
 
-double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
-    EXPECT_EQ(a.size(), b.size());
-    double scale = 0.0, diff = 0.0;
-    for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-        scale = std::max(scale, std::fabs(static_cast<double>(a[i])));
-        diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - b[i]));
-    }
-    return diff / std::max(scale, 1e-30);
-}
 
 std::vector<int32_t> tokens_of(bg::RunConfig c) {
     bg::Session s(c);
@@ -83,7 +74,7 @@ TEST(Store, ColdWarmPromotionAndPolicyOrderInvariance) {
         t.prefill = "token-major";
         t.ubatch = 3;
         bg::Session tm(t);
-        EXPECT_LT(max_rel_diff(cold, tm.all_logits(pol)), 1e-4);
+        EXPECT_LT(bgtest::max_rel_diff(cold, tm.all_logits(pol)), 1e-4);
     }
 }
 

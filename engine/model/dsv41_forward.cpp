@@ -16,6 +16,25 @@ void dequant_row(const cpu::MatView& w, int64_t r, float* out) {
     dequantize_row(w.type, w.data + static_cast<uint64_t>(r) * w.row_stride, out, w.cols);
 }
 
+// x[e] = sum_c pre[c] * H[c][e]  (H: [4][E])
+void collapse(const float* pre, const float* H, int64_t E, float* x) {
+    for (int64_t e = 0; e < E; ++e) {
+        float s = 0.0f;
+        for (int c = 0; c < kHc; ++c) s += pre[c] * H[c * E + e];
+        x[e] = s;
+    }
+}
+
+// H[d][e] = post[d] * y[e] + sum_c comb[d][c] * R[c][e]  (H, R: [4][E]; H must not alias R)
+void expand(const cpu::HcMix& mx, const float* y, const float* R, int64_t E, float* H) {
+    for (int d = 0; d < kHc; ++d)
+        for (int64_t e = 0; e < E; ++e) {
+            float s = mx.post[d] * y[e];
+            for (int c = 0; c < kHc; ++c) s += mx.comb[d][c] * R[c * E + e];
+            H[d * E + e] = s;
+        }
+}
+
 }  // namespace
 
 Forward::Forward(const Model& m, cpu::ThreadPool& pool, ExpertProvider& experts, EngramProvider& engram,
@@ -223,39 +242,18 @@ void Forward::attention_half(int64_t l, Ubatch& u) {
     mix(w.hc_attn_fn, w.hc_attn_base, w.hc_attn_scale, u, mix_a_.data());
     for (int64_t i = 0; i < n; ++i) {
         float* x = &x_[i * E];
-        const float* H = &u.H[i * W];
-        for (int64_t e = 0; e < E; ++e) {
-            float s = 0.0f;
-            for (int c = 0; c < kHc; ++c) s += u.pre[i * kHc + c] * H[c * E + e];
-            x[e] = s;
-        }
+        collapse(&u.pre[i * kHc], &u.H[i * W], E, x);
         cpu::rmsnorm(x, w.attn_norm, E, hp_.rms_eps, x);
     }
     attention(l, u, y_.data());
-    for (int64_t i = 0; i < n; ++i) {
-        const cpu::HcMix& mx = mix_a_[i];
-        float* H = &u.H[i * W];
-        const float* R = &R_[i * W];
-        const float* y = &y_[i * E];
-        for (int d = 0; d < kHc; ++d)
-            for (int64_t e = 0; e < E; ++e) {
-                float s = mx.post[d] * y[e];
-                for (int c = 0; c < kHc; ++c) s += mx.comb[d][c] * R[c * E + e];
-                H[d * E + e] = s;
-            }
-    }
+    for (int64_t i = 0; i < n; ++i) expand(mix_a_[i], &y_[i * E], &R_[i * W], E, &u.H[i * W]);
 
     // MoE input: collapse with the attention mix's pre (one sub-layer of lag); u.H now holds
     // the MoE sub-layer's residual R until moe_half.
     mix(w.hc_ffn_fn, w.hc_ffn_base, w.hc_ffn_scale, u, u.mix_f.data());
     for (int64_t i = 0; i < n; ++i) {
         float* x = &u.xf[i * E];
-        const float* H = &u.H[i * W];
-        for (int64_t e = 0; e < E; ++e) {
-            float s = 0.0f;
-            for (int c = 0; c < kHc; ++c) s += mix_a_[i].pre[c] * H[c * E + e];
-            x[e] = s;
-        }
+        collapse(mix_a_[i].pre, &u.H[i * W], E, x);
         cpu::rmsnorm(x, w.ffn_norm, E, hp_.rms_eps, x);
         for (int c = 0; c < kHc; ++c) u.pre[i * kHc + c] = u.mix_f[i].pre[c];
     }
@@ -349,17 +347,8 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
             for (int64_t c = 0; c < E; ++c) yt[c] += acc[c];
         }
         for (int64_t i = 0; i < u.n; ++i) {
-            const cpu::HcMix& mx = u.mix_f[i];
-            float* H = &u.H[i * W];
-            float* R = &R_[i * W];
-            std::memcpy(R, H, W * sizeof(float));
-            const float* yt = &y[i * E];
-            for (int d = 0; d < kHc; ++d)
-                for (int64_t e = 0; e < E; ++e) {
-                    float s = mx.post[d] * yt[e];
-                    for (int c = 0; c < kHc; ++c) s += mx.comb[d][c] * R[c * E + e];
-                    H[d * E + e] = s;
-                }
+            std::memcpy(&R_[i * W], &u.H[i * W], W * sizeof(float));
+            expand(u.mix_f[i], &y[i * E], &R_[i * W], E, &u.H[i * W]);
         }
     }
 }
@@ -559,12 +548,7 @@ void Forward::shared_expert(int64_t l, const Ubatch& u, float* y) {
 
 void Forward::final_hidden(const Ubatch& u, int64_t i, float* out) const {
     const int64_t E = hp_.n_embd;
-    const float* H = &u.H[i * kHc * E];
-    for (int64_t e = 0; e < E; ++e) {
-        float s = 0.0f;
-        for (int c = 0; c < kHc; ++c) s += u.pre[i * kHc + c] * H[c * E + e];
-        out[e] = s;
-    }
+    collapse(&u.pre[i * kHc], &u.H[i * kHc * E], E, out);
     cpu::rmsnorm(out, m_.output_norm(), E, hp_.rms_eps, out);
 }
 
