@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# One call on the GPU machine (the device tool): GPU tests, micro-benchmarks and raw-hardware
+# probes, from binaries built here. Usage, here:
+#   scripts/device-check.sh --stage          # copy the binaries into .device-bin/ (carried)
+# and there (device tool, carry [".device-bin"]):
+#   bash scripts/device-check.sh --run       # writes logs and JSON under $OUT
+set -uo pipefail
+cd "$(dirname "$0")/.."
+stage=.device-bin
+
+if [ "${1:-}" = "--stage" ]; then
+  build=${2:-build}
+  rm -rf "$stage" && mkdir -p "$stage"
+  cp "$build/betelgeuse" "$stage/"
+  for t in "$build"/tests/test_gpu_*; do
+    case "$t" in *.cmake) ;; *) cp "$t" "$stage/" ;; esac
+  done
+  [ -x "$build/bench/bench_gpu" ] && cp "$build/bench/bench_gpu" "$stage/"
+  grep -qx "/$stage/" .git/info/exclude 2>/dev/null || echo "/$stage/" >> .git/info/exclude
+  du -sh "$stage"
+  exit 0
+fi
+
+out=${OUT:-device-out}
+mkdir -p "$out"
+{
+  echo "## machine"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.max,pcie.link.width.max --format=csv
+  nproc; free -g | head -2; df -h . | tail -1; uname -r
+} 2>&1 | tee "$out/machine.txt"
+
+status=0
+echo "## GPU tests"
+for t in "$stage"/test_gpu_*; do
+  "$t" --gtest_output="json:$out/$(basename "$t").json" > "$out/$(basename "$t").log" 2>&1 || status=1
+  tail -n 4 "$out/$(basename "$t").log"
+done
+
+echo "## probes"
+"$stage/betelgeuse" probe-pcie --json | tee "$out/probe-pcie.json"
+probe_file=/tmp/bg-probe.bin
+[ -f "$probe_file" ] || dd if=/dev/urandom of="$probe_file" bs=16M count=256 status=none
+"$stage/betelgeuse" probe-disk "$probe_file" --json | tee "$out/probe-disk.json"
+"$stage/betelgeuse" probe-disk "$probe_file" --json --queue-depth 1 | tee "$out/probe-disk-qd1.json"
+
+if [ -x "$stage/bench_gpu" ]; then
+  echo "## micro-benchmarks"
+  "$stage/bench_gpu" --benchmark_min_time=0.2 --benchmark_out="$out/bench_gpu.json" --benchmark_out_format=json 2>&1 | tail -n 40
+fi
+exit $status
