@@ -24,6 +24,8 @@ public:
     virtual void copy(uint8_t* dst, const uint8_t* src, uint64_t bytes, CopyKind kind) = 0;
     // Device memory the driver reports as used by this process (0 when unknown).
     virtual uint64_t device_used_bytes() const = 0;
+    // Whether the CPU can read device memory directly (the CPU backend's arena).
+    virtual bool device_is_host_addressable() const = 0;
 };
 
 std::unique_ptr<Backend> make_cpu_backend();

@@ -17,6 +17,7 @@ public:
     void free_host(uint8_t* p) override { std::free(p); }
     void copy(uint8_t* dst, const uint8_t* src, uint64_t bytes, CopyKind) override { std::memcpy(dst, src, bytes); }
     uint64_t device_used_bytes() const override { return 0; }
+    bool device_is_host_addressable() const override { return true; }
 
 private:
     static uint8_t* alloc(uint64_t bytes, const char* what) {

@@ -62,6 +62,7 @@ public:
         check(cudaMemcpyAsync(dst, src, bytes, k, copy_stream_), "cudaMemcpyAsync");
         check(cudaStreamSynchronize(copy_stream_), "copy stream");
     }
+    bool device_is_host_addressable() const override { return false; }
     uint64_t device_used_bytes() const override {
         size_t free_b = 0, total_b = 0;
         if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return 0;

@@ -224,12 +224,6 @@ void Forward::mix(const cpu::MatView& fn, const float* base, const float* scale,
         out[i] = cpu::hc_mix(&mixm_[i * 24], base, scale, static_cast<int>(hp_.hc_sinkhorn_iters), hp_.hc_eps);
 }
 
-void Forward::layer(int64_t l, Ubatch& u) {
-    attention_half(l, u);
-    Ubatch* one = &u;
-    moe_half(l, &one, 1);
-}
-
 void Forward::attention_half(int64_t l, Ubatch& u) {
     BG_CHECK(l >= 0 && l < hp_.n_layer && u.n >= 1 && u.n <= cfg_.max_ubatch);
     const LayerWeights& w = m_.layer(l);
@@ -353,23 +347,25 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
     }
 }
 
-void Forward::engram_rows(int64_t l, int64_t pos, uint64_t* rows) const {
-    const int64_t tab = hp_.engram_table_index(l);
-    BG_CHECK(tab >= 0 && hp_.engram_max_ngram == 4);
+void engram_rows_for(const HParams& hp, int64_t l, const int32_t* tokens, int64_t pos, uint64_t* rows) {
+    const int64_t tab = hp.engram_table_index(l);
+    BG_CHECK(tab >= 0 && hp.engram_max_ngram == 4);
     uint64_t c[4];
     for (int k = 0; k < 4; ++k) {
         const int64_t p = pos - k;
         if (p < 0) {
-            c[k] = hp_.engram_pad_id;
+            c[k] = hp.engram_pad_id;
             continue;
         }
-        const int32_t t = tokens_[p];
-        c[k] = static_cast<size_t>(t) < hp_.engram_token_map.size() ? hp_.engram_token_map[t] : hp_.engram_pad_id;
+        const int32_t t = tokens[p];
+        c[k] = static_cast<size_t>(t) < hp.engram_token_map.size() ? hp.engram_token_map[t] : hp.engram_pad_id;
     }
-    const int64_t nb = hp_.engram_buckets();
-    cpu::engram_hash(c, &hp_.engram_multipliers[tab * 4], &hp_.engram_primes[tab * nb],
-                     &hp_.engram_offsets[tab * nb], static_cast<int>(hp_.engram_heads), rows);
+    const int64_t nb = hp.engram_buckets();
+    cpu::engram_hash(c, &hp.engram_multipliers[tab * 4], &hp.engram_primes[tab * nb], &hp.engram_offsets[tab * nb],
+                     static_cast<int>(hp.engram_heads), rows);
 }
+
+void Forward::engram_rows(int64_t l, int64_t pos, uint64_t* rows) const { engram_rows_for(hp_, l, tokens_.data(), pos, rows); }
 
 void Forward::engram(int64_t l, Ubatch& u) {
     const LayerWeights& w = m_.layer(l);
@@ -546,7 +542,7 @@ void Forward::shared_expert(int64_t l, const Ubatch& u, float* y) {
     cpu::matmul(pool_, w.sh_down, sh_.data(), nsh, n, y, E);
 }
 
-void Forward::final_hidden(const Ubatch& u, int64_t i, float* out) const {
+void Forward::final_hidden(const Ubatch& u, int64_t i, float* out) {
     const int64_t E = hp_.n_embd;
     collapse(&u.pre[i * kHc], &u.H[i * kHc * E], E, out);
     cpu::rmsnorm(out, m_.output_norm(), E, hp_.rms_eps, out);

@@ -30,6 +30,7 @@ struct Ubatch {
     int64_t n = 0;
     std::vector<float> H;    // [n][4][n_embd] residual copies
     std::vector<float> pre;  // [n][4] collapse weights of the next sub-layer (lag one sub-layer)
+    int64_t device_slot = -1;  // which device-side unit buffers a GPU forward gave this unit
     // Between the attention and MoE halves of a layer:
     std::vector<float> xf;          // [n][n_embd] normalised MoE input
     std::vector<cpu::HcMix> mix_f;  // [n] the MoE sub-layer's mix
@@ -45,40 +46,63 @@ public:
     virtual void on_route(int64_t layer, int64_t pos, const int32_t* ids, const float* weights, int k) = 0;
 };
 
-class Forward {
-public:
-    Forward(const Model& m, cpu::ThreadPool& pool, ExpertProvider& experts, EngramProvider& engram,
-            const ForwardConfig& cfg);
+// Rows of layer's Engram table that the token at `pos` hashes to (24 for dsv41), bucket-major;
+// tokens[0..pos] is the sequence so far.
+void engram_rows_for(const HParams& hp, int64_t layer, const int32_t* tokens, int64_t pos, uint64_t* rows);
 
-    const ForwardConfig& config() const { return cfg_; }
-    void set_observer(RoutingObserver* o) { observer_ = o; }
+// The forward pass as the runner drives it, whatever the backend computing it.
+class ForwardPass {
+public:
+    virtual ~ForwardPass() = default;
+    virtual const ForwardConfig& config() const = 0;
+    virtual void set_observer(RoutingObserver* o) = 0;
     // Switches the routing policy (fidelity runs compare policies on one engine).
-    void set_routing(RoutingPolicy p);
+    virtual void set_routing(RoutingPolicy p) = 0;
     // Host memory held by caches and work buffers, for the host budget.
-    uint64_t buffer_bytes() const;
+    virtual uint64_t buffer_bytes() const = 0;
     // Empties the sequence: the next token is at position 0.
-    void reset();
+    virtual void reset() = 0;
 
     // Starts a unit at positions pos0..pos0+n-1: records the tokens and embeds them.
-    void embed(Ubatch& u, const int32_t* tokens, int64_t n, int64_t pos0);
-    // One whole layer of one unit (token-major): attention_half then moe_half on {u}.
-    void layer(int64_t l, Ubatch& u);
+    virtual void embed(Ubatch& u, const int32_t* tokens, int64_t n, int64_t pos0) = 0;
     // Engram, the attention sub-layer, the MoE mix and routing. The routed experts are left in
-    // u.ids for moe_half.
-    void attention_half(int64_t l, Ubatch& u);
+    // u.ids / u.wts for moe_half.
+    virtual void attention_half(int64_t l, Ubatch& u) = 0;
     // The MoE sub-layer of several units at once: every expert any of them routed to is
     // brought in once and applied to all of their tokens (layer-major prefill passes every
     // unit of the prompt). Per token the outputs are summed in rank order, so the result does
     // not depend on which units share the call or on the order experts arrive in.
-    void moe_half(int64_t l, Ubatch* const* units, int64_t n_units);
+    virtual void moe_half(int64_t l, Ubatch* const* units, int64_t n_units) = 0;
+    // One whole layer of one unit (token-major): attention_half then moe_half on {u}.
+    void layer(int64_t l, Ubatch& u) {
+        attention_half(l, u);
+        Ubatch* one = &u;
+        moe_half(l, &one, 1);
+    }
     // After the last layer: the final normalised hidden state [n_embd] and logits [n_vocab] of
-    // token i of the unit.
-    void final_hidden(const Ubatch& u, int64_t i, float* out) const;
-    void logits(const Ubatch& u, int64_t i, float* out);
+    // token i of the unit, in host memory.
+    virtual void final_hidden(const Ubatch& u, int64_t i, float* out) = 0;
+    virtual void logits(const Ubatch& u, int64_t i, float* out) = 0;
+    // Rows of the layer's Engram table the token at `pos` hashes to.
+    virtual void engram_rows(int64_t layer, int64_t pos, uint64_t* rows) const = 0;
+};
 
-    // Rows of the layer's Engram table that the token at `pos` hashes to (24 for dsv41),
-    // bucket-major. Needs the tokens at pos-3..pos to have been embedded.
-    void engram_rows(int64_t layer, int64_t pos, uint64_t* rows) const;
+class Forward final : public ForwardPass {
+public:
+    Forward(const Model& m, cpu::ThreadPool& pool, ExpertProvider& experts, EngramProvider& engram,
+            const ForwardConfig& cfg);
+
+    const ForwardConfig& config() const override { return cfg_; }
+    void set_observer(RoutingObserver* o) override { observer_ = o; }
+    void set_routing(RoutingPolicy p) override;
+    uint64_t buffer_bytes() const override;
+    void reset() override;
+    void embed(Ubatch& u, const int32_t* tokens, int64_t n, int64_t pos0) override;
+    void attention_half(int64_t l, Ubatch& u) override;
+    void moe_half(int64_t l, Ubatch* const* units, int64_t n_units) override;
+    void final_hidden(const Ubatch& u, int64_t i, float* out) override;
+    void logits(const Ubatch& u, int64_t i, float* out) override;
+    void engram_rows(int64_t layer, int64_t pos, uint64_t* rows) const override;
 
 private:
     void mix(const cpu::MatView& fn, const float* base, const float* scale, const Ubatch& u, cpu::HcMix* out);

@@ -27,51 +27,59 @@ EngramStore::EngramStore(const dsv41::Model& m, Backend& backend, io::Reader& re
     ops_.resize(cap);
     done_.resize(cap);
     buffer_ = backend.alloc_device(buffer_bytes);
+    staging_ = backend.alloc_host(buffer_bytes);
 }
 
-EngramStore::~EngramStore() { backend_.free_device(buffer_); }
+EngramStore::~EngramStore() {
+    backend_.free_device(buffer_);
+    backend_.free_host(staging_);
+}
 
-void EngramStore::fetch_rows(int64_t layer, const uint64_t* rows, int64_t n, float* out) {
+const uint8_t* EngramStore::fetch_raw(int64_t layer, const uint64_t* rows, int64_t n) {
+    BG_CHECK(n <= rows_per_fetch());
     const auto t0 = std::chrono::steady_clock::now();
-    const int64_t dim = m_.hp().engram_dim;
-    const GgmlType t = m_.engram_type(layer);
     const uint64_t before = reader_.stats().bytes_read;
-    for (int64_t i0 = 0; i0 < n;) {
-        const int64_t cnt = std::min<int64_t>(n - i0, static_cast<int64_t>(ops_.size()));
-        uint64_t at = 0;
-        for (int64_t i = 0; i < cnt; ++i) {
-            const dsv41::ByteRange r = m_.engram_row(layer, rows[i0 + i]);
-            io::ReadOp& op = ops_[i];
-            op = io::ReadOp{};
-            op.offset = r.offset;
-            op.bytes = r.bytes;
-            op.dst = buffer_ + at;
-            op.tag = static_cast<uint64_t>(i);
-            at += r.bytes;
-            reader_.submit(&op);
-            c_.row_bytes += r.bytes;
-        }
-        // Every read must land before the error is raised: they write into buffer_.
-        const io::ReadOp* failed = nullptr;
-        for (int64_t got = 0; got < cnt;) {
-            const size_t k = reader_.poll(done_.data(), done_.size(), true);
-            for (size_t j = 0; j < k; ++j)
-                if (done_[j]->error && !failed) failed = done_[j];
-            got += static_cast<int64_t>(k);
-        }
-        if (failed)
-            fail("engram: read of layer %lld row at offset %llu failed: %s", (long long)layer,
-                 (unsigned long long)failed->offset, std::strerror(failed->error));
-        at = 0;
-        for (int64_t i = 0; i < cnt; ++i) {
-            dequantize_row(t, buffer_ + at, out + (i0 + i) * dim, dim);
-            at += ops_[i].bytes;
-        }
-        i0 += cnt;
+    uint64_t at = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        const dsv41::ByteRange r = m_.engram_row(layer, rows[i]);
+        io::ReadOp& op = ops_[i];
+        op = io::ReadOp{};
+        op.offset = r.offset;
+        op.bytes = r.bytes;
+        op.dst = staging_ + at;
+        op.tag = static_cast<uint64_t>(i);
+        at += r.bytes;
+        reader_.submit(&op);
     }
+    // Every read must land before an error is raised: they write into staging_.
+    const io::ReadOp* failed = nullptr;
+    for (int64_t got = 0; got < n;) {
+        const size_t k = reader_.poll(done_.data(), done_.size(), true);
+        for (size_t j = 0; j < k; ++j)
+            if (done_[j]->error && !failed) failed = done_[j];
+        got += static_cast<int64_t>(k);
+    }
+    if (failed)
+        fail("engram: read of layer %lld row at offset %llu failed: %s", (long long)layer,
+             (unsigned long long)failed->offset, std::strerror(failed->error));
+    backend_.copy(buffer_, staging_, at, CopyKind::kHostToDevice);
     c_.rows += static_cast<uint64_t>(n);
+    c_.row_bytes += at;
     c_.disk_read_bytes += reader_.stats().bytes_read - before;
     c_.disk_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    return buffer_;
+}
+
+void EngramStore::fetch_rows(int64_t layer, const uint64_t* rows, int64_t n, float* out) {
+    BG_CHECK(backend_.device_is_host_addressable());
+    const int64_t dim = m_.hp().engram_dim;
+    const GgmlType t = m_.engram_type(layer);
+    for (int64_t i0 = 0; i0 < n; i0 += rows_per_fetch()) {
+        const int64_t cnt = std::min<int64_t>(n - i0, rows_per_fetch());
+        const uint8_t* raw = fetch_raw(layer, rows + i0, cnt);
+        // Rows of one table share a size: back to back, they dequantise as one run.
+        dequantize_row(t, raw, out + i0 * dim, cnt * dim);
+    }
 }
 
 }  // namespace bg

@@ -1,6 +1,6 @@
 // Engram rows straight from disk: the 4 KiB pages holding each row are read with the disk-tier
-// reader (O_DIRECT) and the row bytes land in a fixed device buffer (2 MiB by default); nothing
-// is cached in host memory.
+// reader (O_DIRECT), the row bytes pass through a page-locked staging area of the same size and
+// land in a fixed device buffer (2 MiB by default); nothing is cached in host memory.
 #pragma once
 
 #include <cstdint>
@@ -28,7 +28,12 @@ class EngramStore final : public EngramProvider {
 public:
     EngramStore(const dsv41::Model& m, Backend& backend, io::Reader& reader, uint64_t buffer_bytes);
     ~EngramStore() override;
+    // For a CPU-addressable device (the CPU backend): dequantised rows into host memory.
     void fetch_rows(int64_t layer, const uint64_t* rows, int64_t n, float* out) override;
+    // Any backend: rows[0..n) packed back to back in the device buffer (n <= rows_per_fetch()),
+    // in the table's type; valid until the next call.
+    const uint8_t* fetch_raw(int64_t layer, const uint64_t* rows, int64_t n);
+    int64_t rows_per_fetch() const { return static_cast<int64_t>(ops_.size()); }
     EngramCounters counters() const { return c_; }
     uint64_t buffer_bytes() const { return buffer_bytes_; }
 
@@ -38,6 +43,7 @@ private:
     io::Reader& reader_;
     uint64_t buffer_bytes_ = 0;
     uint8_t* buffer_ = nullptr;           // device memory [buffer_bytes]
+    uint8_t* staging_ = nullptr;          // page-locked host memory [buffer_bytes]
     std::vector<io::ReadOp> ops_;         // [rows that fit the buffer]
     std::vector<io::ReadOp*> done_;
     EngramCounters c_;

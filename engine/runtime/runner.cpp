@@ -49,7 +49,7 @@ int32_t argmax(const float* x, int64_t n) {
     return static_cast<int32_t>(best);
 }
 
-Runner::Runner(const dsv41::Model& m, dsv41::Forward& fwd) : m_(m), fwd_(fwd) {}
+Runner::Runner(const dsv41::Model& m, dsv41::ForwardPass& fwd) : m_(m), fwd_(fwd) {}
 
 void Runner::prefill(const std::vector<int32_t>& prompt, PrefillOrder order, int64_t ubatch,
                      std::vector<float>* last_logits, std::vector<float>* all_logits) {
