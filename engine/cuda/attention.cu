@@ -1,0 +1,330 @@
+// Attention over the window plus the selected compressed rows, and the lightning indexer
+// (scores, then an exact top-k per query by radix select).
+#include <algorithm>
+#include <climits>
+#include <cmath>
+
+#include "cuda/check.cuh"
+#include "cuda/ops.cuh"
+#include "util/check.h"
+
+namespace bg::cuda {
+
+namespace {
+
+constexpr int kAttnThreads = 128;
+constexpr int kIdxWarps = 8;
+constexpr int kIdxRowsPerWarp = 8;
+constexpr int kIdxRowsPerBlock = kIdxWarps * kIdxRowsPerWarp;
+constexpr int kTopkThreads = 512;
+constexpr size_t kDefaultSmem = 48 * 1024;
+
+__device__ __forceinline__ float mul_add(float a, float b, float c) { return __fadd_rn(__fmul_rn(a, b), c); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Block-wide sum or max; every thread gets the result. red: 33 floats of shared memory; back to
+// back calls are safe (red[32] is rewritten only after the next call's first barrier).
+template <bool kMax>
+__device__ float block_reduce(float v, float* red) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = (blockDim.x + 31) >> 5;
+    v = kMax ? warp_max(v) : warp_sum(v);
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        float t = lane < n_warps ? red[lane] : (kMax ? -INFINITY : 0.0f);
+        t = kMax ? warp_max(t) : warp_sum(t);
+        if (lane == 0) red[32] = t;
+    }
+    __syncthreads();
+    return red[32];
+}
+
+// One block per (token, head). Dynamic shared memory: q [d], then per row its logit (later its
+// unnormalised weight) [max_rows] and its source [max_rows] (>= 0: window row; < 0: compressed
+// row -(r+1)).
+__global__ void attention_kernel(AttentionArgs a, int64_t max_rows) {
+    extern __shared__ float attn_smem[];
+    __shared__ float red[33];
+    const int64_t d = a.d;
+    float* qs = attn_smem;
+    float* logit = qs + d;
+    int32_t* src = reinterpret_cast<int32_t*>(logit + max_rows);
+    const int64_t t = blockIdx.x / a.n_head, h = blockIdx.x % a.n_head;
+    const int64_t p = a.pos[t];
+    const int64_t j0 = p - a.window + 1 > 0 ? p - a.window + 1 : 0;
+    const int64_t n_win = p - j0 + 1 > 0 ? p - j0 + 1 : 0;
+    int64_t n_sel = 0;
+    if (a.comp) {
+        n_sel = a.sel_n[p];
+        n_sel = n_sel < 0 ? 0 : (n_sel > a.top_k ? a.top_k : n_sel);
+    }
+    const int64_t n_rows = n_win + n_sel;
+
+    const float* q = a.q + t * a.ldq + h * d;
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) qs[i] = q[i];
+    for (int64_t j = threadIdx.x; j < n_rows; j += blockDim.x)
+        src[j] = j < n_win ? static_cast<int32_t>(j0 + j) : -(a.sel[p * a.top_k + (j - n_win)] + 1);
+    __syncthreads();
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    for (int64_t j = warp; j < n_rows; j += n_warps) {
+        const int32_t r = src[j];
+        const float* row = r >= 0 ? a.kv + r * d : a.comp + static_cast<int64_t>(-r - 1) * d;
+        float s = 0.0f;
+        for (int64_t i = lane; i < d; i += 32) s += qs[i] * row[i];
+        s = warp_sum(s);
+        if (lane == 0) logit[j] = a.scale * s;
+    }
+    __syncthreads();
+
+    // The sink joins the max so exp(sink - mx) cannot overflow either, as on the CPU.
+    const float sink = a.sinks[h];
+    float mx = sink;
+    for (int64_t j = threadIdx.x; j < n_rows; j += blockDim.x) mx = fmaxf(mx, logit[j]);
+    mx = block_reduce<true>(mx, red);
+    float sum = 0.0f;
+    for (int64_t j = threadIdx.x; j < n_rows; j += blockDim.x) {
+        const float e = expf(logit[j] - mx);
+        logit[j] = e;
+        sum += e;
+    }
+    const float inv = 1.0f / (expf(sink - mx) + block_reduce<false>(sum, red));
+
+    float* out = a.out + t * a.ldo + h * d;
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+        float acc = 0.0f;
+        for (int64_t j = 0; j < n_rows; ++j) {
+            const int32_t r = src[j];
+            const float* row = r >= 0 ? a.kv + r * d : a.comp + static_cast<int64_t>(-r - 1) * d;
+            acc = mul_add(logit[j] * inv, row[i], acc);
+        }
+        out[i] = acc;
+    }
+}
+
+// Scores: grid (row tiles, tokens); each warp scores rows of the tile, one at a time, with lane
+// l taking heads l, l+32, ... over the whole head dimension. Dynamic shared memory: q of the
+// token [n_head][head_dim+1] (the pad puts the lanes' rows in distinct banks), w [n_head], one
+// key row per warp [kIdxWarps][head_dim].
+__global__ void index_scores_kernel(IndexerArgs a) {
+    extern __shared__ float idx_smem[];
+    const int64_t nh = a.n_head, hd = a.head_dim, qstride = hd + 1;
+    float* qs = idx_smem;
+    float* ws = qs + nh * qstride;
+    float* kbuf = ws + nh;
+    const int64_t t = blockIdx.y;
+    const int64_t visible = (static_cast<int64_t>(a.pos[t]) + 1) / a.ratio;
+    if (visible > a.ld_scores) __trap();  // score buffer too short: a caller bug, never silent
+    const int64_t b_first = static_cast<int64_t>(blockIdx.x) * kIdxRowsPerBlock;
+    if (b_first >= visible) return;  // uniform over the block, before any barrier
+
+    for (int64_t i = threadIdx.x; i < nh * hd; i += blockDim.x) qs[(i / hd) * qstride + i % hd] = a.q[t * nh * hd + i];
+    for (int64_t i = threadIdx.x; i < nh; i += blockDim.x) ws[i] = a.w[t * nh + i];
+    __syncthreads();
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float* kb = kbuf + warp * hd;
+    for (int r = 0; r < kIdxRowsPerWarp; ++r) {
+        const int64_t b = b_first + warp + static_cast<int64_t>(r) * kIdxWarps;
+        if (b >= visible) break;  // uniform over the warp
+        __syncwarp();             // the previous row's reads of kb are done
+        for (int64_t c = lane; c < hd; c += 32) kb[c] = a.keys[b * hd + c];
+        __syncwarp();
+        float s = 0.0f;
+        for (int64_t h = lane; h < nh; h += 32) {
+            const float* qh = qs + h * qstride;
+            float dot = 0.0f;
+            for (int64_t c = 0; c < hd; ++c) dot += qh[c] * kb[c];
+            s += ws[h] * (dot < 0.0f ? 0.0f : dot);
+        }
+        s = warp_sum(s);
+        if (lane == 0) a.scores[t * a.ld_scores + b] = s;
+    }
+}
+
+// Float -> unsigned key with the same order; -0 and +0 map to one key, as they compare equal.
+__device__ __forceinline__ uint32_t order_key(float f) {
+    uint32_t u = __float_as_uint(f);
+    if ((u << 1) == 0) u = 0;
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// Sorting these descending orders by score descending, then index ascending: cpu::top_k's order.
+__device__ __forceinline__ unsigned long long compose(uint32_t key, int64_t i) {
+    return (static_cast<unsigned long long>(key) << 32) | (0xFFFFFFFFu - static_cast<uint32_t>(i));
+}
+
+// One block per query token. Radix select (4 passes of 8 bits) finds the key T of the k-th best
+// row; every row above T is taken, and of the rows equal to T the lowest-indexed ones, found by
+// a block scan in index order; the k candidates are then bitonic-sorted in shared memory.
+// Dynamic shared memory: cand [cap] (cap a power of two >= top_k).
+__global__ void topk_kernel(IndexerArgs a) {
+    extern __shared__ unsigned long long cand[];
+    __shared__ uint32_t hist[256];
+    __shared__ uint32_t s_prefix;
+    __shared__ int64_t s_remaining;
+    __shared__ unsigned long long s_gt;
+    __shared__ int64_t s_eq_seen;
+    __shared__ int warp_cnt[kTopkThreads / 32];
+    const int64_t t = blockIdx.x;
+    const int64_t p = a.pos[t];
+    const int64_t visible = (p + 1) / a.ratio;
+    if (visible > a.ld_scores) __trap();
+    const int64_t k = visible < a.top_k ? visible : a.top_k;
+    if (k == 0) {
+        if (threadIdx.x == 0) a.sel_n[p] = 0;
+        return;
+    }
+    const float* s = a.scores + t * a.ld_scores;
+    const bool all = k == visible;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, n_warps = blockDim.x >> 5;
+
+    uint32_t prefix = 0, mask = 0;
+    int64_t remaining = k;  // rows still to take among those matching prefix under mask
+    if (!all) {
+        for (int shift = 24; shift >= 0; shift -= 8) {
+            for (int i = tid; i < 256; i += blockDim.x) hist[i] = 0;
+            __syncthreads();
+            for (int64_t i = tid; i < visible; i += blockDim.x) {
+                const uint32_t key = order_key(s[i]);
+                if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1u);
+            }
+            __syncthreads();
+            if (tid == 0) {
+                int64_t above = 0;
+                uint32_t dg = 255;
+                for (; dg > 0; --dg) {
+                    if (above + hist[dg] >= remaining) break;
+                    above += hist[dg];
+                }
+                s_prefix = prefix | (dg << shift);
+                s_remaining = remaining - above;
+            }
+            __syncthreads();
+            prefix = s_prefix;
+            remaining = s_remaining;
+            mask |= 0xFFu << shift;
+        }
+    }
+    const int64_t eq_take = all ? 0 : remaining;  // rows equal to T to take (the rest are above T)
+    const int64_t gt_total = k - eq_take;
+
+    int64_t cap = 1;
+    while (cap < k) cap <<= 1;
+    for (int64_t i = tid; i < cap; i += blockDim.x) cand[i] = 0;  // pads sort last
+    if (tid == 0) {
+        s_gt = 0;
+        s_eq_seen = 0;
+    }
+    __syncthreads();
+    for (int64_t base = 0; base < visible; base += blockDim.x) {
+        const int64_t i = base + tid;
+        bool gt = false, eq = false;
+        uint32_t key = 0;
+        if (i < visible) {
+            key = order_key(s[i]);
+            gt = all || key > prefix;
+            eq = !all && key == prefix;
+        }
+        if (gt) cand[atomicAdd(&s_gt, 1ull)] = compose(key, i);
+        const unsigned bal = __ballot_sync(0xffffffffu, eq);
+        if (lane == 0) warp_cnt[warp] = __popc(bal);
+        __syncthreads();
+        if (eq) {
+            int64_t off = s_eq_seen + __popc(bal & ((1u << lane) - 1u));
+            for (int w = 0; w < warp; ++w) off += warp_cnt[w];
+            if (off < eq_take) cand[gt_total + off] = compose(key, i);
+        }
+        __syncthreads();
+        if (tid == 0) {
+            int64_t tot = 0;
+            for (int w = 0; w < n_warps; ++w) tot += warp_cnt[w];
+            s_eq_seen += tot;
+        }
+        __syncthreads();
+    }
+
+    for (int64_t size = 2; size <= cap; size <<= 1)
+        for (int64_t stride = size >> 1; stride > 0; stride >>= 1) {
+            for (int64_t i = tid; i < cap; i += blockDim.x) {
+                const int64_t j = i ^ stride;
+                if (j > i) {
+                    const unsigned long long x = cand[i], y = cand[j];
+                    const bool desc = (i & size) == 0;
+                    if (desc ? x < y : x > y) {
+                        cand[i] = y;
+                        cand[j] = x;
+                    }
+                }
+            }
+            __syncthreads();
+        }
+    for (int64_t r = tid; r < k; r += blockDim.x)
+        a.sel[p * a.top_k + r] = static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(cand[r] & 0xFFFFFFFFull));
+    if (tid == 0) a.sel_n[p] = static_cast<int32_t>(k);
+}
+
+// Opts a kernel into more than the default 48 KiB of dynamic shared memory when it needs it.
+template <typename Kernel>
+void allow_dynamic_smem(Kernel kernel, size_t bytes, const char* what) {
+    // The kernels here hold under 2 KiB of static shared memory: skip the query when even that
+    // leaves the request inside the default.
+    if (bytes + 2048 <= kDefaultSmem) return;
+    cudaFuncAttributes attr{};
+    BG_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+    if (bytes + attr.sharedSizeBytes <= kDefaultSmem) return;
+    int dev = 0, optin = 0;
+    BG_CUDA_CHECK(cudaGetDevice(&dev));
+    BG_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    if (bytes + attr.sharedSizeBytes > static_cast<size_t>(optin))
+        fail("%s needs %zu bytes of shared memory per block; the device allows %d", what,
+             bytes + attr.sharedSizeBytes, optin);
+    BG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+}
+
+}  // namespace
+
+void attention(const AttentionArgs& a, cudaStream_t stream) {
+    if (a.n_tok <= 0 || a.n_head <= 0) return;
+    BG_CHECK(a.d > 0 && a.q && a.kv && a.sinks && a.pos && a.out);
+    BG_CHECK(a.ldq >= a.n_head * a.d && a.ldo >= a.n_head * a.d);
+    BG_CHECK(!a.comp || (a.sel && a.sel_n && a.top_k > 0));
+    BG_CHECK(a.n_tok * a.n_head <= INT_MAX);
+    const int64_t max_rows = std::max<int64_t>(a.window, 0) + (a.comp ? a.top_k : 0);
+    const size_t smem = static_cast<size_t>(a.d + max_rows) * sizeof(float) + static_cast<size_t>(max_rows) * sizeof(int32_t);
+    allow_dynamic_smem(attention_kernel, smem, "attention");
+    attention_kernel<<<static_cast<unsigned>(a.n_tok * a.n_head), kAttnThreads, smem, stream>>>(a, max_rows);
+    BG_CUDA_CHECK_LAUNCH();
+}
+
+void indexer(const IndexerArgs& a, cudaStream_t stream) {
+    if (a.n_tok <= 0) return;
+    BG_CHECK(a.n_head > 0 && a.head_dim > 0 && a.ratio >= 1 && a.top_k >= 1 && a.ld_scores >= 1);
+    BG_CHECK(a.q && a.w && a.keys && a.pos && a.scores && a.sel && a.sel_n);
+    BG_CHECK(a.n_tok <= 65535 && a.n_tok <= INT_MAX);
+    const int64_t tiles = (a.ld_scores + kIdxRowsPerBlock - 1) / kIdxRowsPerBlock;
+    BG_CHECK(tiles <= INT_MAX);
+    const size_t smem = static_cast<size_t>(a.n_head * (a.head_dim + 1) + a.n_head + kIdxWarps * a.head_dim) * sizeof(float);
+    allow_dynamic_smem(index_scores_kernel, smem, "indexer scores");
+    index_scores_kernel<<<dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(a.n_tok)), kIdxWarps * 32, smem,
+                          stream>>>(a);
+    BG_CUDA_CHECK_LAUNCH();
+
+    int64_t cap = 1;
+    while (cap < a.top_k) cap <<= 1;
+    const size_t tsmem = static_cast<size_t>(cap) * sizeof(unsigned long long);
+    allow_dynamic_smem(topk_kernel, tsmem, "indexer top-k");
+    topk_kernel<<<static_cast<unsigned>(a.n_tok), kTopkThreads, tsmem, stream>>>(a);
+    BG_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace bg::cuda
