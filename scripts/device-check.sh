@@ -30,6 +30,8 @@ mkdir -p "$out"
 } 2>&1 | tee "$out/machine.txt"
 
 status=0
+export BG_SOURCE_DIR=$PWD BG_TEST_MODELS_DIR=/tmp/bg-test-models
+mkdir -p "$BG_TEST_MODELS_DIR"
 echo "## GPU tests"
 for t in "$stage"/test_gpu_*; do
   "$t" --gtest_output="json:$out/$(basename "$t").json" > "$out/$(basename "$t").log" 2>&1 || status=1

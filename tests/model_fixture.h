@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -14,7 +15,17 @@
 
 namespace bgtest {
 
-inline std::string source_path(const std::string& rel) { return std::string(BG_SOURCE_DIR) + "/" + rel; }
+// Paths baked in at build time, overridable at run time (tests run from a copied build tree on
+// the GPU machine): BG_SOURCE_DIR, BG_TEST_MODELS_DIR.
+inline std::string source_path(const std::string& rel) {
+    const char* env = std::getenv("BG_SOURCE_DIR");
+    return std::string(env ? env : BG_SOURCE_DIR) + "/" + rel;
+}
+
+inline std::string test_models_dir() {
+    const char* env = std::getenv("BG_TEST_MODELS_DIR");
+    return env ? std::string(env) : std::string(BG_BINARY_DIR) + "/test-models";
+}
 
 // A small variant of the ci scale: 6 layers, 64 experts, the same roles pattern compressed
 // into those layers, so a test can make many files quickly.
@@ -35,7 +46,7 @@ inline bool file_exists(const std::string& p) {
 
 // Path of a model of `scale` with `seed`, generated on first use.
 inline std::string cached_model(const bg::ModelScale& scale, uint64_t seed, int threads = 0) {
-    const std::string dir = std::string(BG_BINARY_DIR) + "/test-models";
+    const std::string dir = test_models_dir();
     ::mkdir(dir.c_str(), 0755);
     const std::string path = dir + "/" + scale.name + "-seed" + std::to_string(seed) + ".gguf";
     if (!file_exists(path)) {

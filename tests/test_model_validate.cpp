@@ -49,7 +49,7 @@ std::string rewrite(const std::string& name, const Edit& e) {
     }
     std::vector<const void*> ptrs;
     for (auto& d : data) ptrs.push_back(d.data());
-    const std::string out = std::string(BG_BINARY_DIR) + "/test-models/edit-" + name + ".gguf";
+    const std::string out = bgtest::test_models_dir() + "/edit-" + name + ".gguf";
     w.write_file(out, ptrs);
     return out;
 }

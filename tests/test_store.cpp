@@ -251,7 +251,7 @@ TEST(Residency, PlanRoundTripsAndBadPlansAreRejected) {
     for (int32_t e : p.resident[3])
         for (int32_t o = 0; o < 64; ++o)
             if (!p.is_resident(3, o)) EXPECT_GE(bias[e], bias[o]);
-    const std::string path = std::string(BG_BINARY_DIR) + "/test-models/plan.json";
+    const std::string path = bgtest::test_models_dir() + "/plan.json";
     bg::save_plan(p, path);
     const bg::ResidencyPlan q = bg::load_plan(path, *m);
     EXPECT_EQ(q.resident, p.resident);

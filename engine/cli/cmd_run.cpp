@@ -2,6 +2,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/device_pick.h"
 #include "runtime/session.h"
 #include "util/check.h"
 #include "util/file_io.h"
@@ -10,9 +11,10 @@ namespace bg::cli {
 
 namespace {
 
-void run(const RunConfig& cfg) {
+void run(RunConfig cfg) {
+    DeviceFactory* device = pick_device(cfg);
     std::fputs(cfg.describe().c_str(), stderr);
-    Session s(cfg);
+    Session s(cfg, device);
     const nlohmann::json metrics = s.run(true);
     std::string line;
     for (int32_t t : s.generated()) line += strf("%s%d", line.empty() ? "" : " ", t);
@@ -44,6 +46,7 @@ void register_run(CLI::App& app) {
     cmd->add_option("--gen", cfg.gen, "Tokens to generate")->capture_default_str();
     cmd->add_option("--prefill", cfg.prefill, "token-major (synchronous loads) | layer-major (overlapped)")->capture_default_str();
     cmd->add_option("--passes", cfg.passes, "Prefill passes over the prompt (1 cold, then warm)")->capture_default_str();
+    cmd->add_option("--backend", cfg.backend, "auto | cpu | cuda")->capture_default_str();
     cmd->add_option("--swiglu-clamp", cfg.swiglu_clamp, "deepseek | llamacpp")->capture_default_str();
     cmd->add_option("--n-ctx", cfg.n_ctx, "Context length (0: prompt + gen)")->capture_default_str();
     cmd->add_option("--routing", cfg.routing, "exact | pinned-top1 | resident-only")->capture_default_str();

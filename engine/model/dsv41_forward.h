@@ -60,6 +60,8 @@ public:
     virtual void set_routing(RoutingPolicy p) = 0;
     // Host memory held by caches and work buffers, for the host budget.
     virtual uint64_t buffer_bytes() const = 0;
+    // Device memory held (dense weights, caches, work buffers), for the VRAM budget.
+    virtual uint64_t device_bytes() const { return 0; }
     // Empties the sequence: the next token is at position 0.
     virtual void reset() = 0;
 

@@ -93,6 +93,8 @@ public:
     GgmlType engram_type(int64_t layer) const;
 
     uint64_t dense_bytes() const { return dense_bytes_; }
+    // The host buffer holding every dense tensor (views point into it), dense_bytes() long.
+    const uint8_t* dense_data() const { return dense_; }
     uint64_t expert_bytes() const { return expert_bytes_; }
     uint64_t engram_bytes() const { return engram_bytes_; }
 

@@ -477,14 +477,19 @@ void TieredExpertStore::read_expert_blocking(int64_t layer, int32_t e, uint8_t* 
 uint64_t TieredExpertStore::verify_slots() const {
     std::lock_guard<std::mutex> g(mu_);
     BG_CHECK(!active_);
-    std::vector<uint8_t> want(slot_bytes_);
+    std::vector<uint8_t> want(slot_bytes_), have(slot_bytes_);
     uint64_t checked = 0;
     for (int64_t l = 0; l < L_; ++l)
         for (size_t e = 0; e < homes_[l].size(); ++e) {
             const Home& h = homes_[l][e];
             if (!h.tier || !h.loaded) continue;
             read_expert_blocking(l, static_cast<int32_t>(e), want.data());
-            if (std::memcmp(want.data(), home_ptr(l, h), m_.expert_bytes_each(l)) != 0)
+            const uint8_t* slot = home_ptr(l, h);
+            if (h.tier == 2 && !backend_.device_is_host_addressable()) {
+                backend_.copy(have.data(), slot, m_.expert_bytes_each(l), CopyKind::kDeviceToHost);
+                slot = have.data();
+            }
+            if (std::memcmp(want.data(), slot, m_.expert_bytes_each(l)) != 0)
                 fail("store: slot of layer %lld expert %zu does not match the file", (long long)l, e);
             ++checked;
         }

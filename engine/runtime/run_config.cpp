@@ -15,6 +15,7 @@ nlohmann::json RunConfig::to_json() const {
         {"ubatch", ubatch},
         {"passes", passes},
         {"threads", threads},
+        {"backend", backend},
         {"swiglu_clamp", swiglu_clamp},
         {"n_ctx", n_ctx},
         {"routing", routing},

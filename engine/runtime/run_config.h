@@ -21,6 +21,7 @@ struct RunConfig {
     int64_t ubatch = 16;
     int64_t passes = 1;               // prefill passes over the same prompt: 1 cold, then warm
     int threads = 0;                  // 0: all cores
+    std::string backend = "auto";     // auto (cuda when built with it and a GPU is present) | cpu | cuda
     std::string swiglu_clamp = "deepseek";  // or "llamacpp"
     int64_t n_ctx = 0;                // 0: prompt + gen
     // Tiered store

@@ -76,7 +76,27 @@ Fidelity compare_logits(const std::vector<float>& exact, const std::vector<float
     return f;
 }
 
-Session::Session(const RunConfig& cfg) : cfg_(cfg) {
+namespace {
+
+class CpuDevice final : public DeviceFactory {
+public:
+    const char* name() const override { return "cpu"; }
+    std::unique_ptr<Backend> make_backend() override { return make_cpu_backend(); }
+    std::unique_ptr<dsv41::ForwardPass> make_forward(const dsv41::Model& m, cpu::ThreadPool& pool, ExpertProvider& experts,
+                                                     EngramStore& engram, const dsv41::ForwardConfig& cfg) override {
+        return std::make_unique<dsv41::Forward>(m, pool, experts, engram, cfg);
+    }
+};
+
+}  // namespace
+
+DeviceFactory& cpu_device() {
+    static CpuDevice d;
+    return d;
+}
+
+Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
+    if (!device) device = &cpu_device();
     order_ = parse_prefill_order(cfg.prefill);
     routing_ = parse_routing_policy(cfg.routing);
     cpu::SwigluClamp clamp;
@@ -93,7 +113,7 @@ Session::Session(const RunConfig& cfg) : cfg_(cfg) {
                   : read_prompt_file(cfg.prompt_file, hp.n_vocab);
     plan_ = cfg.residency.empty() ? plan_from_bias(*model_, cfg.slots, cfg.hot) : load_plan(cfg.residency, *model_);
 
-    backend_ = make_cpu_backend();
+    backend_ = device->make_backend();
     pool_ = std::make_unique<cpu::ThreadPool>(cfg.threads);
     expert_reader_ = io::Reader::open(cfg.model_path, io_config(cfg), cfg.faults);
     engram_reader_ = io::Reader::open(cfg.model_path, io_config(cfg), cfg.faults);
@@ -118,9 +138,17 @@ Session::Session(const RunConfig& cfg) : cfg_(cfg) {
     fc.swiglu_form = clamp;
     fc.routing = routing_;
     fc.plan = &plan_;
-    fwd_ = std::make_unique<dsv41::Forward>(*model_, *pool_, *store_, *engram_, fc);
+    fwd_ = device->make_forward(*model_, *pool_, *store_, *engram_, fc);
     runner_ = std::make_unique<Runner>(*model_, *fwd_);
 
+    // The whole device picture: the forward pass's weights, caches and work buffers too.
+    const uint64_t dev_total = store_->device_bytes() + engram_->buffer_bytes() + fwd_->device_bytes();
+    if (dev_total > sc.vram_budget_bytes)
+        fail("VRAM budget %.1f MiB cannot hold hot and transient slots %.1f MiB + Engram buffer %.1f MiB + dense weights, "
+             "caches and work buffers %.1f MiB (%.1f MiB in all); lower --hot, --transient-slots or --n-ctx, or raise "
+             "--vram-budget",
+             sc.vram_budget_bytes / 1048576.0, store_->device_bytes() / 1048576.0, engram_->buffer_bytes() / 1048576.0,
+             fwd_->device_bytes() / 1048576.0, dev_total / 1048576.0);
     // The whole host picture, now that the caches and work buffers exist; still before any work.
     const uint64_t host_total = model_->dense_bytes() + store_->host_bytes() + fwd_->buffer_bytes();
     if (host_total > sc.host_budget_bytes)
@@ -165,7 +193,7 @@ nlohmann::json Session::run(bool verbose) {
                         {"expert_bytes_each", model_->expert_bytes_each(0)}};
     metrics["residency"] = {{"slots", plan_.slots}, {"hot", plan_.hot}, {"source", plan_.source}};
     metrics["passes"] = nlohmann::json::array();
-    const double vram_mib = (store_->device_bytes() + engram_->buffer_bytes()) / 1048576.0;
+    const double vram_mib = (store_->device_bytes() + engram_->buffer_bytes() + fwd_->device_bytes()) / 1048576.0;
 
     auto tier_metrics = [&](const StoreCounters& d, const EngramCounters& g, double wall_ms) {
         const double blocked = d.disk_wait_ms + d.copy_wait_ms;

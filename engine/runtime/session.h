@@ -20,10 +20,25 @@
 
 namespace bg {
 
+// What a compute device contributes to a session: its backend (pools and copies) and its
+// forward pass. The CPU one is built in; the CUDA build provides another
+// (engine/cuda/cuda_device.cuh), so this layer never depends on CUDA.
+class DeviceFactory {
+public:
+    virtual ~DeviceFactory() = default;
+    virtual const char* name() const = 0;
+    virtual std::unique_ptr<Backend> make_backend() = 0;
+    virtual std::unique_ptr<dsv41::ForwardPass> make_forward(const dsv41::Model& m, cpu::ThreadPool& pool,
+                                                             ExpertProvider& experts, EngramStore& engram,
+                                                             const dsv41::ForwardConfig& cfg) = 0;
+};
+DeviceFactory& cpu_device();
+
 class Session {
 public:
-    // Opens everything and checks the budgets; throws bg::Error with the reason.
-    explicit Session(const RunConfig& cfg);
+    // Opens everything and checks the budgets; throws bg::Error with the reason. `device` is
+    // the CPU when null.
+    explicit Session(const RunConfig& cfg, DeviceFactory* device = nullptr);
     ~Session();
 
     // The passes, then decoding; the metrics object (config echoed). Prints a line per pass to
@@ -35,7 +50,7 @@ public:
     const dsv41::Model& model() const { return *model_; }
     TieredExpertStore& store() { return *store_; }
     EngramStore& engram() { return *engram_; }
-    dsv41::Forward& forward() { return *fwd_; }
+    dsv41::ForwardPass& forward() { return *fwd_; }
     Runner& runner() { return *runner_; }
     const ResidencyPlan& plan() const { return plan_; }
     PrefillOrder order() const { return order_; }
@@ -54,7 +69,7 @@ private:
     ResidencyPlan plan_;
     std::unique_ptr<EngramStore> engram_;
     std::unique_ptr<TieredExpertStore> store_;
-    std::unique_ptr<dsv41::Forward> fwd_;
+    std::unique_ptr<dsv41::ForwardPass> fwd_;
     std::unique_ptr<Runner> runner_;
     std::vector<int32_t> prompt_, generated_;
 };
