@@ -27,6 +27,9 @@ run() {  # name, flags...
 }
 echo "== 4a/4b: pinned-top1, layer-major ubatch 16, promotion"
 run seed-4a-4b --passes 2 --gen 16 --routing pinned-top1 --prefill layer-major --ubatch 16 --promote
+echo "== 4a/4b with a residency plan profiled on another 256-token prompt (seed 2)"
+"$bin" profile --model "$model" --prompt-tokens 256 --prompt-seed 2 --out "$out/plan.json" 2>&1 | tail -n 1
+run seed-4a-4b-profiled --passes 2 --gen 16 --routing pinned-top1 --prefill layer-major --ubatch 16 --promote --residency "$out/plan.json"
 echo "== exact routing with the data-movement changes"
 run exact-optimized --passes 2 --gen 16 --routing exact --prefill layer-major --ubatch 16 --promote
 echo "== baseline: exact, token-major ubatch 3, no promotion"

@@ -229,11 +229,34 @@ GpuForward::GpuForward(const dsv41::Model& m, ExpertProvider& experts, EngramSto
     used_experts_.assign(hp_.n_expert, 0);
     used_tokens_.assign(hp_.n_expert, 0);
     by_expert_slot_.assign(ctx * k, 0);
+    // Two events per expert and per unit of a layer, and a few for the attention half.
+    events_.resize(2 * (hp_.n_expert + max_units_ + 4));
+    for (cudaEvent_t& e : events_) BG_CUDA_CHECK(cudaEventCreate(&e));
     BG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void GpuForward::busy_begin() {
+    BG_CHECK(events_used_ + 2 <= events_.size() && events_used_ % 2 == 0);
+    BG_CUDA_CHECK(cudaEventRecord(events_[events_used_++], stream_));
+}
+
+void GpuForward::busy_end() {
+    BG_CHECK(events_used_ % 2 == 1);
+    BG_CUDA_CHECK(cudaEventRecord(events_[events_used_++], stream_));
+}
+
+void GpuForward::busy_collect() {
+    for (size_t i = 0; i + 1 < events_used_; i += 2) {
+        float ms = 0;
+        BG_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[i], events_[i + 1]));
+        busy_ms_ += ms;
+    }
+    events_used_ = 0;
 }
 
 GpuForward::~GpuForward() {
     cudaStreamSynchronize(stream_);
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
     for (void* p : allocations_) cudaFree(p);
     cudaFreeHost(h_rows_);
     cudaFreeHost(h_out_);
@@ -419,6 +442,7 @@ void GpuForward::attention_half(int64_t l, dsv41::Ubatch& u) {
     const int64_t s = u.device_slot, n = u.n, k = hp_.n_expert_used, ne = hp_.n_expert;
     float* h = H(s);
     if (m_.roles()[l].engram) engram(l, u);
+    busy_begin();
     mix(w.hc_attn_fn, w.hc_attn_base, w.hc_attn_scale, h, n, mixa_);
     hc_collapse(h, pre_ + s * mu_ * kHc, kHc, n, E_, x_, stream_);
     rmsnorm(x_, w.attn_norm, E_, n, hp_.rms_eps, x_, stream_);
@@ -438,10 +462,12 @@ void GpuForward::attention_half(int64_t l, dsv41::Ubatch& u) {
     float* wts = wts_ + s * mu_ * k;
     route(cfg_.routing, rlogits_, w.exp_probs_b, cfg_.plan ? resident_[l] : nullptr, n, ne, static_cast<int>(k),
           hp_.expert_weights_scale, ids, wts, stream_);
+    busy_end();
     // The host needs the routing to plan the layer's expert traffic.
     BG_CUDA_CHECK(cudaMemcpyAsync(u.ids.data(), ids, n * k * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
     BG_CUDA_CHECK(cudaMemcpyAsync(u.wts.data(), wts, n * k * sizeof(float), cudaMemcpyDeviceToHost, stream_));
     BG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    busy_collect();
     for (int64_t i = 0; i < n * k; ++i)
         if (u.ids[i] < 0 || u.ids[i] >= ne) fail("gpu forward: layer %lld routed token %lld to expert %d", (long long)l, (long long)(u.pos0 + i / k), u.ids[i]);
     if (observer_)
@@ -492,6 +518,7 @@ void GpuForward::moe_half(int64_t l, dsv41::Ubatch* const* units, int64_t n_unit
         DeviceMat upm{v.up.data, v.up.type, v.up.cols, v.up.rows, v.up.row_stride};
         DeviceMat down{v.down.data, v.down.type, v.down.cols, v.down.rows, v.down.row_stride};
         const int64_t s0 = by_expert_start_[e], m_total = by_expert_start_[e + 1] - s0;
+        busy_begin();
         for (int64_t c0 = 0; c0 < m_total; c0 += chunk) {
             const int64_t m = std::min(chunk, m_total - c0);
             moe_gather(xf_, E_, gather_rows_ + s0 + c0, m, E_, xg_, stream_);
@@ -501,6 +528,7 @@ void GpuForward::moe_half(int64_t l, dsv41::Ubatch* const* units, int64_t n_unit
             matmul(*mm_, down, h_, nff, m, eo_tmp_, E_, stream_);
             moe_scatter(eo_tmp_, scatter_rows_ + s0 + c0, m, E_, eo_, stream_);
         }
+        busy_end();
         // The slot may be refilled once released: the kernels reading it must be done.
         BG_CUDA_CHECK(cudaStreamSynchronize(stream_));
         experts_.release(e);
@@ -511,6 +539,7 @@ void GpuForward::moe_half(int64_t l, dsv41::Ubatch* const* units, int64_t n_unit
         const dsv41::Ubatch& u = *units[ui];
         const int64_t s = u.device_slot, n = u.n;
         float* xf = xf_ + s * mu_ * E_;
+        busy_begin();
         if (hp_.n_expert_shared > 0) {
             const int64_t nsh = nff * hp_.n_expert_shared;
             matmul(*mm_, w.sh_gate, xf, E_, n, sg_, nsh, stream_);
@@ -522,8 +551,10 @@ void GpuForward::moe_half(int64_t l, dsv41::Ubatch* const* units, int64_t n_unit
         }
         moe_weighted_sum(eo_ + s * mu_ * k * E_, wts_ + s * mu_ * k, n, k, E_, y_, stream_);
         hc_expand(mixf_ + s * mu_ * kMixWidth, y_, H(s), n, E_, H(s), stream_);
+        busy_end();
     }
     BG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    busy_collect();
 }
 
 void GpuForward::collapse_final(const dsv41::Ubatch& u, int64_t i) {

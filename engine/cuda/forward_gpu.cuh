@@ -26,6 +26,7 @@ public:
     void set_routing(RoutingPolicy p) override;
     uint64_t buffer_bytes() const override;
     uint64_t device_bytes() const override { return device_bytes_; }
+    double device_busy_ms() const override { return busy_ms_; }
     void reset() override;
     void embed(dsv41::Ubatch& u, const int32_t* tokens, int64_t n, int64_t pos0) override;
     void attention_half(int64_t l, dsv41::Ubatch& u) override;
@@ -46,6 +47,10 @@ private:
     void attention(int64_t l, const dsv41::Ubatch& u);
     void blocks(int64_t l, const dsv41::Ubatch& u);
     void collapse_final(const dsv41::Ubatch& u, int64_t i);
+    // Busy time: event pairs around kernel work, summed once the stream has caught up.
+    void busy_begin();
+    void busy_end();
+    void busy_collect();  // after a stream synchronise
 
     const dsv41::Model& m_;
     const dsv41::HParams& hp_;
@@ -90,6 +95,9 @@ private:
     // MoE grouping (host)
     std::vector<int32_t> by_expert_count_, by_expert_start_, used_experts_, used_tokens_;
     std::vector<int64_t> by_expert_slot_;
+    std::vector<cudaEvent_t> events_;  // pool, allocated at start-up
+    size_t events_used_ = 0;
+    double busy_ms_ = 0;
 };
 
 }  // namespace bg::cuda

@@ -62,6 +62,9 @@ public:
     virtual uint64_t buffer_bytes() const = 0;
     // Device memory held (dense weights, caches, work buffers), for the VRAM budget.
     virtual uint64_t device_bytes() const { return 0; }
+    // Milliseconds the device spent running this pass's kernels so far, from events around the
+    // kernel work (idle gaps while the host waits are excluded); < 0 where not measured (CPU).
+    virtual double device_busy_ms() const { return -1.0; }
     // Empties the sequence: the next token is at position 0.
     virtual void reset() = 0;
 

@@ -195,9 +195,11 @@ nlohmann::json Session::run(bool verbose) {
     metrics["passes"] = nlohmann::json::array();
     const double vram_mib = (store_->device_bytes() + engram_->buffer_bytes() + fwd_->device_bytes()) / 1048576.0;
 
-    auto tier_metrics = [&](const StoreCounters& d, const EngramCounters& g, double wall_ms) {
+    auto tier_metrics = [&](const StoreCounters& d, const EngramCounters& g, double wall_ms, double busy_ms) {
         const double blocked = d.disk_wait_ms + d.copy_wait_ms;
         return nlohmann::json{
+            {"gpu_busy_ms", busy_ms >= 0 ? nlohmann::json(busy_ms) : nlohmann::json(nullptr)},
+            {"gpu_busy_fraction", busy_ms >= 0 && wall_ms > 0 ? nlohmann::json(busy_ms / wall_ms) : nlohmann::json(nullptr)},
             {"experts", d.to_json()},
             {"engram", g.to_json()},
             {"disk_read_pct", d.consumed_bytes ? 100.0 * d.disk_bytes / d.consumed_bytes : 0.0},
@@ -217,12 +219,13 @@ nlohmann::json Session::run(bool verbose) {
         store_->begin_pass();
         const StoreCounters s0 = store_->counters();
         const EngramCounters g0 = engram_->counters();
+        const double b0 = fwd_->device_busy_ms();
         const auto t0 = Clock::now();
         runner_->prefill(prompt_, order_, cfg_.ubatch, &logits);
         const double ms = ms_since(t0);
         const StoreCounters d = store_->counters() - s0;
         const EngramCounters g = engram_->counters() - g0;
-        nlohmann::json pm = tier_metrics(d, g, ms);
+        nlohmann::json pm = tier_metrics(d, g, ms, b0 >= 0 ? fwd_->device_busy_ms() - b0 : -1.0);
         pm["pass"] = pass;
         pm["state"] = pass == 1 ? "cold" : "warm";
         pm["prompt_tokens"] = n_prompt;
@@ -248,13 +251,15 @@ nlohmann::json Session::run(bool verbose) {
     store_->begin_pass();
     const StoreCounters s0 = store_->counters();
     const EngramCounters g0 = engram_->counters();
+    const double b0 = fwd_->device_busy_ms();
     const auto t_dec = Clock::now();
     generated_ = runner_->decode(logits, cfg_.gen);
     const double dec_ms = ms_since(t_dec);
     // The first generated token comes from the prefill's logits: decode speed counts the
     // one-token steps that followed it.
     const int64_t steps = std::max<int64_t>(0, cfg_.gen - 1);
-    nlohmann::json dm = tier_metrics(store_->counters() - s0, engram_->counters() - g0, dec_ms);
+    nlohmann::json dm = tier_metrics(store_->counters() - s0, engram_->counters() - g0, dec_ms,
+                                     b0 >= 0 ? fwd_->device_busy_ms() - b0 : -1.0);
     dm["tokens"] = cfg_.gen;
     dm["steps"] = steps;
     dm["decode_ms"] = dec_ms;
