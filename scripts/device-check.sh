@@ -15,7 +15,7 @@ if [ "${1:-}" = "--stage" ]; then
   for t in "$build"/tests/test_gpu_*; do
     case "$t" in *.cmake) ;; *) cp "$t" "$stage/" ;; esac
   done
-  [ -x "$build/bench/bench_gpu" ] && cp "$build/bench/bench_gpu" "$stage/"
+  for b in bench_gpu bench_io; do [ -x "$build/bench/$b" ] && cp "$build/bench/$b" "$stage/"; done
   grep -qx "/$stage/" .git/info/exclude 2>/dev/null || echo "/$stage/" >> .git/info/exclude
   du -sh "$stage"
   exit 0
@@ -45,8 +45,9 @@ probe_file=/tmp/bg-probe.bin
 "$stage/betelgeuse" probe-disk "$probe_file" --json | tee "$out/probe-disk.json"
 "$stage/betelgeuse" probe-disk "$probe_file" --json --queue-depth 1 | tee "$out/probe-disk-qd1.json"
 
-if [ -x "$stage/bench_gpu" ]; then
-  echo "## micro-benchmarks"
-  "$stage/bench_gpu" --benchmark_min_time=0.2 --benchmark_out="$out/bench_gpu.json" --benchmark_out_format=json 2>&1 | tail -n 40
-fi
+echo "## micro-benchmarks"
+for b in bench_gpu bench_io; do
+  [ -x "$stage/$b" ] || continue
+  BG_BENCH_DIR=/tmp "$stage/$b" --benchmark_min_time=0.2 --benchmark_out="$out/$b.json" --benchmark_out_format=json 2>&1 | tail -n 30
+done
 exit $status
