@@ -1,0 +1,261 @@
+#include "machine.h"
+
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <thread>
+
+namespace bgh {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+std::string read_text(const std::string& p) {
+    std::ifstream in(p);
+    std::stringstream ss;
+    if (in) ss << in.rdbuf();
+    return ss.str();
+}
+
+std::string trim(std::string s) {
+    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+    size_t i = 0;
+    while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
+    return s.substr(i);
+}
+
+std::string shell_quote(const std::string& s) {
+    std::string q = "'";
+    for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return q + "'";
+}
+
+// /proc/meminfo "MemTotal:  24576000 kB" as bytes.
+uint64_t meminfo_bytes(const std::string& key) {
+    std::istringstream in(read_text("/proc/meminfo"));
+    std::string k, unit;
+    uint64_t v = 0;
+    while (in >> k >> v) {
+        std::getline(in, unit);
+        if (k == key + ":") return v * 1024;
+    }
+    return 0;
+}
+
+json cpu_description() {
+    std::istringstream in(read_text("/proc/cpuinfo"));
+    std::string line, model;
+    std::set<std::pair<std::string, std::string>> cores;  // (physical id, core id)
+    std::string phys;
+    while (std::getline(in, line)) {
+        const auto colon = line.find(':');
+        if (colon == std::string::npos) continue;
+        const std::string k = trim(line.substr(0, colon)), v = trim(line.substr(colon + 1));
+        if (k == "model name" && model.empty()) model = v;
+        if (k == "physical id") phys = v;
+        if (k == "core id") cores.insert({phys, v});
+    }
+    json j = {{"model", model.empty() ? json(nullptr) : json(model)},
+              {"logical_cores", std::thread::hardware_concurrency()},
+              {"online_cores", sysconf(_SC_NPROCESSORS_ONLN)}};
+    j["physical_cores"] = cores.empty() ? json(nullptr) : json(cores.size());
+    return j;
+}
+
+// The mount, file system and block device under `path`, matched through the device number
+// the kernel gives the file (so bind mounts and overlays name the real thing).
+json disk_description(const std::string& path) {
+    json j = {{"file", path}};
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) {
+        j["note"] = "file not found";
+        return j;
+    }
+    const unsigned maj = major(st.st_dev), min = minor(st.st_dev);
+    const std::string devno = std::to_string(maj) + ":" + std::to_string(min);
+    std::error_code ec;
+    const std::string real = fs::weakly_canonical(path, ec).string();
+    std::istringstream mi(read_text("/proc/self/mountinfo"));
+    std::string line, best_mount;
+    while (std::getline(mi, line)) {
+        std::istringstream f(line);
+        std::string id, parent, dev, root, mount;
+        f >> id >> parent >> dev >> root >> mount;
+        if (dev != devno) continue;
+        if (real.rfind(mount, 0) != 0 || mount.size() < best_mount.size()) continue;
+        std::string tok;
+        while (f >> tok && tok != "-") {
+        }
+        std::string fstype, source;
+        f >> fstype >> source;
+        best_mount = mount;
+        j["mount_point"] = mount;
+        j["file_system"] = fstype;
+        j["source"] = source;
+    }
+    j["device_number"] = devno;
+    const std::string sys = "/sys/dev/block/" + devno;
+    if (fs::exists(sys, ec)) {
+        fs::path dev = fs::canonical(sys, ec);
+        std::string name = dev.filename().string();
+        // A partition's disk is the folder above it; model and queue live with the disk.
+        if (fs::exists(dev / "partition", ec)) dev = dev.parent_path();
+        j["partition"] = name;
+        j["device"] = dev.filename().string();
+        const std::string model = trim(read_text((dev / "device/model").string()));
+        j["device_model"] = model.empty() ? json(nullptr) : json(model);
+        const std::string rot = trim(read_text((dev / "queue/rotational").string()));
+        if (!rot.empty()) j["rotational"] = rot == "1";
+        const std::string size = trim(read_text((dev / "size").string()));
+        if (!size.empty()) j["device_bytes"] = std::strtoull(size.c_str(), nullptr, 10) * 512;
+    } else {
+        j["device"] = nullptr;
+        j["device_note"] = "no block device behind this file system";
+    }
+    return j;
+}
+
+std::optional<json> json_in(const std::string& text) {
+    const auto b = text.find('{');
+    const auto e = text.rfind('}');
+    if (b == std::string::npos || e == std::string::npos || e < b) return std::nullopt;
+    try {
+        return json::parse(text.substr(b, e - b + 1));
+    } catch (...) {
+        return std::nullopt;
+    }
+}
+
+std::string last_line(const std::string& s) {
+    std::string t = trim(s);
+    const auto nl = t.rfind('\n');
+    return nl == std::string::npos ? t : t.substr(nl + 1);
+}
+
+}  // namespace
+
+std::optional<std::string> capture(const std::vector<std::string>& argv, bool merge_stderr, int* exit_code) {
+    std::string cmd;
+    for (const auto& a : argv) cmd += (cmd.empty() ? "" : " ") + shell_quote(a);
+    cmd += merge_stderr ? " 2>&1" : " 2>/dev/null";
+    FILE* p = ::popen(cmd.c_str(), "r");
+    if (!p) return std::nullopt;
+    std::string out;
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    const int st = ::pclose(p);
+    const int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+    if (exit_code) *exit_code = code;
+    if (code != 0 && !merge_stderr) return std::nullopt;
+    return out;
+}
+
+std::vector<std::string> list_gpus() {
+    std::vector<std::string> gpus;
+    const auto out = capture({"nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader,nounits"});
+    if (!out) return gpus;
+    std::istringstream in(*out);
+    std::string line;
+    while (std::getline(in, line))
+        if (!trim(line).empty()) gpus.push_back(trim(line));
+    return gpus;
+}
+
+json describe_machine(const MachineProbe& p) {
+    json m;
+    struct utsname u;
+    if (::uname(&u) == 0) {
+        m["hostname"] = u.nodename;
+        m["kernel"] = std::string(u.sysname) + " " + u.release;
+        m["arch"] = u.machine;
+    }
+    m["cpu"] = cpu_description();
+    m["ram_bytes"] = meminfo_bytes("MemTotal");
+    m["ram_gib"] = meminfo_bytes("MemTotal") / double(1ull << 30);
+    m["swap_bytes"] = meminfo_bytes("SwapTotal");
+
+    const auto gpus = list_gpus();
+    if (gpus.empty()) {
+        m["gpu"] = nullptr;
+        m["gpu_note"] = "nvidia-smi lists no GPU";
+    } else {
+        json list = json::array();
+        for (const auto& g : gpus) {
+            std::vector<std::string> f;
+            std::stringstream ss(g);
+            std::string x;
+            while (std::getline(ss, x, ',')) f.push_back(trim(x));
+            json e = {{"name", f.size() > 0 ? f[0] : g}};
+            if (f.size() > 1) e["driver"] = f[1];
+            if (f.size() > 2) e["memory_mib"] = std::strtoull(f[2].c_str(), nullptr, 10);
+            list.push_back(e);
+        }
+        m["gpu"] = list[0];
+        m["gpus"] = list;
+    }
+
+    m["disk"] = disk_description(p.model_path);
+
+    m["raw_disk_gb_s"] = nullptr;
+    if (!p.probe_disk) {
+        m["raw_disk_note"] = "not probed (--no-probe)";
+    } else {
+        std::vector<std::string> a = {p.engine_path, "probe-disk", p.model_path, "--json"};
+        a.insert(a.end(), p.disk_probe_flags.begin(), p.disk_probe_flags.end());
+        int code = 0;
+        const auto out = capture(a, true, &code);
+        const auto j = out ? json_in(*out) : std::nullopt;
+        if (code == 0 && j && j->contains("seq_gb_s")) {
+            m["raw_disk_gb_s"] = (*j)["seq_gb_s"];
+            m["raw_disk_probe"] = *j;
+        } else {
+            m["raw_disk_note"] = "probe-disk failed: " + (out ? last_line(*out) : std::string("could not run"));
+        }
+    }
+
+    m["pinned_pcie_gb_s"] = nullptr;
+    if (gpus.empty()) {
+        m["pinned_pcie_note"] = "no GPU";
+    } else if (!p.probe_pcie) {
+        m["pinned_pcie_note"] = "not probed (--no-probe)";
+    } else {
+        int code = 0;
+        const auto out = capture({p.engine_path, "probe-pcie", "--json"}, true, &code);
+        const auto j = out ? json_in(*out) : std::nullopt;
+        if (code == 0 && j && j->contains("pinned_gb_s")) {
+            m["pinned_pcie_gb_s"] = (*j)["pinned_gb_s"];
+            m["pcie_probe"] = *j;
+        } else {
+            m["pinned_pcie_note"] = "probe-pcie failed: " + (out ? last_line(*out) : std::string("could not run"));
+        }
+    }
+    return m;
+}
+
+json git_description(const std::string& dir) {
+    json g = {{"commit", nullptr}, {"dirty", nullptr}};
+    if (const auto sha = capture({"git", "-C", dir, "rev-parse", "HEAD"})) {
+        g["commit"] = trim(*sha);
+        if (const auto st = capture({"git", "-C", dir, "status", "--porcelain", "--untracked-files=no"}))
+            g["dirty"] = !trim(*st).empty();
+        if (const auto d = capture({"git", "-C", dir, "log", "-1", "--format=%s"})) g["subject"] = trim(*d);
+    } else {
+        g["note"] = "not in a git checkout, or git is missing";
+    }
+    return g;
+}
+
+}  // namespace bgh

@@ -1,0 +1,36 @@
+// Where a result was measured and from which source: CPU, cores, RAM, GPU and driver, the disk
+// and file system under the model file, raw disk and pinned PCIe bandwidth measured on the spot
+// (a result is only comparable with the hardware's own ceiling beside it), and the git commit.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace bgh {
+
+struct MachineProbe {
+    std::string engine_path;            // runs `probe-disk` and `probe-pcie`
+    std::string model_path;             // the disk and file system that matter are this file's
+    std::vector<std::string> disk_probe_flags;  // the engine's I/O settings, so the probe matches
+    bool probe_disk = true;
+    bool probe_pcie = true;
+};
+
+// Every field the machine offers; missing facts are null with a "*_note" saying why.
+nlohmann::json describe_machine(const MachineProbe& p);
+
+// {"commit": sha or null, "dirty": bool, "describe": "..."} of the repository holding `dir`.
+nlohmann::json git_description(const std::string& dir);
+
+// Runs argv (argv[0] looked up in PATH) and returns its stdout (plus stderr when `merge_stderr`),
+// or nullopt when it cannot run or exits non-zero.
+std::optional<std::string> capture(const std::vector<std::string>& argv, bool merge_stderr = false,
+                                   int* exit_code = nullptr);
+
+// The GPUs nvidia-smi lists ("name, driver, MiB" each), empty without one.
+std::vector<std::string> list_gpus();
+
+}  // namespace bgh

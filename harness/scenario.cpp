@@ -1,0 +1,431 @@
+#include "scenario.h"
+
+#include <sys/stat.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+
+namespace bgh {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+std::string join(const std::vector<std::string>& v, const char* sep) {
+    std::string out;
+    for (const auto& s : v) out += (out.empty() ? "" : sep) + s;
+    return out;
+}
+
+std::string shown(const json& j) {
+    std::string s = j.dump();
+    return s.size() > 60 ? s.substr(0, 57) + "..." : s;
+}
+
+// Walks one JSON object, remembering which keys were read so that every key nobody asked for
+// is reported as unknown. Each accessor records a problem (path and reason) and returns nullopt
+// instead of throwing, so one pass finds every mistake in the file.
+class Obj {
+public:
+    Obj(const json* j, std::string path, std::vector<std::string>& problems)
+        : j_(j), path_(std::move(path)), problems_(problems) {
+        if (j_ && !j_->is_object()) {
+            problem("", "must be an object, got " + shown(*j_));
+            j_ = nullptr;
+        }
+    }
+
+    bool valid() const { return j_ != nullptr; }
+    bool has(const std::string& key) const { return j_ && j_->contains(key); }
+    std::string at(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+
+    void problem(const std::string& key, const std::string& reason) {
+        const std::string p = key.empty() ? path_ : at(key);
+        problems_.push_back((p.empty() ? std::string("(top level)") : p) + ": " + reason);
+    }
+
+    const json* get(const std::string& key, bool required) {
+        seen_.insert(key);
+        if (!j_) return nullptr;
+        auto it = j_->find(key);
+        if (it == j_->end()) {
+            if (required) problem(key, "required key is missing");
+            return nullptr;
+        }
+        return &*it;
+    }
+
+    std::optional<int64_t> integer(const std::string& key, int64_t lo, int64_t hi, bool required = false) {
+        const json* v = get(key, required);
+        if (!v) return std::nullopt;
+        if (!v->is_number_integer()) {
+            problem(key, "must be an integer, got " + shown(*v));
+            return std::nullopt;
+        }
+        const int64_t x = v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(INT64_MAX) ? INT64_MAX : v->get<int64_t>();
+        if (x < lo || x > hi) {
+            problem(key, "must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " + shown(*v));
+            return std::nullopt;
+        }
+        return x;
+    }
+
+    std::optional<double> number(const std::string& key, double lo, double hi, bool required = false) {
+        const json* v = get(key, required);
+        if (!v) return std::nullopt;
+        if (!v->is_number()) {
+            problem(key, "must be a number, got " + shown(*v));
+            return std::nullopt;
+        }
+        const double x = v->get<double>();
+        if (!(x >= lo && x <= hi)) {
+            std::ostringstream r;
+            r << "must be between " << lo << " and " << hi << ", got " << shown(*v);
+            problem(key, r.str());
+            return std::nullopt;
+        }
+        return x;
+    }
+
+    std::optional<bool> boolean(const std::string& key, bool required = false) {
+        const json* v = get(key, required);
+        if (!v) return std::nullopt;
+        if (!v->is_boolean()) {
+            problem(key, "must be true or false, got " + shown(*v));
+            return std::nullopt;
+        }
+        return v->get<bool>();
+    }
+
+    std::optional<std::string> string(const std::string& key, bool required = false,
+                                      const std::vector<std::string>& allowed = {}, const char* pattern = nullptr,
+                                      const char* pattern_reason = nullptr) {
+        const json* v = get(key, required);
+        if (!v) return std::nullopt;
+        if (!v->is_string()) {
+            problem(key, "must be a string, got " + shown(*v));
+            return std::nullopt;
+        }
+        std::string s = v->get<std::string>();
+        if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), s) == allowed.end()) {
+            problem(key, "must be one of " + join(allowed, ", ") + ", got " + shown(*v));
+            return std::nullopt;
+        }
+        if (pattern && !std::regex_match(s, std::regex(pattern))) {
+            problem(key, std::string(pattern_reason) + ", got " + shown(*v));
+            return std::nullopt;
+        }
+        return s;
+    }
+
+    Obj object(const std::string& key, bool required = false) {
+        return Obj(get(key, required), at(key), problems_);
+    }
+
+    // Reports every key that no accessor asked for.
+    void finish() {
+        if (!j_) return;
+        for (auto it = j_->begin(); it != j_->end(); ++it)
+            if (!seen_.count(it.key())) {
+                std::vector<std::string> known(seen_.begin(), seen_.end());
+                problem(it.key(), "unknown key (known here: " + join(known, ", ") + ")");
+            }
+    }
+
+private:
+    const json* j_;
+    std::string path_;
+    std::vector<std::string>& problems_;
+    std::set<std::string> seen_;
+};
+
+// A path in a scenario is relative to the scenario file's folder, so a scenario means the same
+// thing whatever directory the harness is started from.
+std::string resolve(const std::string& base_dir, const std::string& p) {
+    fs::path q(p);
+    if (q.is_relative()) q = fs::path(base_dir) / q;
+    return q.lexically_normal().string();
+}
+
+bool is_file(const std::string& p) {
+    struct stat st;
+    return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+std::optional<Figure> figure(Obj& o, const std::string& key) {
+    const json* v = o.get(key, false);
+    if (!v) return std::nullopt;
+    if (v->is_number() && v->get<double>() >= 0) return Figure{v->get<double>(), v->get<double>()};
+    if (v->is_array() && v->size() == 2 && (*v)[0].is_number() && (*v)[1].is_number() && (*v)[0].get<double>() >= 0 &&
+        (*v)[0].get<double>() <= (*v)[1].get<double>())
+        return Figure{(*v)[0].get<double>(), (*v)[1].get<double>()};
+    o.problem(key, "must be a non-negative number or a range [low, high] with low <= high, got " + shown(*v));
+    return std::nullopt;
+}
+
+// Flags the harness sets itself, and the key that sets each, so extra_args cannot contradict
+// the scenario behind its back.
+const std::map<std::string, std::string>& reserved_flags() {
+    static const std::map<std::string, std::string> m = {
+        {"--model", "model.path"},          {"--metrics-json", "the harness"},
+        {"--passes", "passes"},             {"--gen", "decode_tokens"},
+        {"--prompt-tokens", "prompt.tokens"}, {"--prompt-seed", "prompt.seed"},
+        {"--prompt-file", "prompt.file"},   {"--prefill", "changes.layer_major"},
+        {"--ubatch", "changes.layer_major"}, {"--routing", "changes.partition"},
+        {"--promote", "changes.promotion"}, {"--slots", "engine.slots"},
+        {"--hot", "engine.hot"},            {"--transient-slots", "engine.transient_slots"},
+        {"--lru-slots", "engine.lru_slots"}, {"--io", "engine.io"},
+        {"--queue-depth", "engine.queue_depth"}, {"--read-size", "engine.read_size"},
+        {"--host-budget", "hardware.host_budget_mib"}, {"--vram-budget", "hardware.vram_budget_mib"},
+        {"--threads", "engine.threads"},    {"--residency", "engine.residency"},
+        {"--engram-buffer", "engine.engram_buffer_kib"}, {"--backend", "engine.backend"}};
+    return m;
+}
+
+}  // namespace
+
+ScenarioError::ScenarioError(const std::vector<std::string>& p)
+    : std::runtime_error(join(p, "\n")), problems(p) {}
+
+std::vector<std::string> change_flags(const Changes& c) {
+    std::vector<std::string> f = {"--routing", c.partition ? "pinned-top1" : "exact"};
+    if (c.layer_major) f.insert(f.end(), {"--prefill", "layer-major", "--ubatch", "16"});
+    else f.insert(f.end(), {"--prefill", "token-major", "--ubatch", "3"});
+    if (c.promotion) f.push_back("--promote");
+    return f;
+}
+
+std::string changes_name(const Changes& c) {
+    if (c.count() == 0) return "baseline";
+    if (c.count() == 3) return "all three";
+    const char* names[3] = {"partition", "layer-major", "promotion"};
+    const bool on[3] = {c.partition, c.layer_major, c.promotion};
+    for (int i = 0; i < 3; ++i) {
+        if (c.count() == 1 && on[i]) return std::string(names[i]) + " only";
+        if (c.count() == 2 && !on[i]) return std::string("without ") + names[i];
+    }
+    return "?";
+}
+
+json changes_to_json(const Changes& c) {
+    return {{"partition", c.partition}, {"layer_major", c.layer_major}, {"promotion", c.promotion}};
+}
+
+std::vector<Changes> Scenario::configurations() const {
+    if (mode == "ablation") {
+        return {{false, false, false}, {true, false, false}, {false, true, false}, {false, false, true},
+                {true, true, true},    {false, true, true},  {true, false, true},  {true, true, false}};
+    }
+    std::vector<Changes> v = {changes};
+    if (baseline_reference && changes.count() > 0) v.push_back(Changes{});
+    return v;
+}
+
+std::string Scenario::pass_label(int64_t pass) const {
+    if (pass >= 1 && pass <= int64_t(pass_labels.size())) return pass_labels[pass - 1];
+    return std::to_string(pass);
+}
+
+Scenario parse_scenario(const std::string& text, const std::string& path) {
+    const std::string abs = fs::absolute(path).lexically_normal().string();
+    const std::string dir = fs::path(abs).parent_path().string();
+    std::vector<std::string> problems;
+    json j;
+    try {
+        j = json::parse(text);
+    } catch (const json::parse_error& e) {
+        throw ScenarioError({abs + ": not valid JSON: " + e.what()});
+    }
+    Scenario s;
+    s.file = abs;
+    s.source = j;
+    Obj top(&j, "", problems);
+    if (!top.valid()) throw ScenarioError({abs + ": " + problems.front()});
+
+    const char* name_re = "[A-Za-z0-9][A-Za-z0-9._-]*";
+    s.name = top.string("name", false, {}, name_re, "must be letters, digits, '.', '_' or '-'")
+                 .value_or(fs::path(abs).stem().string());
+    s.description = top.string("description").value_or("");
+    s.profile = top.string("profile", true, {}, "[a-z0-9][a-z0-9_-]*", "must be lower-case letters, digits, '_' or '-'")
+                    .value_or("");
+    s.mode = top.string("mode", false, {"run", "ablation"}).value_or("run");
+
+    Obj model = top.object("model", true);
+    if (auto p = model.string("path", true)) s.model_path = resolve(dir, *p);
+    if (auto p = model.string("scale")) {
+        s.model_scale_path = resolve(dir, *p);
+        if (!is_file(s.model_scale_path)) model.problem("scale", "no scale file at " + s.model_scale_path);
+    }
+    s.model_seed = model.integer("seed", 0, INT64_MAX).value_or(1);
+    model.finish();
+    if (model.valid() && !s.model_path.empty() && s.model_scale_path.empty() && !is_file(s.model_path))
+        model.problem("path", "no model file at " + s.model_path + ", and no model.scale to generate it from");
+
+    Obj hw = top.object("hardware", true);
+    const int64_t big = int64_t(1) << 40;
+    s.vram_budget_mib = hw.integer("vram_budget_mib", 1, big, true).value_or(0);
+    s.host_budget_mib = hw.integer("host_budget_mib", 1, big, true).value_or(0);
+    // Below a few MiB no process can even start; the OOM test uses tens of MiB.
+    s.cgroup_memory_mib = hw.integer("cgroup_memory_mib", 8, big, true).value_or(0);
+    s.swap = hw.boolean("swap").value_or(false);
+    hw.finish();
+    if (s.host_budget_mib > s.cgroup_memory_mib && s.cgroup_memory_mib > 0)
+        s.warnings.push_back("hardware.host_budget_mib (" + std::to_string(s.host_budget_mib) +
+                             ") exceeds hardware.cgroup_memory_mib (" + std::to_string(s.cgroup_memory_mib) +
+                             "): the engine's own budget check cannot stop an OOM kill");
+
+    if (s.mode == "ablation") {
+        if (top.has("changes")) top.problem("changes", "not used in mode \"ablation\": the ablation sets every combination itself");
+        top.get("changes", false);
+        if (top.has("baseline_reference"))
+            top.problem("baseline_reference", "not used in mode \"ablation\": its baseline is part of the matrix");
+        top.get("baseline_reference", false);
+    } else {
+        Obj ch = top.object("changes", true);
+        s.changes.partition = ch.boolean("partition", true).value_or(false);
+        s.changes.layer_major = ch.boolean("layer_major", true).value_or(false);
+        s.changes.promotion = ch.boolean("promotion", true).value_or(false);
+        ch.finish();
+        s.baseline_reference = top.boolean("baseline_reference").value_or(true);
+    }
+
+    Obj en = top.object("engine");
+    EngineOptions& e = s.engine;
+    e.slots = en.integer("slots", 0, 1 << 20).value_or(e.slots);
+    e.hot = en.integer("hot", 0, 1 << 20).value_or(e.hot);
+    if (e.hot > e.slots) en.problem("hot", "must be at most engine.slots (" + std::to_string(e.slots) + ")");
+    e.transient_slots = en.integer("transient_slots", 1, 1 << 20).value_or(e.transient_slots);
+    e.lru_slots = en.integer("lru_slots", 0, 1 << 24).value_or(e.lru_slots);
+    e.io = en.string("io", false, {"uring", "pread"}).value_or(e.io);
+    e.queue_depth = en.integer("queue_depth", 1, 4096).value_or(e.queue_depth);
+    if (auto rs = en.integer("read_size", 4096, int64_t(1) << 30)) {
+        if (*rs % 4096) en.problem("read_size", "must be a multiple of 4096 (O_DIRECT), got " + std::to_string(*rs));
+        else e.read_size_bytes = *rs;
+    }
+    e.threads = en.integer("threads", 0, 4096).value_or(e.threads);
+    e.engram_buffer_kib = en.integer("engram_buffer_kib", 4, 1 << 22).value_or(e.engram_buffer_kib);
+    e.backend = en.string("backend", false, {"auto", "cpu", "cuda"}).value_or("");
+    if (auto r = en.string("residency")) {
+        e.residency_path = resolve(dir, *r);
+        if (!is_file(e.residency_path)) en.problem("residency", "no residency plan at " + e.residency_path);
+    }
+    if (const json* xa = en.get("extra_args", false)) {
+        if (!xa->is_array()) {
+            en.problem("extra_args", "must be an array of strings, got " + shown(*xa));
+        } else {
+            for (size_t i = 0; i < xa->size(); ++i) {
+                const std::string at = "extra_args[" + std::to_string(i) + "]";
+                if (!(*xa)[i].is_string()) {
+                    en.problem(at, "must be a string, got " + shown((*xa)[i]));
+                    continue;
+                }
+                const std::string a = (*xa)[i].get<std::string>();
+                const std::string flag = a.substr(0, a.find('='));
+                auto it = reserved_flags().find(flag);
+                if (it != reserved_flags().end()) en.problem(at, flag + " is set by " + it->second + ", not here");
+                else e.extra_args.push_back(a);
+            }
+        }
+    }
+    en.finish();
+
+    Obj pr = top.object("prompt", true);
+    const bool has_file = pr.has("file"), has_tokens = pr.has("tokens");
+    if (pr.valid() && has_file == has_tokens) pr.problem("", "give either \"tokens\" (with an optional \"seed\") or \"file\"");
+    s.prompt_tokens = pr.integer("tokens", 1, 1 << 20).value_or(0);
+    s.prompt_seed = pr.integer("seed", 0, INT64_MAX).value_or(1);
+    if (auto f = pr.string("file")) {
+        s.prompt_file = resolve(dir, *f);
+        if (!is_file(s.prompt_file)) pr.problem("file", "no prompt file at " + s.prompt_file);
+        if (pr.has("seed")) pr.problem("seed", "only meaningful with prompt.tokens");
+    }
+    pr.finish();
+
+    s.passes = top.integer("passes", 1, 1000).value_or(s.passes);
+    if (const json* pl = top.get("pass_labels", false)) {
+        if (!pl->is_array() || int64_t(pl->size()) != s.passes ||
+            !std::all_of(pl->begin(), pl->end(), [](const json& x) { return x.is_string(); }))
+            top.problem("pass_labels", "must be an array of " + std::to_string(s.passes) + " strings (one per pass), got " + shown(*pl));
+        else
+            for (const auto& x : *pl) s.pass_labels.push_back(x.get<std::string>());
+    }
+    s.decode_tokens = top.integer("decode_tokens", 0, 1 << 20).value_or(s.decode_tokens);
+    s.repetitions = top.integer("repetitions", 1, 1000).value_or(s.repetitions);
+
+    Obj tol = top.object("tolerances");
+    s.speed_ratio_tolerance = tol.number("speed_ratio", 0.0, 1.0).value_or(s.speed_ratio_tolerance);
+    tol.finish();
+
+    top.get("published", false);  // listed among the known keys even when absent
+    if (top.has("published")) {
+        Obj pub = top.object("published");
+        Published p;
+        p.source = pub.string("source").value_or("");
+        if (const json* ps = pub.get("passes", false)) {
+            if (!ps->is_array() || int64_t(ps->size()) > s.passes) {
+                pub.problem("passes", "must be an array of at most " + std::to_string(s.passes) + " objects (one per pass run)");
+            } else {
+                for (size_t i = 0; i < ps->size(); ++i) {
+                    Obj po(&(*ps)[i], pub.at("passes[" + std::to_string(i) + "]"), problems);
+                    PublishedPass pp;
+                    pp.prefill_tok_s = figure(po, "prefill_tok_s");
+                    pp.disk_read_pct = figure(po, "disk_read_pct");
+                    pp.disk_wait_ms = figure(po, "disk_wait_ms");
+                    po.finish();
+                    p.passes.push_back(pp);
+                }
+            }
+        }
+        p.decode_tok_s = figure(pub, "decode_tok_s");
+        p.vram_peak_mib = figure(pub, "vram_peak_mib");
+        p.vram_note = pub.string("vram_note").value_or("");
+        pub.finish();
+        if (s.mode == "ablation") top.problem("published", "only shown for mode \"run\"");
+        s.published = p;
+    }
+    top.finish();
+
+    if (!problems.empty()) {
+        for (auto& p : problems) p = abs + ": " + p;
+        throw ScenarioError(problems);
+    }
+    return s;
+}
+
+Scenario load_scenario(const std::string& path) {
+    std::ifstream in(path);
+    if (!in) throw ScenarioError({path + ": cannot read the scenario file: " + std::strerror(errno)});
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return parse_scenario(ss.str(), path);
+}
+
+std::vector<std::string> engine_args(const Scenario& s, const Changes& c, const std::string& metrics_json_path) {
+    const EngineOptions& e = s.engine;
+    std::vector<std::string> a = {"run", "--model", s.model_path};
+    if (s.prompt_file.empty())
+        a.insert(a.end(), {"--prompt-tokens", std::to_string(s.prompt_tokens), "--prompt-seed", std::to_string(s.prompt_seed)});
+    else
+        a.insert(a.end(), {"--prompt-file", s.prompt_file});
+    a.insert(a.end(), {"--passes", std::to_string(s.passes), "--gen", std::to_string(s.decode_tokens)});
+    const auto cf = change_flags(c);
+    a.insert(a.end(), cf.begin(), cf.end());
+    a.insert(a.end(), {"--slots", std::to_string(e.slots), "--hot", std::to_string(e.hot), "--transient-slots",
+                       std::to_string(e.transient_slots), "--lru-slots", std::to_string(e.lru_slots), "--io", e.io,
+                       "--queue-depth", std::to_string(e.queue_depth), "--read-size", std::to_string(e.read_size_bytes),
+                       "--host-budget", std::to_string(s.host_budget_mib), "--vram-budget", std::to_string(s.vram_budget_mib),
+                       "--engram-buffer", std::to_string(e.engram_buffer_kib), "--threads", std::to_string(e.threads)});
+    if (!e.backend.empty()) a.insert(a.end(), {"--backend", e.backend});
+    if (!e.residency_path.empty()) a.insert(a.end(), {"--residency", e.residency_path});
+    a.insert(a.end(), e.extra_args.begin(), e.extra_args.end());
+    a.insert(a.end(), {"--metrics-json", metrics_json_path});
+    return a;
+}
+
+}  // namespace bgh
