@@ -16,6 +16,9 @@ if [ "${1:-}" = "--stage" ]; then
     case "$t" in *.cmake) ;; *) cp "$t" "$stage/" ;; esac
   done
   for b in bench_gpu bench_io; do [ -x "$build/bench/$b" ] && cp "$build/bench/$b" "$stage/"; done
+  # Debian's Google Benchmark is a shared library the GPU machine's image lacks: it travels too.
+  lib=$(ldd "$build/bench/bench_io" 2>/dev/null | awk '/libbenchmark/ {print $3}')
+  [ -n "$lib" ] && cp "$lib" "$stage/"
   grep -qx "/$stage/" .git/info/exclude 2>/dev/null || echo "/$stage/" >> .git/info/exclude
   du -sh "$stage"
   exit 0
@@ -48,6 +51,6 @@ probe_file=/tmp/bg-probe.bin
 echo "## micro-benchmarks"
 for b in bench_gpu bench_io; do
   [ -x "$stage/$b" ] || continue
-  BG_BENCH_DIR=/tmp "$stage/$b" --benchmark_min_time=0.2 --benchmark_out="$out/$b.json" --benchmark_out_format=json 2>&1 | tail -n 30
+  LD_LIBRARY_PATH="$stage${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" BG_BENCH_DIR=/tmp "$stage/$b" --benchmark_min_time=0.2 --benchmark_out="$out/$b.json" --benchmark_out_format=json 2>&1 | tail -n 30
 done
 exit $status
