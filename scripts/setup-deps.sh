@@ -2,7 +2,8 @@
 # Installs the Debian packages Betelgeuse builds and tests with, when any is missing.
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config liburing-dev libcli11-dev nlohmann-json3-dev
-      libcgroup-dev libgtest-dev libgmock-dev libbenchmark-dev)
+      libcgroup-dev libgtest-dev libgmock-dev libbenchmark-dev
+      clang libclang-rt-dev)  # clang + its fuzzer/sanitizer runtimes: fuzz/run-fuzzers.sh
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
