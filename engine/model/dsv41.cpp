@@ -12,6 +12,21 @@ namespace {
 
 std::string key(const char* suffix) { return std::string(kArch) + "." + suffix; }
 
+// Strings from the file (the architecture, tensor names) may hold any byte: escape what could
+// break the one-line error message (caught by fuzz/fuzz_model's one-line check; the inputs are
+// in fuzz/crashers/model/).
+std::string shown(const std::string& s) {
+    constexpr size_t kMaxShown = 120;
+    std::string out;
+    for (size_t i = 0; i < s.size() && i < kMaxShown; ++i) {
+        const unsigned char c = static_cast<unsigned char>(s[i]);
+        if (c < 0x20 || c == 0x7f || c == '\'' || c == '\\') out += strf("\\x%02x", c);
+        else out += static_cast<char>(c);
+    }
+    if (s.size() > kMaxShown) out += "...";
+    return out;
+}
+
 int64_t get_pos(const gguf::Reader& r, const char* suffix, int64_t max_value = (1ll << 40)) {
     const std::string k = key(suffix);
     const uint64_t v = r.get_u64(k);
@@ -57,7 +72,7 @@ std::string layer_tensor_name(int64_t layer, const char* base, const char* suffi
 
 HParams read_hparams(const gguf::Reader& r) {
     const std::string arch = r.get_str("general.architecture");
-    if (arch != kArch) fail("model: architecture is '%s', expected '%s'", arch.c_str(), kArch);
+    if (arch != kArch) fail("model: architecture is '%s', expected '%s'", shown(arch).c_str(), kArch);
 
     HParams hp;
     hp.n_layer = get_pos(r, "block_count", 4096);
@@ -377,7 +392,7 @@ std::vector<LayerRoles> validate_tensors(const HParams& hp, const gguf::Reader& 
             fail("model: tensor '%s' has type %s, which is not allowed for it", s.name.c_str(), type_name(t->type));
     }
     for (const gguf::TensorInfo& t : r.tensors())
-        if (!expected.count(t.name)) fail("model: unexpected tensor '%s' for architecture %s", t.name.c_str(), kArch);
+        if (!expected.count(t.name)) fail("model: unexpected tensor '%s' for architecture %s", shown(t.name).c_str(), kArch);
     return roles;
 }
 
