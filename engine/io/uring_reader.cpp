@@ -289,9 +289,18 @@ void UringReader::on_result(uint32_t slot, int64_t res) {
         maybe_finish(op);
         return;
     }
+    // O_DIRECT needs an aligned restart; the bytes before it are already in the buffer. A read
+    // that ends off a 4 KiB boundary, or gains no aligned ground, stopped at the end of the
+    // file: it shrank below the bytes owed since it was opened.
+    const uint64_t restart = align_down(valid_end);
+    if (restart <= p.read_pos || restart != valid_end) {
+        fail_op(op, EIO);
+        release(slot);
+        maybe_finish(op);
+        return;
+    }
     ++stats_.short_reads;
-    // O_DIRECT needs an aligned restart; the bytes before it are already in the buffer.
-    p.read_pos = align_down(valid_end);
+    p.read_pos = restart;
     prep(slot);
 }
 

@@ -92,8 +92,8 @@ TieredExpertStore::TieredExpertStore(const dsv41::Model& m, Backend& backend, io
     if (dev_need > cfg.vram_budget_bytes) {
         const uint64_t room = cfg.vram_budget_bytes > cfg.device_fixed_bytes + T_ * slot_bytes_
                                   ? cfg.vram_budget_bytes - cfg.device_fixed_bytes - T_ * slot_bytes_ : 0;
-        fail("store: VRAM budget %s cannot hold %lld layers x %lld hot slots x %s + %lld transient slots + %s other "
-             "(%s in all); it would fit --hot %llu",
+        fail("store: VRAM budget %s cannot hold %lld layers x %lld hot slots x %s + %lld transient slots + %s of "
+             "Engram buffer, weights, caches and work buffers (%s in all); it would fit --hot %llu",
              mib(cfg.vram_budget_bytes).c_str(), (long long)L_, (long long)H_, mib(slot_bytes_).c_str(), (long long)T_,
              mib(cfg.device_fixed_bytes).c_str(), mib(dev_need).c_str(),
              static_cast<unsigned long long>(room / (slot_bytes_ * L_)));
@@ -103,7 +103,7 @@ TieredExpertStore::TieredExpertStore(const dsv41::Model& m, Backend& backend, io
         const uint64_t other = cfg.host_fixed_bytes + (T_ + cfg.lru_slots) * slot_bytes_;
         const uint64_t room = cfg.host_budget_bytes > other ? cfg.host_budget_bytes - other : 0;
         fail("store: host budget %s cannot hold %lld layers x %lld host slots x %s + %lld staging and %lld LRU slots + %s "
-             "of dense weights (%s in all); it would fit --slots %llu with --hot %lld",
+             "of dense weights, caches and work buffers (%s in all); it would fit --slots %llu with --hot %lld",
              mib(cfg.host_budget_bytes).c_str(), (long long)L_, (long long)(S_ - H_), mib(slot_bytes_).c_str(),
              (long long)T_, (long long)cfg.lru_slots, mib(cfg.host_fixed_bytes).c_str(), mib(host_need).c_str(),
              static_cast<unsigned long long>(room / (slot_bytes_ * L_) + H_), (long long)H_);

@@ -120,17 +120,9 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
 
     const uint64_t mib = 1ull << 20;
     const uint64_t engram_bytes = cfg.engram_buffer_kib * 1024;
-    StoreConfig sc;
-    sc.transient_slots = cfg.transient_slots;
-    sc.lru_slots = cfg.lru_slots;
-    sc.prefetch = order_ == PrefillOrder::kLayerMajor;
-    sc.vram_budget_bytes = cfg.vram_budget_mib * mib;
-    sc.host_budget_bytes = cfg.host_budget_mib * mib;
-    sc.device_fixed_bytes = hp.engram_layers.empty() ? 0 : engram_bytes;
-    sc.host_fixed_bytes = model_->dense_bytes();
-    store_ = std::make_unique<TieredExpertStore>(*model_, *backend_, *expert_reader_, plan_, sc);
+    // The forward pass comes first (through a proxy for the store it will read experts from),
+    // so the store's budget checks, and what they say would fit, count its caches and buffers.
     engram_ = std::make_unique<EngramStore>(*model_, *backend_, *engram_reader_, engram_bytes);
-
     dsv41::ForwardConfig fc;
     const int64_t n_prompt = static_cast<int64_t>(prompt_.size());
     fc.n_ctx = cfg.n_ctx > 0 ? cfg.n_ctx : n_prompt + std::max<int64_t>(cfg.gen, 1);
@@ -138,24 +130,20 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
     fc.swiglu_form = clamp;
     fc.routing = routing_;
     fc.plan = &plan_;
-    fwd_ = device->make_forward(*model_, *pool_, *store_, *engram_, fc);
+    fwd_ = device->make_forward(*model_, *pool_, store_proxy_, *engram_, fc);
+
+    StoreConfig sc;
+    sc.transient_slots = cfg.transient_slots;
+    sc.lru_slots = cfg.lru_slots;
+    sc.prefetch = order_ == PrefillOrder::kLayerMajor;
+    sc.vram_budget_bytes = cfg.vram_budget_mib * mib;
+    sc.host_budget_bytes = cfg.host_budget_mib * mib;
+    sc.device_fixed_bytes = engram_->buffer_bytes() + fwd_->device_bytes();
+    sc.host_fixed_bytes = model_->dense_bytes() + fwd_->buffer_bytes() + engram_->buffer_bytes();  // + pinned staging
+    store_ = std::make_unique<TieredExpertStore>(*model_, *backend_, *expert_reader_, plan_, sc);
+    store_proxy_.bind(store_.get());
     runner_ = std::make_unique<Runner>(*model_, *fwd_);
 
-    // The whole device picture: the forward pass's weights, caches and work buffers too.
-    const uint64_t dev_total = store_->device_bytes() + engram_->buffer_bytes() + fwd_->device_bytes();
-    if (dev_total > sc.vram_budget_bytes)
-        fail("VRAM budget %.1f MiB cannot hold hot and transient slots %.1f MiB + Engram buffer %.1f MiB + dense weights, "
-             "caches and work buffers %.1f MiB (%.1f MiB in all); lower --hot, --transient-slots or --n-ctx, or raise "
-             "--vram-budget",
-             sc.vram_budget_bytes / 1048576.0, store_->device_bytes() / 1048576.0, engram_->buffer_bytes() / 1048576.0,
-             fwd_->device_bytes() / 1048576.0, dev_total / 1048576.0);
-    // The whole host picture, now that the caches and work buffers exist; still before any work.
-    const uint64_t host_total = model_->dense_bytes() + store_->host_bytes() + fwd_->buffer_bytes();
-    if (host_total > sc.host_budget_bytes)
-        fail("host budget %.1f MiB cannot hold dense weights %.1f MiB + host slots and staging %.1f MiB + KV cache "
-             "and work buffers %.1f MiB (%.1f MiB in all); lower --slots, --n-ctx or --ubatch, or raise --host-budget",
-             sc.host_budget_bytes / 1048576.0, model_->dense_bytes() / 1048576.0, store_->host_bytes() / 1048576.0,
-             fwd_->buffer_bytes() / 1048576.0, host_total / 1048576.0);
 }
 
 Session::~Session() = default;

@@ -34,6 +34,22 @@ public:
 };
 DeviceFactory& cpu_device();
 
+// Stands in for the expert store until it exists (the forward pass is built first so the
+// store's budget checks can count it).
+class ExpertProviderProxy final : public ExpertProvider {
+public:
+    void bind(ExpertProvider* p) { p_ = p; }
+    void begin_layer(int64_t layer, const int32_t* experts, const int32_t* tokens, int64_t n) override {
+        p_->begin_layer(layer, experts, tokens, n);
+    }
+    int32_t next_ready(ExpertView* view) override { return p_->next_ready(view); }
+    void release(int32_t expert) override { p_->release(expert); }
+    void end_layer() override { p_->end_layer(); }
+
+private:
+    ExpertProvider* p_ = nullptr;
+};
+
 class Session {
 public:
     // Opens everything and checks the budgets; throws bg::Error with the reason. `device` is
@@ -68,6 +84,7 @@ private:
     std::unique_ptr<io::Reader> expert_reader_, engram_reader_;
     ResidencyPlan plan_;
     std::unique_ptr<EngramStore> engram_;
+    ExpertProviderProxy store_proxy_;
     std::unique_ptr<TieredExpertStore> store_;
     std::unique_ptr<dsv41::ForwardPass> fwd_;
     std::unique_ptr<Runner> runner_;
