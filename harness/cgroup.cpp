@@ -305,11 +305,11 @@ std::unique_ptr<MemoryCgroup> MemoryCgroup::create(const std::string& name, cons
     // Created bare first, then limited: which limit files exist is known only once the group
     // does (swap accounting may be compiled out).
     if (int rc = cgroup_create_cgroup(cg, 0)) {
-        const std::string why = libcgroup_reason(rc);
-        const bool perm = permission_problem(rc);
+        // libcgroup does not always say "permission denied" when that is the cause (v2 reports
+        // a missing group), so every failure carries the ways out.
+        const std::string why = libcgroup_reason(rc) + (permission_problem(rc) ? " (no permission)" : "");
         cgroup_free(&cg);
-        throw CgroupError("cannot create memory cgroup " + mount + "/" + rel + ": " + why +
-                          (perm ? std::string("; ") + kHowToFix : std::string()));
+        throw CgroupError("cannot create memory cgroup " + mount + "/" + rel + ": " + why + "; " + kHowToFix);
     }
     auto g = std::make_unique<LibCgroup>(mount + "/" + rel, layout, limits, cg);
     const bool have_swap = exists(g->path() + "/" + swap_file(layout));
