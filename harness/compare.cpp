@@ -91,7 +91,7 @@ std::string CompareOutcome::table() const {
     return s;
 }
 
-CompareOutcome compare_results(const json& base, const json& cur, std::optional<double> tolerance) {
+CompareOutcome compare_results(const json& base, const json& cur, std::optional<double> tolerance, bool judge_speeds) {
     CompareOutcome o;
     if (!is_result(base)) o.errors.push_back("the baseline is not a harness result");
     if (!is_result(cur)) o.errors.push_back("the new file is not a harness result");
@@ -173,8 +173,10 @@ CompareOutcome compare_results(const json& base, const json& cur, std::optional<
             if (!a || !ab || !b || !bb2 || *ab <= 0 || *bb2 <= 0) return;
             const double ra = *a / *ab, rb = *b / *bb2;
             const bool slower = rb < ra * (1.0 - tol);
+            std::string verdict = slower ? "SLOWER (tolerance " + fmt_num(100 * tol, 0) + " %)" : "ok";
+            if (!judge_speeds) verdict = (slower ? "slower, " : "") + std::string("not judged (--counters-only)");
             o.rows.push_back({name, label + " / baseline", fmt_num(ra, 3) + "×", fmt_num(rb, 3) + "×", pct_change(ra, rb),
-                              slower ? "SLOWER (tolerance " + fmt_num(100 * tol, 0) + " %)" : "ok", slower});
+                              verdict, slower && judge_speeds});
         };
         for (int64_t p = 1; p <= passes; ++p) ratio_row(p, "prefill_tok_s", "pass " + std::to_string(p) + " prefill tok/s");
         if (cs.value("decode_tokens", int64_t(0)) > 1) ratio_row(0, "decode_tok_s", "decode tok/s");

@@ -114,6 +114,10 @@ int main(int argc, char** argv) {
     cmp->add_option("new", new_path, "New result JSON")->required();
     cmp->add_option("--tolerance", tolerance, "Allowed relative drop of a speed ratio (default: the scenario's)")
         ->check(CLI::Range(0.0, 1.0));
+    bool counters_only = false;
+    cmp->add_flag("--counters-only", counters_only,
+                  "Judge only the machine-independent counters; show speed ratios without failing on them (sanitizer or "
+                  "debug builds)");
 
     std::string report_dir;
     auto* rep = app.add_subcommand("report", "Regenerate the Markdown (and ablation SVG charts) of every result under DIR");
@@ -136,7 +140,8 @@ int main(int argc, char** argv) {
         if (*ablate) return do_run(ablate_flags, true, args);
         if (*cmp) {
             const auto o = bgh::compare_results(read_json(base_path), read_json(new_path),
-                                                tolerance >= 0 ? std::optional<double>(tolerance) : std::nullopt);
+                                                tolerance >= 0 ? std::optional<double>(tolerance) : std::nullopt,
+                                                !counters_only);
             std::printf("compare %s -> %s\n%s", base_path.c_str(), new_path.c_str(), o.table().c_str());
             return o.exit_code();
         }
