@@ -1,0 +1,225 @@
+// Results: the JSON holds every pass of every repetition with medians and spreads, the Markdown
+// is exactly what the JSON renders to (and `report` regenerates it), the ablation gets its table
+// and SVG, and Ctrl-C in the middle of a run leaves complete, atomic files.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include "ablate.h"
+#include "harness/harness_fixture.h"
+#include "report.h"
+#include "results.h"
+
+using bghtest::TempDir;
+using nlohmann::json;
+
+namespace {
+
+std::string stem_of(const std::string& json_path) { return json_path.substr(0, json_path.size() - 5); }
+
+std::vector<std::string> cgroup_flags() {
+    return bghtest::can_create_cgroups() ? std::vector<std::string>{} : std::vector<std::string>{"--no-cgroup"};
+}
+
+// Files other than results in a results folder: leftovers of a write that was not atomic.
+std::vector<std::string> stray_files(const std::string& dir) {
+    std::vector<std::string> v;
+    for (auto& e : bghtest::fs::recursive_directory_iterator(dir)) {
+        const std::string ext = e.path().extension().string();
+        if (e.is_regular_file() && ext != ".json" && ext != ".md" && ext != ".svg") v.push_back(e.path().string());
+    }
+    return v;
+}
+
+}  // namespace
+
+TEST(HarnessResults, StatsAndNumbers) {
+    const bgh::Stats s = bgh::stats_of({3, 1, 2, 10});
+    EXPECT_DOUBLE_EQ(s.median, 2.5);
+    EXPECT_DOUBLE_EQ(s.min, 1);
+    EXPECT_DOUBLE_EQ(s.max, 10);
+    EXPECT_DOUBLE_EQ(s.spread_pct(), 360);
+    EXPECT_EQ(bgh::fmt_num(4782, 0), "4,782");
+    EXPECT_EQ(bgh::fmt_num(1234567.891, 2), "1,234,567.89");
+    EXPECT_EQ(bgh::fmt_num(-0.001, 2), "0.00");
+    EXPECT_EQ(bgh::fmt_num(61.8, 2), "61.80");
+}
+
+TEST(HarnessResults, JsonHoldsEveryRunAndTheMarkdownMatchesIt) {
+    TempDir dir;
+    const json published = {{"source", "the seed"},
+                            {"passes", {{{"prefill_tok_s", 6.83}, {"disk_read_pct", 14.65}, {"disk_wait_ms", 4782}},
+                                        {{"prefill_tok_s", 61.8}, {"disk_read_pct", 0}, {"disk_wait_ms", 0}}}},
+                            {"decode_tok_s", {18.15, 18.92}},
+                            {"vram_peak_mib", 11396},
+                            {"vram_note", "within 12 GiB"}};
+    // The device profile shows the seed's figures beside ours.
+    const std::string sc = bghtest::tiny_scenario(
+        dir.path, "seedlike", {{"profile", "device"}, {"pass_labels", {"4a", "4b"}}, {"published", published}});
+    std::vector<std::string> args = {bghtest::harness_bin(), "run", sc, "--out", dir / "out"};
+    for (const auto& f : cgroup_flags()) args.push_back(f);
+    const auto e = bghtest::exec(args);
+    ASSERT_EQ(e.code, 0) << e.out;
+    const std::string path = bghtest::only_result(dir / "out", "device", "seedlike");
+    ASSERT_FALSE(path.empty()) << e.out;
+    EXPECT_NE(e.out.find(path), std::string::npos) << "the harness says where the results are";
+    const json r = bghtest::read_json(path);
+
+    EXPECT_TRUE(bgh::is_result(r));
+    EXPECT_EQ(r["status"], "complete");
+    EXPECT_EQ(r["scenario"]["name"], "seedlike");
+    EXPECT_TRUE(r["harness"]["command_line"].is_array());
+    EXPECT_TRUE(r.contains("git"));
+    const json& m = r["machine"];
+    for (const char* k : {"cpu", "ram_bytes", "disk", "raw_disk_gb_s", "pinned_pcie_gb_s", "gpu"}) EXPECT_TRUE(m.contains(k)) << k;
+    EXPECT_TRUE(m["raw_disk_gb_s"].is_number()) << m.dump();
+    EXPECT_TRUE(m["cpu"]["logical_cores"].get<int>() >= 1);
+
+    ASSERT_EQ(r["configurations"].size(), 2u);
+    for (const auto& c : r["configurations"]) {
+        SCOPED_TRACE(c["name"].get<std::string>());
+        ASSERT_EQ(c["runs"].size(), 2u) << "every repetition is kept";
+        for (const auto& run : c["runs"]) {
+            EXPECT_EQ(run["status"], "ok");
+            ASSERT_EQ(run["metrics"]["passes"].size(), 2u);
+            EXPECT_TRUE(run["page_cache"]["evicted"].get<bool>());
+        }
+        EXPECT_TRUE(c["engine_command"].is_array());
+        const json& p1 = c["summary"]["passes"][0]["metrics"]["prefill_tok_s"];
+        EXPECT_EQ(p1["n"], 2);
+        EXPECT_TRUE(p1.contains("spread_pct"));
+        const double a = c["runs"][0]["metrics"]["passes"][0]["prefill_tok_s"], b = c["runs"][1]["metrics"]["passes"][0]["prefill_tok_s"];
+        EXPECT_DOUBLE_EQ(p1["median"].get<double>(), (a + b) / 2);
+        EXPECT_TRUE(c["counters_stable"].get<bool>()) << "same prompt, same counters";
+        EXPECT_EQ(c["counters"]["passes"][0]["prompt_tokens"], 16);
+    }
+
+    const std::string md = bghtest::read_text(stem_of(path) + ".md");
+    EXPECT_EQ(md, bgh::render_markdown(r, "")) << "the Markdown is a pure view of the JSON";
+    const json& cfg = r["configurations"][0];
+    EXPECT_EQ(cfg["name"], "all three");
+    for (int p = 1; p <= 2; ++p) {
+        const json& pm = cfg["summary"]["passes"][p - 1]["metrics"];
+        const std::string row = std::string("| ") + (p == 1 ? "4a | cold | " : "4b | warm | ") +
+                                bgh::fmt_num(pm["prefill_tok_s"]["median"].get<double>(), 2) + " tok/s";
+        EXPECT_NE(md.find(row), std::string::npos) << row << "\n" << md;
+        EXPECT_NE(md.find(bgh::fmt_num(pm["disk_read_pct"]["median"].get<double>(), 2) + " %"), std::string::npos);
+    }
+    EXPECT_NE(md.find("| pass | state | prefill speed | disk read | disk wait |"), std::string::npos);
+    EXPECT_NE(md.find("(seed 6.83 tok/s)"), std::string::npos) << md;
+    EXPECT_NE(md.find("(seed 4,782 ms)"), std::string::npos) << md;
+    EXPECT_NE(md.find("seed 18.15-18.92 tok/s"), std::string::npos) << md;
+    EXPECT_NE(md.find("seed 11,396 MiB within 12 GiB"), std::string::npos) << md;
+    EXPECT_NE(md.find(bgh::fmt_num(cfg["summary"]["decode"]["metrics"]["decode_tok_s"]["median"].get<double>(), 2) + " tok/s"),
+              std::string::npos);
+    EXPECT_NE(md.find("Same-run baseline"), std::string::npos);
+    EXPECT_TRUE(stray_files(dir / "out").empty());
+
+    // report regenerates the same Markdown from the JSON alone.
+    bghtest::fs::remove(stem_of(path) + ".md");
+    const auto rep = bghtest::exec({bghtest::harness_bin(), "report", dir / "out"});
+    ASSERT_EQ(rep.code, 0) << rep.out;
+    EXPECT_EQ(bghtest::read_text(stem_of(path) + ".md"), md);
+}
+
+TEST(HarnessResults, CiProfileShowsNoPublishedFigures) {
+    TempDir dir;
+    const json published = {{"passes", {{{"prefill_tok_s", 6.83}}}}, {"decode_tok_s", 18.5}};
+    const std::string sc =
+        bghtest::tiny_scenario(dir.path, "plain", {{"repetitions", 1}, {"profile", "ci"}, {"published", published}});
+    auto e = bghtest::exec({bghtest::harness_bin(), "run", sc, "--out", dir / "out", "--no-probe", "--quiet", "--no-cgroup"});
+    ASSERT_EQ(e.code, 0) << e.out;
+    const std::string md = bghtest::read_text(stem_of(bghtest::only_result(dir / "out", "ci", "plain")) + ".md");
+    EXPECT_EQ(md.find("(seed "), std::string::npos) << md;
+    EXPECT_EQ(md.find("— seed"), std::string::npos) << md;
+    EXPECT_NE(md.find("| 1 | cold |"), std::string::npos) << md;
+    EXPECT_NE(md.find("Memory cgroup: none"), std::string::npos) << md;
+}
+
+TEST(HarnessResults, AblationWritesItsTableAndAnSvgTheMarkdownLinks) {
+    TempDir dir;
+    const std::string sc = bghtest::tiny_scenario(dir.path, "small", {{"repetitions", 1}, {"decode_tokens", 0}});
+    std::vector<std::string> args = {bghtest::harness_bin(), "ablate", sc, "--out", dir / "out", "--no-probe", "--quiet"};
+    for (const auto& f : cgroup_flags()) args.push_back(f);
+    const auto e = bghtest::exec(args);
+    ASSERT_EQ(e.code, 0) << e.out;
+    const std::string path = bghtest::only_result(dir / "out", "test", "small-ablation");
+    ASSERT_FALSE(path.empty()) << e.out;
+    const json r = bghtest::read_json(path);
+    EXPECT_EQ(r["scenario"]["mode"], "ablation");
+    ASSERT_EQ(r["configurations"].size(), 8u);
+    ASSERT_EQ(r["ablation"].size(), 8u);
+    EXPECT_EQ(r["ablation"][0]["configuration"], "baseline");
+    EXPECT_DOUBLE_EQ(r["ablation"][0]["speedup_warm"].get<double>(), 1.0);
+    for (const auto& row : r["ablation"]) {
+        EXPECT_TRUE(row["prefill_tok_s_cold"].is_number());
+        EXPECT_TRUE(row["prefill_tok_s_warm"].is_number());
+        EXPECT_TRUE(row["disk_read_pct_cold"].is_number());
+    }
+    const std::string stem = stem_of(path);
+    const std::string svg = bghtest::read_text(stem + ".svg");
+    EXPECT_EQ(svg.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\"", 0), 0u);
+    EXPECT_NE(svg.find("</svg>"), std::string::npos);
+    for (const char* name : {"baseline", "partition only", "layer-major only", "promotion only", "all three", "without partition",
+                             "without layer-major", "without promotion"})
+        EXPECT_NE(svg.find(std::string(">") + name + "<"), std::string::npos) << name;
+    const std::string md = bghtest::read_text(stem + ".md");
+    EXPECT_NE(md.find("](" + bghtest::fs::path(stem).filename().string() + ".svg)"), std::string::npos) << md;
+    EXPECT_NE(md.find("| configuration | partition | layer-major | promotion | prefill cold | prefill warm |"), std::string::npos);
+    EXPECT_EQ(md, bgh::render_markdown(r, bghtest::fs::path(stem).filename().string() + ".svg"));
+    EXPECT_EQ(bgh::render_ablation_svg(r), svg);
+}
+
+TEST(HarnessResults, SigintLeavesCompleteAtomicResultsAndNoCgroup) {
+    TempDir dir;
+    const std::string sc = bghtest::tiny_scenario(dir.path, "long", {{"repetitions", 1}, {"passes", 600}, {"baseline_reference", false}});
+    const bool cg = bghtest::can_create_cgroups();
+    std::vector<std::string> args = {bghtest::harness_bin(), "run", sc, "--out", dir / "out", "--no-probe", "--quiet"};
+    if (!cg) args.push_back("--no-cgroup");
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+        const int null = ::open("/dev/null", O_WRONLY);
+        ::dup2(null, 1);
+        ::dup2(null, 2);
+        ::execv(argv[0], argv.data());
+        ::_exit(127);
+    }
+    // Interrupt once the engine is into its passes: the result file exists from the start, the
+    // engine needs a moment to load.
+    const std::string out_dir = dir / "out/test/long";
+    for (int i = 0; i < 200 && bghtest::only_result(dir / "out", "test", "long").empty(); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    ASSERT_EQ(::kill(pid, SIGINT), 0);
+    int st = 0;
+    ASSERT_EQ(::waitpid(pid, &st, 0), pid);
+    ASSERT_TRUE(WIFEXITED(st));
+    EXPECT_EQ(WEXITSTATUS(st), 130);
+
+    const std::string path = bghtest::only_result(dir / "out", "test", "long");
+    ASSERT_FALSE(path.empty());
+    const json r = bghtest::read_json(path);  // parses: never truncated
+    EXPECT_EQ(r["status"], "interrupted");
+    const json& run = r["configurations"][0]["runs"][0];
+    EXPECT_EQ(run["status"], "interrupted");
+    ASSERT_TRUE(run.contains("partial"));
+    const size_t done = run["partial"]["passes"].size();
+    EXPECT_GT(done, 0u) << "passes finished before Ctrl-C are kept";
+    EXPECT_LT(done, 600u);
+    EXPECT_EQ(r["configurations"][0]["summary"]["passes"].size(), done);
+    EXPECT_EQ(bghtest::read_text(stem_of(path) + ".md"), bgh::render_markdown(r, ""));
+    EXPECT_TRUE(stray_files(dir / "out").empty()) << ::testing::PrintToString(stray_files(dir / "out"));
+    if (cg) {
+        EXPECT_EQ(run["cgroup"]["removed"], true);
+        const std::string hierarchy = bghtest::fs::path(r["cgroup"]["path"].get<std::string>()).parent_path().string();
+        EXPECT_TRUE(bghtest::leftover_cgroups(hierarchy, pid).empty());
+    }
+}

@@ -1,0 +1,222 @@
+// Scenario files: every mistake is reported with its key path and the reason, the shipped
+// scenarios validate, and the three changes map onto the engine flags the documentation states.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "harness/harness_fixture.h"
+#include "scenario.h"
+
+using bghtest::TempDir;
+using nlohmann::json;
+
+namespace {
+
+json valid() {
+    return {{"profile", "test"},
+            {"model", {{"path", "m.gguf"}, {"scale", "scale.json"}}},
+            {"hardware", {{"vram_budget_mib", 64}, {"host_budget_mib", 256}, {"cgroup_memory_mib", 512}}},
+            {"changes", {{"partition", true}, {"layer_major", false}, {"promotion", true}}},
+            {"prompt", {{"tokens", 64}, {"seed", 3}}},
+            {"passes", 2},
+            {"decode_tokens", 8}};
+}
+
+struct Fixture : ::testing::Test {
+    TempDir dir;
+    void SetUp() override { bghtest::write_text(dir / "scale.json", "{}"); }
+    bgh::Scenario parse(const json& j) { return bgh::parse_scenario(j.dump(), dir / "s.json"); }
+    // The problems a scenario has, each without the file name in front.
+    std::vector<std::string> problems(const json& j) {
+        try {
+            parse(j);
+        } catch (const bgh::ScenarioError& e) {
+            std::vector<std::string> out;
+            for (const auto& p : e.problems) out.push_back(p.substr(p.find(": ") + 2));
+            return out;
+        }
+        return {};
+    }
+    json with(json j, const json& patch) {
+        j.merge_patch(patch);
+        return j;
+    }
+};
+
+bool has(const std::vector<std::string>& v, const std::string& text) {
+    for (const auto& s : v)
+        if (s.find(text) != std::string::npos) return true;
+    return false;
+}
+
+}  // namespace
+
+TEST_F(Fixture, ValidScenarioParsesWithDefaults) {
+    const bgh::Scenario s = parse(valid());
+    EXPECT_EQ(s.name, "s");
+    EXPECT_EQ(s.profile, "test");
+    EXPECT_EQ(s.mode, "run");
+    EXPECT_EQ(s.model_path, dir / "m.gguf") << "relative paths are anchored at the scenario's folder";
+    EXPECT_EQ(s.model_scale_path, dir / "scale.json");
+    EXPECT_EQ(s.prompt_tokens, 64);
+    EXPECT_EQ(s.prompt_seed, 3u);
+    EXPECT_EQ(s.repetitions, 1);
+    EXPECT_EQ(s.engine.slots, 20);
+    EXPECT_EQ(s.engine.hot, 5);
+    EXPECT_FALSE(s.swap);
+    EXPECT_TRUE(s.baseline_reference);
+    EXPECT_DOUBLE_EQ(s.speed_ratio_tolerance, 0.25);
+    ASSERT_EQ(s.configurations().size(), 2u);
+    EXPECT_EQ(bgh::changes_name(s.configurations()[0]), "without layer-major");
+    EXPECT_EQ(bgh::changes_name(s.configurations()[1]), "baseline");
+}
+
+TEST_F(Fixture, UnknownKeysAreRejectedWithTheirPath) {
+    auto p = problems(with(valid(), {{"pases", 3}}));
+    EXPECT_TRUE(has(p, "pases: unknown key")) << ::testing::PrintToString(p);
+    p = problems(with(valid(), {{"hardware", {{"vram_budget", 1}}}}));
+    EXPECT_TRUE(has(p, "hardware.vram_budget: unknown key")) << ::testing::PrintToString(p);
+    p = problems(with(valid(), {{"engine", {{"slot", 1}}}}));
+    EXPECT_TRUE(has(p, "engine.slot: unknown key")) << ::testing::PrintToString(p);
+    json pub = valid();
+    pub["published"] = {{"passes", json::array({json{{"prefill_tok_s", 1}, {"speed", 2}}})}};
+    p = problems(pub);
+    EXPECT_TRUE(has(p, "published.passes[0].speed: unknown key")) << ::testing::PrintToString(p);
+}
+
+TEST_F(Fixture, BadValuesNameTheKeyAndTheReason) {
+    auto p = problems(with(valid(), {{"passes", 0}}));
+    EXPECT_TRUE(has(p, "passes: must be between 1 and 1000, got 0")) << ::testing::PrintToString(p);
+    p = problems(with(valid(), {{"passes", "two"}}));
+    EXPECT_TRUE(has(p, "passes: must be an integer, got \"two\"")) << ::testing::PrintToString(p);
+    p = problems(with(valid(), {{"hardware", {{"cgroup_memory_mib", -5}}}}));
+    EXPECT_TRUE(has(p, "hardware.cgroup_memory_mib: must be between")) << ::testing::PrintToString(p);
+    p = problems(with(valid(), {{"changes", {{"partition", "yes"}}}}));
+    EXPECT_TRUE(has(p, "changes.partition: must be true or false")) << ::testing::PrintToString(p);
+    p = problems(with(valid(), {{"engine", {{"io", "mmap"}}}}));
+    EXPECT_TRUE(has(p, "engine.io: must be one of uring, pread")) << ::testing::PrintToString(p);
+    p = problems(with(valid(), {{"engine", {{"read_size", 5000}}}}));
+    EXPECT_TRUE(has(p, "engine.read_size: must be a multiple of 4096")) << ::testing::PrintToString(p);
+    p = problems(with(valid(), {{"engine", {{"slots", 4}, {"hot", 5}}}}));
+    EXPECT_TRUE(has(p, "engine.hot: must be at most engine.slots (4)")) << ::testing::PrintToString(p);
+    p = problems(with(valid(), {{"profile", "Big Box"}}));
+    EXPECT_TRUE(has(p, "profile: must be lower-case")) << ::testing::PrintToString(p);
+    p = problems(with(valid(), {{"mode", "sweep"}}));
+    EXPECT_TRUE(has(p, "mode: must be one of run, ablation")) << ::testing::PrintToString(p);
+    p = problems(with(valid(), {{"tolerances", {{"speed_ratio", 1.5}}}}));
+    EXPECT_TRUE(has(p, "tolerances.speed_ratio: must be between 0 and 1")) << ::testing::PrintToString(p);
+    p = problems(with(valid(), {{"pass_labels", {"4a"}}}));
+    EXPECT_TRUE(has(p, "pass_labels: must be an array of 2 strings")) << ::testing::PrintToString(p);
+    json pub = valid();
+    pub["published"] = {{"decode_tok_s", {19, 18}}};
+    p = problems(pub);
+    EXPECT_TRUE(has(p, "published.decode_tok_s: must be a non-negative number or a range")) << ::testing::PrintToString(p);
+}
+
+TEST_F(Fixture, MissingAndContradictoryKeys) {
+    json j = valid();
+    j.erase("hardware");
+    auto p = problems(j);
+    EXPECT_TRUE(has(p, "hardware: required key is missing")) << ::testing::PrintToString(p);
+    j = valid();
+    j["hardware"].erase("vram_budget_mib");
+    p = problems(j);
+    EXPECT_TRUE(has(p, "hardware.vram_budget_mib: required key is missing")) << ::testing::PrintToString(p);
+    p = problems(with(valid(), {{"prompt", {{"file", "p.txt"}}}}));
+    EXPECT_TRUE(has(p, "prompt: give either \"tokens\"")) << ::testing::PrintToString(p);
+    EXPECT_TRUE(has(p, "prompt.file: no prompt file at")) << ::testing::PrintToString(p);
+    p = problems(with(valid(), {{"model", {{"scale", nullptr}}}}));
+    EXPECT_TRUE(has(p, "model.path: no model file at " + dir / "m.gguf" + ", and no model.scale")) << ::testing::PrintToString(p);
+    p = problems(with(valid(), {{"model", {{"scale", "nope.json"}}}}));
+    EXPECT_TRUE(has(p, "model.scale: no scale file at")) << ::testing::PrintToString(p);
+    p = problems(with(valid(), {{"mode", "ablation"}}));
+    EXPECT_TRUE(has(p, "changes: not used in mode \"ablation\"")) << ::testing::PrintToString(p);
+    p = problems(with(valid(), {{"engine", {{"extra_args", {"--verify-slots", "--ubatch=8", "--routing"}}}}}));
+    EXPECT_TRUE(has(p, "engine.extra_args[1]: --ubatch is set by changes.layer_major")) << ::testing::PrintToString(p);
+    EXPECT_TRUE(has(p, "engine.extra_args[2]: --routing is set by changes.partition")) << ::testing::PrintToString(p);
+    EXPECT_FALSE(has(p, "extra_args[0]"));
+}
+
+TEST_F(Fixture, EveryProblemIsReportedAtOnce) {
+    json j = valid();
+    j["passes"] = -1;
+    j["bogus"] = true;
+    j["engine"] = {{"queue_depth", 0}};
+    const auto p = problems(j);
+    EXPECT_EQ(p.size(), 3u) << ::testing::PrintToString(p);
+    try {
+        parse(j);
+        FAIL();
+    } catch (const bgh::ScenarioError& e) {
+        EXPECT_EQ(std::string(e.what()).find(dir / "s.json" + ": "), 0u) << "each line starts with the file";
+    }
+}
+
+TEST_F(Fixture, NotJsonOrNotAnObject) {
+    EXPECT_THROW(bgh::parse_scenario("{", dir / "s.json"), bgh::ScenarioError);
+    EXPECT_THROW(bgh::parse_scenario("[1]", dir / "s.json"), bgh::ScenarioError);
+    EXPECT_THROW(bgh::load_scenario(dir / "missing.json"), bgh::ScenarioError);
+}
+
+TEST_F(Fixture, HostBudgetAboveTheCgroupIsAWarning) {
+    const bgh::Scenario s = parse(with(valid(), {{"hardware", {{"host_budget_mib", 4096}}}}));
+    ASSERT_EQ(s.warnings.size(), 1u);
+    EXPECT_NE(s.warnings[0].find("cannot stop an OOM kill"), std::string::npos);
+}
+
+TEST_F(Fixture, ChangesMapOntoTheDocumentedEngineFlags) {
+    using V = std::vector<std::string>;
+    EXPECT_EQ(bgh::change_flags({false, false, false}), (V{"--routing", "exact", "--prefill", "token-major", "--ubatch", "3"}));
+    EXPECT_EQ(bgh::change_flags({true, true, true}),
+              (V{"--routing", "pinned-top1", "--prefill", "layer-major", "--ubatch", "16", "--promote"}));
+    const bgh::Scenario s = parse(with(valid(), {{"engine", {{"extra_args", {"--verify-slots"}}}}}));
+    const auto a = bgh::engine_args(s, s.changes, "/tmp/m.json");
+    std::string line;
+    for (const auto& x : a) line += " " + x;
+    line += " ";
+    for (const char* f : {" --routing pinned-top1 ", " --prefill token-major --ubatch 3 ", " --promote ", " --passes 2 ",
+                          " --gen 8 ", " --prompt-tokens 64 ", " --prompt-seed 3 ", " --host-budget 256 ",
+                          " --vram-budget 64 ", " --verify-slots ", " --metrics-json /tmp/m.json "})
+        EXPECT_NE(line.find(f), std::string::npos) << f << " in " << line;
+}
+
+TEST_F(Fixture, AblationIsTheFullMatrixOfEightDistinctConfigurations) {
+    json j = valid();
+    j.erase("changes");
+    j["mode"] = "ablation";
+    const bgh::Scenario s = parse(j);
+    const auto c = s.configurations();
+    ASSERT_EQ(c.size(), 8u);
+    std::set<std::string> names;
+    for (const auto& x : c) names.insert(bgh::changes_name(x));
+    EXPECT_EQ(names, (std::set<std::string>{"baseline", "partition only", "layer-major only", "promotion only", "all three",
+                                            "without partition", "without layer-major", "without promotion"}));
+    EXPECT_EQ(c[0].count(), 0) << "the baseline runs first";
+}
+
+TEST(HarnessScenarios, EveryShippedScenarioValidates) {
+    const std::string root = std::string(BG_SOURCE_DIR) + "/scenarios";
+    std::set<std::string> seen;
+    for (const char* profile : {"ci", "device", "rtx3060"}) {
+        for (const char* name : {"seed-4a-4b", "seed-500-baseline", "seed-500-optimized", "ablation", "decode"}) {
+            const std::string path = root + "/" + profile + "/" + name + ".json";
+            SCOPED_TRACE(path);
+            bgh::Scenario s;
+            ASSERT_NO_THROW(s = bgh::load_scenario(path));
+            EXPECT_EQ(s.profile, profile);
+            EXPECT_EQ(s.name, name);
+            EXPECT_EQ(s.prompt_tokens, std::string(name).find("500") != std::string::npos || std::string(name) == "ablation" ? 500 : 64);
+            EXPECT_EQ(s.engine.slots, 20);
+            EXPECT_EQ(s.engine.hot, 5);
+            EXPECT_FALSE(s.swap);
+            EXPECT_TRUE(s.warnings.empty());
+        }
+    }
+    // The seed's figures beside ours, for the profiles that stand for the published PC.
+    const bgh::Scenario r = bgh::load_scenario(root + "/rtx3060/seed-4a-4b.json");
+    ASSERT_TRUE(r.published);
+    EXPECT_DOUBLE_EQ(r.published->passes[0].prefill_tok_s->low, 6.83);
+    EXPECT_DOUBLE_EQ(r.published->passes[1].prefill_tok_s->low, 61.80);
+    EXPECT_EQ(r.vram_budget_mib, 12288);
+    EXPECT_EQ(r.cgroup_memory_mib, 12288);
+}
