@@ -104,7 +104,7 @@ std::string figure_text(const json& f, int decimals) {
 }
 
 std::string short_commit(const json& git) {
-    if (!git.contains("commit") || !git["commit"].is_string()) return "unknown commit";
+    if (!git.contains("commit") || !git["commit"].is_string()) return "unknown";
     std::string s = git["commit"].get<std::string>().substr(0, 10);
     if (git.value("dirty", false)) s += " (with uncommitted changes)";
     return s;
