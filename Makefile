@@ -1,11 +1,18 @@
 # Two entry points for a fresh Debian machine; each does its own set-up.
-#   make test       install packages, build (CUDA too when nvcc exists), run every test
+#   make test       install packages, build (CUDA too when nvcc exists), run every test, then
+#                   the whole suite again under ASan+UBSan (make test-sanitize)
 #   make reproduce  install packages, build, generate the model for this machine, run it
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
+# The sanitizer build (CPU only): every test, the fuzz corpus replay included, under ASan+UBSan.
+ASAN_BUILD ?= build-asan
+SANITIZE_FLAGS ?= -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+# RelWithDebInfo with line tables only (-g1): file:line in sanitizer reports, about 30 % less
+# compile time than -g on 2 cores.
+SANITIZE_OPT ?= -O2 -g1 -DNDEBUG
 
-.PHONY: all deps build test reproduce clean
+.PHONY: all deps build test test-sanitize reproduce clean
 
 all: build
 
@@ -18,6 +25,15 @@ build: deps
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	$(MAKE) test-sanitize
+
+test-sanitize: deps
+	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBG_ENABLE_CUDA=OFF \
+	  -DCMAKE_C_FLAGS="$(SANITIZE_FLAGS)" -DCMAKE_CXX_FLAGS="$(SANITIZE_FLAGS)" \
+	  -DCMAKE_C_FLAGS_RELWITHDEBINFO="$(SANITIZE_OPT)" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$(SANITIZE_OPT)"
+	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS)
 
 reproduce: build
 	bash scripts/reproduce.sh $(BUILD)
