@@ -245,6 +245,26 @@ TEST(Faults, VramBudgetTooSmallSaysWhatWouldFit) {
     EXPECT_THROW(bg::Session s(c), bg::Error) << "--hot " << fit + 1 << " was said not to fit";
 }
 
+// Disabled: below the budget's fixed part (the Engram buffer and the transient slots) not even
+// --hot 0 fits, yet the message still says "it would fit --hot 0" (engine/runtime/
+// expert_store.cpp, VRAM check). Reported to the lead; enable once the message names the
+// budget needed instead of a setting that does not fit.
+TEST(Faults, DISABLED_VramSuggestionReallyFitsEvenBelowTheFixedPart) {
+    bg::RunConfig c = base_cfg(bgtest::tiny_model());
+    c.hot = 2;
+    c.vram_budget_mib = 1;  // less than the 2 MiB Engram buffer alone
+    try {
+        bg::Session s(c);
+        FAIL() << "the Engram buffer alone exceeds 1 MiB";
+    } catch (const bg::Error& e) {
+        const std::string msg = e.what();
+        const int64_t fit = number_after(msg, "it would fit --hot ");
+        if (fit < 0) return;  // no setting named: nothing to check
+        c.hot = fit;
+        EXPECT_NO_THROW(bg::Session s(c)) << msg;
+    }
+}
+
 // The --slots the store suggests for a host budget too small for 64 slots per layer.
 int64_t suggested_slots(bg::RunConfig c, std::string* msg) {
     c.slots = 64;
