@@ -1,6 +1,7 @@
 # Two entry points for a fresh Debian machine; each does its own set-up.
-#   make test       install packages, build (CUDA too when nvcc exists), run every test, then
-#                   the whole suite again under ASan+UBSan (make test-sanitize)
+#   make test       install packages, build (CUDA too when nvcc exists), run every test
+#   make test-sanitize  the whole suite again under ASan+UBSan (not yet part of make test: its
+#                   run inside CI's time on 2 cores has not been verified)
 #   make reproduce  install packages, build, generate the model for this machine, run it
 BUILD ?= build
 JOBS ?= $(shell nproc)
@@ -25,7 +26,6 @@ build: deps
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
-	$(MAKE) test-sanitize
 
 test-sanitize: deps
 	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBG_ENABLE_CUDA=OFF \
