@@ -245,24 +245,49 @@ TEST(Faults, VramBudgetTooSmallSaysWhatWouldFit) {
     EXPECT_THROW(bg::Session s(c), bg::Error) << "--hot " << fit + 1 << " was said not to fit";
 }
 
-// Disabled: below the budget's fixed part (the Engram buffer and the transient slots) not even
-// --hot 0 fits, yet the message still says "it would fit --hot 0" (engine/runtime/
-// expert_store.cpp, VRAM check). Reported to the lead; enable once the message names the
-// budget needed instead of a setting that does not fit.
-TEST(Faults, DISABLED_VramSuggestionReallyFitsEvenBelowTheFixedPart) {
+// Below the budget's fixed part (the Engram buffer, dense weights and work buffers) no --hot helps:
+// the message names the budget that would do, and that budget with --hot 0 --transient-slots 1 runs.
+TEST(Faults, VramBudgetBelowTheFixedPartNamesTheBudgetNeeded) {
     bg::RunConfig c = base_cfg(bgtest::tiny_model());
     c.hot = 2;
     c.vram_budget_mib = 1;  // less than the 2 MiB Engram buffer alone
+    std::string msg;
     try {
         bg::Session s(c);
         FAIL() << "the Engram buffer alone exceeds 1 MiB";
     } catch (const bg::Error& e) {
-        const std::string msg = e.what();
-        const int64_t fit = number_after(msg, "it would fit --hot ");
-        if (fit < 0) return;  // no setting named: nothing to check
-        c.hot = fit;
-        EXPECT_NO_THROW(bg::Session s(c)) << msg;
+        msg = e.what();
     }
+    EXPECT_EQ(msg.find("it would fit --hot"), std::string::npos) << msg;
+    const int64_t need = number_after(msg, "it would need --vram-budget ");
+    ASSERT_GT(need, 1) << msg;
+    c.vram_budget_mib = need;
+    c.hot = 0;
+    c.transient_slots = 1;
+    EXPECT_NO_THROW(bg::Session s(c)) << msg;
+}
+
+// Between the fixed part and the fixed part plus the transient area, the way out is fewer
+// transient slots; the number named fits, one more does not.
+TEST(Faults, VramBudgetBelowTheTransientAreaSuggestsTransientSlots) {
+    bg::RunConfig c = base_cfg(bgtest::tiny_model());
+    c.hot = 0;
+    c.transient_slots = 4096;  // far more than a few MiB hold
+    c.vram_budget_mib = 4;
+    std::string msg;
+    try {
+        bg::Session s(c);
+        FAIL() << "4096 transient slots do not fit in 4 MiB";
+    } catch (const bg::Error& e) {
+        msg = e.what();
+    }
+    const int64_t fit = number_after(msg, "it would fit --hot 0 --transient-slots ");
+    ASSERT_GT(fit, 0) << msg;
+    ASSERT_LT(fit, 4096) << msg;
+    c.transient_slots = fit;
+    EXPECT_NO_THROW(bg::Session s(c)) << msg;
+    c.transient_slots = fit + 1;
+    EXPECT_THROW(bg::Session s(c), bg::Error) << "--transient-slots " << fit + 1 << " was said not to fit";
 }
 
 // The --slots the store suggests for a host budget too small for 64 slots per layer.

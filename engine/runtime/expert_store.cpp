@@ -89,6 +89,22 @@ TieredExpertStore::TieredExpertStore(const dsv41::Model& m, Backend& backend, io
     if (cfg.lru_slots < 0) fail("store: --lru-slots must be >= 0");
     host_bytes_ = (static_cast<uint64_t>(L_ * (S_ - H_)) + T_ + cfg.lru_slots) * slot_bytes_;
     const uint64_t dev_need = device_bytes_ + cfg.device_fixed_bytes;
+    if (dev_need > cfg.vram_budget_bytes && cfg.vram_budget_bytes < cfg.device_fixed_bytes + slot_bytes_) {
+        // Not even one transient slot fits beside the fixed part: no --hot or --transient-slots helps.
+        fail("store: VRAM budget %s cannot hold even the %s of Engram buffer, weights, caches and work buffers "
+             "plus one transient slot of %s; it would need --vram-budget %llu at least (with --hot 0 "
+             "--transient-slots 1)",
+             mib(cfg.vram_budget_bytes).c_str(), mib(cfg.device_fixed_bytes).c_str(), mib(slot_bytes_).c_str(),
+             static_cast<unsigned long long>((cfg.device_fixed_bytes + slot_bytes_ + 1048575) / 1048576));
+    }
+    if (dev_need > cfg.vram_budget_bytes && cfg.vram_budget_bytes < cfg.device_fixed_bytes + T_ * slot_bytes_) {
+        // Below the fixed part and the transient area: fewer transient slots is the only way.
+        const uint64_t fit_t = (cfg.vram_budget_bytes - cfg.device_fixed_bytes) / slot_bytes_;
+        fail("store: VRAM budget %s cannot hold %lld transient slots x %s + %s of Engram buffer, weights, caches "
+             "and work buffers even with --hot 0; it would fit --hot 0 --transient-slots %llu",
+             mib(cfg.vram_budget_bytes).c_str(), (long long)T_, mib(slot_bytes_).c_str(),
+             mib(cfg.device_fixed_bytes).c_str(), static_cast<unsigned long long>(fit_t));
+    }
     if (dev_need > cfg.vram_budget_bytes) {
         const uint64_t room = cfg.vram_budget_bytes > cfg.device_fixed_bytes + T_ * slot_bytes_
                                   ? cfg.vram_budget_bytes - cfg.device_fixed_bytes - T_ * slot_bytes_ : 0;
