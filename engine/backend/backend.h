@@ -22,6 +22,13 @@ public:
     virtual void free_host(uint8_t* p) = 0;
     // Copies on the backend's copy engine; returns when the bytes are in place.
     virtual void copy(uint8_t* dst, const uint8_t* src, uint64_t bytes, CopyKind kind) = 0;
+    // Queues a copy on the copy engine and returns a ticket at once, so a batch of copies runs
+    // back to back instead of paying a host round trip each; wait_copy(ticket) returns when that
+    // copy (and every one queued before it) has landed. At most kMaxQueuedCopies may be queued
+    // and not yet waited for.
+    static constexpr int kMaxQueuedCopies = 64;
+    virtual uint64_t copy_async(uint8_t* dst, const uint8_t* src, uint64_t bytes, CopyKind kind) = 0;
+    virtual void wait_copy(uint64_t ticket) = 0;
     // Device memory the driver reports as used by this process (0 when unknown).
     virtual uint64_t device_used_bytes() const = 0;
     // Whether the CPU can read device memory directly (the CPU backend's arena).

@@ -16,10 +16,17 @@ public:
     uint8_t* alloc_host(uint64_t bytes) override { return alloc(bytes, "host pool"); }
     void free_host(uint8_t* p) override { std::free(p); }
     void copy(uint8_t* dst, const uint8_t* src, uint64_t bytes, CopyKind) override { std::memcpy(dst, src, bytes); }
+    // The arena is host memory: a queued copy is done when it returns.
+    uint64_t copy_async(uint8_t* dst, const uint8_t* src, uint64_t bytes, CopyKind kind) override {
+        copy(dst, src, bytes, kind);
+        return ++tickets_;
+    }
+    void wait_copy(uint64_t ticket) override { BG_CHECK(ticket <= tickets_); }
     uint64_t device_used_bytes() const override { return 0; }
     bool device_is_host_addressable() const override { return true; }
 
 private:
+    uint64_t tickets_ = 0;
     static uint8_t* alloc(uint64_t bytes, const char* what) {
         const uint64_t rounded = (std::max<uint64_t>(bytes, 1) + 4095) / 4096 * 4096;
         void* p = std::aligned_alloc(4096, rounded);

@@ -28,11 +28,16 @@ public:
         }
         check(cudaSetDevice(device), "cudaSetDevice");
         check(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+        for (cudaEvent_t& e : copy_done_) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
         size_t free_b = 0, total_b = 0;
         check(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
         baseline_used_ = total_b - free_b;
     }
-    ~CudaBackend() override { cudaStreamDestroy(copy_stream_); }
+    ~CudaBackend() override {
+        cudaStreamSynchronize(copy_stream_);
+        for (cudaEvent_t e : copy_done_) cudaEventDestroy(e);
+        cudaStreamDestroy(copy_stream_);
+    }
     const char* name() const override { return "cuda"; }
     uint8_t* alloc_device(uint64_t bytes) override {
         void* p = nullptr;
@@ -54,13 +59,29 @@ public:
             std::memcpy(dst, src, bytes);
             return;
         }
-        const cudaMemcpyKind k = kind == CopyKind::kHostToDevice   ? cudaMemcpyHostToDevice
-                                 : kind == CopyKind::kDeviceToHost ? cudaMemcpyDeviceToHost
-                                                                   : cudaMemcpyDeviceToDevice;
         // The caller (the store's streamer thread) is the copy engine's driver: it waits here,
         // compute on other streams goes on.
-        check(cudaMemcpyAsync(dst, src, bytes, k, copy_stream_), "cudaMemcpyAsync");
+        check(cudaMemcpyAsync(dst, src, bytes, cuda_kind(kind), copy_stream_), "cudaMemcpyAsync");
         check(cudaStreamSynchronize(copy_stream_), "copy stream");
+        waited_ = queued_;
+    }
+    uint64_t copy_async(uint8_t* dst, const uint8_t* src, uint64_t bytes, CopyKind kind) override {
+        if (kind == CopyKind::kHostToHost) {
+            std::memcpy(dst, src, bytes);
+            return waited_;  // nothing queued: done already
+        }
+        BG_CHECK(queued_ - waited_ < static_cast<uint64_t>(kMaxQueuedCopies));
+        check(cudaMemcpyAsync(dst, src, bytes, cuda_kind(kind), copy_stream_), "cudaMemcpyAsync");
+        const uint64_t ticket = ++queued_;
+        check(cudaEventRecord(copy_done_[ticket % kMaxQueuedCopies], copy_stream_), "cudaEventRecord");
+        return ticket;
+    }
+    void wait_copy(uint64_t ticket) override {
+        BG_CHECK(ticket <= queued_);
+        if (ticket <= waited_) return;
+        // The copy stream is in order: this copy's event covers every copy queued before it.
+        check(cudaEventSynchronize(copy_done_[ticket % kMaxQueuedCopies]), "copy stream");
+        waited_ = ticket;
     }
     bool device_is_host_addressable() const override { return false; }
     uint64_t device_used_bytes() const override {
@@ -71,8 +92,15 @@ public:
     }
 
 private:
+    static cudaMemcpyKind cuda_kind(CopyKind kind) {
+        return kind == CopyKind::kHostToDevice   ? cudaMemcpyHostToDevice
+               : kind == CopyKind::kDeviceToHost ? cudaMemcpyDeviceToHost
+                                                 : cudaMemcpyDeviceToDevice;
+    }
     int device_ = 0;
     cudaStream_t copy_stream_ = nullptr;
+    cudaEvent_t copy_done_[kMaxQueuedCopies] = {};  // [ticket % kMaxQueuedCopies]
+    uint64_t queued_ = 0, waited_ = 0;              // tickets issued and known landed
     uint64_t baseline_used_ = 0;  // other processes' and the context's memory at start
 };
 

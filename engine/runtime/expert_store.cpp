@@ -155,6 +155,7 @@ TieredExpertStore::TieredExpertStore(const dsv41::Model& m, Backend& backend, io
     items_.resize(ne);
     item_of_.assign(ne, -1);
     done_ops_.assign(3 * ne, nullptr);
+    copy_batch_.reserve(Backend::kMaxQueuedCopies);
     thread_ = std::thread([this] { streamer(); });
 }
 
@@ -183,6 +184,7 @@ void TieredExpertStore::begin_pass() {
     for (auto& u : usage_) std::fill(u.begin(), u.end(), 0);
     for (auto& r : reads_pass_) std::fill(r.begin(), r.end(), 0);
     c_.max_reads_one_expert_pass = 0;
+    disk_timeline_.clear();
 }
 
 void TieredExpertStore::evict_all() {
@@ -346,7 +348,10 @@ bool TieredExpertStore::start_reads_locked() {
         uint16_t& reads = reads_pass_[layer_][it.expert];
         reads = static_cast<uint16_t>(std::min<int>(reads + 1, 65535));
         c_.max_reads_one_expert_pass = std::max<uint64_t>(c_.max_reads_one_expert_pass, reads);
-        if (reads_in_flight_ == 0) disk_busy_since_ = Clock::now();
+        if (reads_in_flight_ == 0) {
+            disk_busy_since_ = Clock::now();
+            disk_busy_since_ms_ = now_ms();
+        }
         reads_in_flight_ += 3;
         for (int p = 0; p < 3; ++p) reader_.submit(&it.ops[p]);
         any = true;
@@ -359,7 +364,10 @@ void TieredExpertStore::complete_read(io::ReadOp* op) {
     if (op->error != 0 && error_.empty())
         error_ = strf("store: disk read of layer %lld expert %d at offset %llu failed: %s", (long long)layer_, it.expert,
                       static_cast<unsigned long long>(op->offset), std::strerror(op->error));
-    if (--reads_in_flight_ == 0) c_.disk_busy_ms += ms_between(disk_busy_since_, Clock::now());
+    if (--reads_in_flight_ == 0) {
+        c_.disk_busy_ms += ms_between(disk_busy_since_, Clock::now());
+        disk_timeline_.add(disk_busy_since_ms_, now_ms());
+    }
     if (--it.reads_left > 0) return;
     c_.disk_read_bytes = reader_.stats().bytes_read;
     if (!error_.empty()) return;
@@ -369,43 +377,50 @@ void TieredExpertStore::complete_read(io::ReadOp* op) {
 }
 
 // Moves bytes toward device memory in item order: staging -> hot slot for hot-home experts,
-// host -> transient slot for the others. Copies run without the lock held.
+// host -> transient slot for the others. A batch of copies is queued at once (back to back on
+// the copy engine, no host round trip between them) and each expert is handed over as its copy
+// lands. Copies run without the lock held.
 bool TieredExpertStore::do_copies(std::unique_lock<std::mutex>& lk) {
-    bool any = false;
     const int64_t limit = cfg_.prefetch ? n_items_ : requested_;
-    for (int64_t i = 0; i < limit; ++i) {
+    copy_batch_.clear();
+    for (int64_t i = 0; i < limit && copy_batch_.size() < copy_batch_.capacity(); ++i) {
         Item& it = items_[i];
         if (it.stage != Stage::kInHost) continue;
         uint8_t* dst;
-        Home& h = homes_[layer_][it.expert];
         if (it.to_hot) {
-            dst = home_ptr(layer_, h);
+            dst = home_ptr(layer_, homes_[layer_][it.expert]);
         } else {
             if (free_transient_.empty()) break;
             it.transient = free_transient_.back();
             free_transient_.pop_back();
             dst = device_ + (static_cast<uint64_t>(L_ * H_ + it.transient)) * slot_bytes_;
         }
-        const uint64_t bytes = m_.expert_bytes_each(layer_);
-        const uint8_t* src = it.host_src;
-        lk.unlock();
-        const auto t0 = Clock::now();
-        backend_.copy(dst, src, bytes, CopyKind::kHostToDevice);
-        const double ms = ms_between(t0, Clock::now());
+        it.stage = Stage::kCopying;
+        copy_batch_.push_back({i, dst, it.host_src, m_.expert_bytes_each(layer_), 0});
+    }
+    if (copy_batch_.empty()) return false;
+    lk.unlock();
+    const auto t0 = Clock::now();
+    for (QueuedCopy& q : copy_batch_) q.ticket = backend_.copy_async(q.dst, q.src, q.bytes, CopyKind::kHostToDevice);
+    for (const QueuedCopy& q : copy_batch_) {
+        backend_.wait_copy(q.ticket);
         lk.lock();
-        c_.pcie_bytes += bytes;
-        c_.pcie_ms += ms;
+        Item& it = items_[q.item];
+        c_.pcie_bytes += q.bytes;
         if (it.staging >= 0) {
             free_staging_.push_back(it.staging);
             it.staging = -1;
         }
-        if (it.to_hot) h.loaded = true;
-        it.compute = dst;
+        if (it.to_hot) homes_[layer_][it.expert].loaded = true;
+        it.compute = q.dst;
         it.stage = Stage::kReady;
-        any = true;
         cv_ready_.notify_all();
+        lk.unlock();
     }
-    return any;
+    const double ms = ms_between(t0, Clock::now());
+    lk.lock();
+    c_.pcie_ms += ms;  // the batch's wall time: the copy engine was busy with it throughout
+    return true;
 }
 
 void TieredExpertStore::streamer() {

@@ -28,6 +28,7 @@
 #include "model/dsv41_model.h"
 #include "runtime/providers.h"
 #include "runtime/residency.h"
+#include "runtime/timeline.h"
 
 namespace bg {
 
@@ -73,6 +74,9 @@ public:
     int32_t next_ready(ExpertView* view) override;
     void release(int32_t expert) override;
     void end_layer() override;
+    // A returned expert's transient slot comes back only with its release; the streamer needs
+    // one free to move the next expert in, so a caller may hold this many without a stall.
+    int64_t max_unreleased() const override { return T_ - 1; }
 
     // Pass boundaries: a new pass resets the per-pass read counts and usage; evict_all empties
     // every slot (a cold pass); promote moves, per layer, the H most-used resident experts of the
@@ -82,6 +86,8 @@ public:
     void promote();
 
     StoreCounters counters() const;
+    // The intervals of this pass (since begin_pass) with at least one expert read in flight.
+    const Timeline& disk_timeline() const { return disk_timeline_; }
     uint64_t slot_bytes() const { return slot_bytes_; }
     uint64_t device_bytes() const { return device_bytes_; }
     uint64_t host_bytes() const { return host_bytes_; }
@@ -92,7 +98,7 @@ public:
     uint64_t verify_slots() const;
 
 private:
-    enum class Stage : uint8_t { kPending, kReading, kInHost, kReady, kDelivered, kDone };
+    enum class Stage : uint8_t { kPending, kReading, kInHost, kCopying, kReady, kDelivered, kDone };
     enum class Source : uint8_t { kVram, kHost, kDisk };
     struct Home {
         int8_t tier = 0;     // 0 none, 1 host slot, 2 hot slot (resident); 3 LRU slot (not resident)
@@ -140,6 +146,13 @@ private:
     std::vector<Item> items_;                          // [n_expert], the current layer's work
     std::vector<int32_t> item_of_;                     // [n_expert] -> index in items_
     std::vector<io::ReadOp*> done_ops_;                // [3 * n_expert] poll output
+    struct QueuedCopy {
+        int64_t item = -1;
+        uint8_t* dst = nullptr;
+        const uint8_t* src = nullptr;
+        uint64_t bytes = 0, ticket = 0;
+    };
+    std::vector<QueuedCopy> copy_batch_;               // [<= Backend::kMaxQueuedCopies]
 
     mutable std::mutex mu_;
     std::condition_variable cv_work_, cv_ready_;
@@ -151,6 +164,8 @@ private:
     // release, a request): a counter, not done_, so a layer boundary cannot hide a wake-up.
     uint64_t events_ = 0;
     std::chrono::steady_clock::time_point disk_busy_since_;
+    double disk_busy_since_ms_ = 0;
+    Timeline disk_timeline_{1 << 18};  // this pass's disk-busy intervals
     StoreCounters c_;
     std::string error_;  // an I/O error seen by the streamer, rethrown to the compute thread
 };
