@@ -169,6 +169,33 @@ TEST(Store, NoExpertReadTwiceInALayerPassAndPoolsOnlyAtStartUp) {
     EXPECT_EQ(allocs, 2u);
 }
 
+// The disk timeline the overlap figure is laid against holds every expert read interval of the
+// pass (its total is the store's disk_busy_ms) and the Engram fetches; without a GPU the
+// GPU-side figures are null, not zero.
+TEST(Store, OverlapTimelineCoversTheDiskReadsOfThePass) {
+    bg::RunConfig c = tiny_cfg();
+    c.routing = "exact";
+    c.passes = 2;
+    bg::Session s(c);
+    const nlohmann::json m = s.run(false);
+    for (const auto& p : m["passes"]) {
+        const nlohmann::json& o = p["overlap"];
+        const double expert_busy = p["experts"]["disk_busy_ms"].get<double>();
+        const double engram_ms = p["engram"]["disk_ms"].get<double>();
+        ASSERT_GT(expert_busy, 0.0) << "exact routing reads experts from disk";
+        // The intervals and the counters take their clock readings separately: 1 % + 50 us.
+        const double slack = 0.01 * (expert_busy + engram_ms) + 0.05;
+        EXPECT_GE(o["disk_busy_ms"].get<double>(), expert_busy - slack);
+        EXPECT_GE(o["disk_busy_ms"].get<double>(), engram_ms - slack);
+        EXPECT_LE(o["disk_busy_ms"].get<double>(), expert_busy + engram_ms + slack);
+        EXPECT_NEAR(o["disk_busy_ms"].get<double>() + o["disk_idle_ms"].get<double>(), p["prefill_ms"].get<double>(),
+                    0.05 * p["prefill_ms"].get<double>() + 0.5);
+        EXPECT_TRUE(o["gpu_busy_while_disk_idle_fraction"].is_null());
+        EXPECT_TRUE(p["gpu_busy_while_disk_idle_fraction"].is_null());
+    }
+    EXPECT_EQ(s.store().disk_timeline().intervals().empty(), false);
+}
+
 TEST(Store, EverySlotMatchesTheFileAfterPassesAndPromotion) {
     bg::RunConfig c = tiny_cfg();
     c.routing = "pinned-top1";

@@ -232,7 +232,19 @@ GpuForward::GpuForward(const dsv41::Model& m, ExpertProvider& experts, EngramSto
     // Two events per expert and per unit of a layer, and a few for the attention half.
     events_.resize(2 * (hp_.n_expert + max_units_ + 4));
     for (cudaEvent_t& e : events_) BG_CUDA_CHECK(cudaEventCreate(&e));
+    BG_CUDA_CHECK(cudaEventCreate(&anchor_));
+    for (cudaEvent_t& e : release_events_) BG_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     BG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    begin_timeline();
+}
+
+void GpuForward::begin_timeline() {
+    BG_CHECK(events_used_ == 0);
+    BG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    BG_CUDA_CHECK(cudaEventRecord(anchor_, stream_));
+    BG_CUDA_CHECK(cudaEventSynchronize(anchor_));
+    anchor_host_ms_ = now_ms();
+    timeline_.clear();
 }
 
 void GpuForward::busy_begin() {
@@ -247,9 +259,11 @@ void GpuForward::busy_end() {
 
 void GpuForward::busy_collect() {
     for (size_t i = 0; i + 1 < events_used_; i += 2) {
-        float ms = 0;
+        float ms = 0, at = 0;
         BG_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[i], events_[i + 1]));
         busy_ms_ += ms;
+        BG_CUDA_CHECK(cudaEventElapsedTime(&at, anchor_, events_[i]));
+        timeline_.add(anchor_host_ms_ + at, anchor_host_ms_ + at + ms);
     }
     events_used_ = 0;
 }
@@ -257,6 +271,8 @@ void GpuForward::busy_collect() {
 GpuForward::~GpuForward() {
     cudaStreamSynchronize(stream_);
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
+    for (cudaEvent_t e : release_events_) cudaEventDestroy(e);
+    cudaEventDestroy(anchor_);
     for (void* p : allocations_) cudaFree(p);
     cudaFreeHost(h_rows_);
     cudaFreeHost(h_out_);
@@ -511,7 +527,10 @@ void GpuForward::moe_half(int64_t l, dsv41::Ubatch* const* units, int64_t n_unit
     BG_CUDA_CHECK(cudaMemcpyAsync(scatter_rows_, h_scatter, n_slots * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
 
     experts_.begin_layer(l, used_experts_.data(), used_tokens_.data(), n_used);
+    // While the host waits for the next expert, the GPU works through the queued ones.
+    const int64_t lag = std::min<int64_t>(kMaxUnreleased, experts_.max_unreleased());
     for (int64_t got = 0; got < n_used; ++got) {
+        release_finished(lag);
         ExpertView v;
         const int32_t e = experts_.next_ready(&v);
         DeviceMat gate{v.gate.data, v.gate.type, v.gate.cols, v.gate.rows, v.gate.row_stride};
@@ -529,10 +548,14 @@ void GpuForward::moe_half(int64_t l, dsv41::Ubatch* const* units, int64_t n_unit
             moe_scatter(eo_tmp_, scatter_rows_ + s0 + c0, m, E_, eo_, stream_);
         }
         busy_end();
-        // The slot may be refilled once released: the kernels reading it must be done.
-        BG_CUDA_CHECK(cudaStreamSynchronize(stream_));
-        experts_.release(e);
+        // The slot may be refilled once released: the kernels reading it must be done first.
+        BG_CHECK(unreleased_n_ < kMaxUnreleased);
+        const int64_t at = (unreleased_head_ + unreleased_n_++) % kMaxUnreleased;
+        unreleased_[at] = e;
+        BG_CUDA_CHECK(cudaEventRecord(release_events_[at], stream_));
+        release_finished(lag > 0 ? lag - 1 : 0);
     }
+    release_finished(0);
     experts_.end_layer();
 
     for (int64_t ui = 0; ui < n_units; ++ui) {
@@ -555,6 +578,22 @@ void GpuForward::moe_half(int64_t l, dsv41::Ubatch* const* units, int64_t n_unit
     }
     BG_CUDA_CHECK(cudaStreamSynchronize(stream_));
     busy_collect();
+}
+
+void GpuForward::release_finished(int64_t keep) {
+    while (unreleased_n_ > 0) {
+        cudaEvent_t ev = release_events_[unreleased_head_];
+        if (unreleased_n_ > keep) {
+            BG_CUDA_CHECK(cudaEventSynchronize(ev));
+        } else {
+            const cudaError_t q = cudaEventQuery(ev);
+            if (q == cudaErrorNotReady) return;
+            BG_CUDA_CHECK(q);
+        }
+        experts_.release(unreleased_[unreleased_head_]);
+        unreleased_head_ = (unreleased_head_ + 1) % kMaxUnreleased;
+        --unreleased_n_;
+    }
 }
 
 void GpuForward::collapse_final(const dsv41::Ubatch& u, int64_t i) {

@@ -27,6 +27,8 @@ public:
     uint64_t buffer_bytes() const override;
     uint64_t device_bytes() const override { return device_bytes_; }
     double device_busy_ms() const override { return busy_ms_; }
+    void begin_timeline() override;
+    const Timeline* device_timeline() const override { return &timeline_; }
     void reset() override;
     void embed(dsv41::Ubatch& u, const int32_t* tokens, int64_t n, int64_t pos0) override;
     void attention_half(int64_t l, dsv41::Ubatch& u) override;
@@ -98,6 +100,19 @@ private:
     std::vector<cudaEvent_t> events_;  // pool, allocated at start-up
     size_t events_used_ = 0;
     double busy_ms_ = 0;
+    // Busy intervals in host time: an anchor event whose host time is known (recorded on an
+    // idle stream and waited for), each event placed at anchor + elapsed.
+    cudaEvent_t anchor_ = nullptr;
+    double anchor_host_ms_ = 0;
+    Timeline timeline_{1 << 18};
+    // Experts whose kernels are queued but whose slots are not yet released: a ring of
+    // (expert, event recorded after its kernels), so the host can ask for the next expert
+    // while the GPU still works on earlier ones.
+    static constexpr int kMaxUnreleased = 8;
+    cudaEvent_t release_events_[kMaxUnreleased] = {};
+    int32_t unreleased_[kMaxUnreleased] = {};
+    int64_t unreleased_head_ = 0, unreleased_n_ = 0;
+    void release_finished(int64_t keep);  // releases done experts; waits while more than keep
 };
 
 }  // namespace bg::cuda

@@ -10,6 +10,7 @@
 #include "cpu/ops.h"
 #include "model/dsv41_model.h"
 #include "runtime/providers.h"
+#include "runtime/timeline.h"
 #include "runtime/residency.h"
 #include "runtime/routing.h"
 
@@ -65,6 +66,10 @@ public:
     // Milliseconds the device spent running this pass's kernels so far, from events around the
     // kernel work (idle gaps while the host waits are excluded); < 0 where not measured (CPU).
     virtual double device_busy_ms() const { return -1.0; }
+    // The same busy time as intervals on the host's steady clock, since the last
+    // begin_timeline(), so it can be laid over the disk's; nullptr where not measured (CPU).
+    virtual void begin_timeline() {}
+    virtual const Timeline* device_timeline() const { return nullptr; }
     // Empties the sequence: the next token is at position 0.
     virtual void reset() = 0;
 

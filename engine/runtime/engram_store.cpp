@@ -38,6 +38,7 @@ EngramStore::~EngramStore() {
 const uint8_t* EngramStore::fetch_raw(int64_t layer, const uint64_t* rows, int64_t n) {
     BG_CHECK(n <= rows_per_fetch());
     const auto t0 = std::chrono::steady_clock::now();
+    const double t0_ms = now_ms();
     const uint64_t before = reader_.stats().bytes_read;
     uint64_t at = 0;
     for (int64_t i = 0; i < n; ++i) {
@@ -67,6 +68,7 @@ const uint8_t* EngramStore::fetch_raw(int64_t layer, const uint64_t* rows, int64
     c_.row_bytes += at;
     c_.disk_read_bytes += reader_.stats().bytes_read - before;
     c_.disk_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    timeline_.add(t0_ms, now_ms());
     return buffer_;
 }
 

@@ -12,6 +12,7 @@
 #include "io/reader.h"
 #include "model/dsv41_model.h"
 #include "runtime/providers.h"
+#include "runtime/timeline.h"
 
 namespace bg {
 
@@ -35,6 +36,9 @@ public:
     const uint8_t* fetch_raw(int64_t layer, const uint64_t* rows, int64_t n);
     int64_t rows_per_fetch() const { return static_cast<int64_t>(ops_.size()); }
     EngramCounters counters() const { return c_; }
+    // The intervals spent fetching since the last clear_timeline() (reads and the copy behind them).
+    const Timeline& timeline() const { return timeline_; }
+    void clear_timeline() { timeline_.clear(); }
     uint64_t buffer_bytes() const { return buffer_bytes_; }
 
 private:
@@ -47,6 +51,7 @@ private:
     std::vector<io::ReadOp> ops_;         // [rows that fit the buffer]
     std::vector<io::ReadOp*> done_;
     EngramCounters c_;
+    Timeline timeline_{1 << 18};
 };
 
 }  // namespace bg

@@ -29,6 +29,9 @@ public:
     virtual int32_t next_ready(ExpertView* view) = 0;
     virtual void release(int32_t expert) = 0;
     virtual void end_layer() = 0;
+    // How many returned experts a caller may keep unreleased (their compute still queued on a
+    // device) while it asks for the next one, without the provider stalling for want of a slot.
+    virtual int64_t max_unreleased() const { return 0; }
 };
 
 class EngramProvider {
