@@ -223,3 +223,23 @@ TEST(HarnessResults, SigintLeavesCompleteAtomicResultsAndNoCgroup) {
         EXPECT_TRUE(bghtest::leftover_cgroups(hierarchy, pid).empty());
     }
 }
+
+// SPEC §5's hardware figures are shown as shares of the probes measured in the same run.
+TEST(HarnessResults, MarkdownStatesHardwareUseAgainstTheSameRunsProbes) {
+    const json pass = {{"pass", 1}, {"state", "cold"}, {"runs", 1},
+                       {"metrics", {{"prefill_tok_s", {{"median", 10.0}}}, {"disk_gb_s", {{"median", 1.8}}},
+                                    {"pcie_gb_s", {{"median", 44.0}}},
+                                    {"gpu_busy_while_disk_idle_fraction", {{"median", 0.93}}}}}};
+    const json r = {{"format", bgh::kResultFormat},
+                    {"status", "complete"},
+                    {"scenario", {{"name", "t"}, {"profile", "device"}, {"mode", "run"}, {"passes", 1},
+                                  {"repetitions", 1}, {"pass_labels", {"4a"}},
+                                  {"hardware", {{"vram_budget_mib", 2048}, {"host_budget_mib", 2048}}}}},
+                    {"configurations", {{{"name", "all three"}, {"change_flags", json::array()},
+                                         {"summary", {{"passes", {pass}}}}, {"runs", json::array()}}}},
+                    {"machine", {{"raw_disk_gb_s", 2.0}, {"pinned_pcie_gb_s", 55.0}}}};
+    const std::string md = bgh::render_markdown(r, "");
+    EXPECT_NE(md.find("4a: disk 1.80 GB/s = 90 % of raw sequential (target ≥ 90 %)"), std::string::npos) << md;
+    EXPECT_NE(md.find("PCIe 44.0 GB/s = 80 % of pinned (target ≥ 85 %)"), std::string::npos) << md;
+    EXPECT_NE(md.find("GPU busy 93 % of the time no disk read was in flight"), std::string::npos) << md;
+}
