@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# The reproduction on a GPU machine through the device tool, in parts that each fit one call
+# (10 minutes). Binaries are built here and staged; the model is generated there on first use.
+#   here:   bash scripts/device-reproduce.sh --stage [BUILD]      # -> .device-bin/ (carried)
+#   there:  bash scripts/device-reproduce.sh --run PART...        # carry [".device-bin"]
+# Parts:
+#   check      machine description, GPU tests, raw probes
+#   4a4b       harness: scenarios/device/seed-4a-4b
+#   decode     harness: scenarios/device/decode
+#   fidelity   engine: pinned-top1 and resident-only against exact (64 and 500 tokens)
+#   ablation   harness: scenarios/device/ablation (the longest part: about 9 minutes on an H200)
+#   500        harness: scenarios/device/seed-500-baseline and seed-500-optimized
+# Everything lands in results/device/ there and comes back as one archive under $OUT
+# (the device tool returns at most 8 files, two folders deep).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+stage=.device-bin
+
+if [ "${1:-}" = "--stage" ]; then
+  build=${2:-build}
+  rm -rf "$stage" && mkdir -p "$stage"
+  cp "$build/betelgeuse" "$build/betelgeuse-harness" "$stage/"
+  for t in "$build"/tests/test_gpu_*; do
+    case "$t" in *.cmake) ;; *) cp "$t" "$stage/" ;; esac
+  done
+  # libcgroup is a shared library the GPU machine's image lacks: it travels too.
+  lib=$(ldd "$build/betelgeuse-harness" | awk '/libcgroup/ {print $3}')
+  [ -n "$lib" ] && cp "$lib" "$stage/"
+  grep -qx "/$stage/" .git/info/exclude 2>/dev/null || echo "/$stage/" >> .git/info/exclude
+  du -sh "$stage"
+  exit 0
+fi
+[ "${1:-}" = "--run" ] || { echo "usage: $0 --stage [BUILD] | --run PART..." >&2; exit 2; }
+shift
+out=${OUT:-device-out}
+mkdir -p "$out" results/device
+export LD_LIBRARY_PATH="$PWD/$stage${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+bin=$stage/betelgeuse
+harness=$stage/betelgeuse-harness
+status=0
+log=$out/device-reproduce.log
+note() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$log"; }
+
+harness_run() {  # run|ablate scenario
+  note "harness $1 $2"
+  "$harness" "$1" "scenarios/device/$2.json" --out results --quiet 2>&1 | tail -n 25 | tee -a "$log" || status=1
+  local md
+  md=$(ls -1 "results/device/$2"/*.md 2>/dev/null | sort | tail -1)
+  [ -n "$md" ] && cat "$md" | tee -a "$log" >/dev/null && grep -E "^\| |Hardware use|  - |Same-run|Decode" "$md"
+}
+
+for part in "$@"; do
+  case "$part" in
+    check)
+      note "machine"
+      { nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.max,pcie.link.width.max --format=csv
+        nproc; free -g | head -2; df -h . | tail -1; uname -r; } 2>&1 | tee "$out/machine.txt"
+      export BG_SOURCE_DIR=$PWD BG_TEST_MODELS_DIR=/tmp/bg-test-models
+      mkdir -p "$BG_TEST_MODELS_DIR"
+      note "GPU tests"
+      for t in "$stage"/test_gpu_*; do
+        timeout 300 "$t" > "$out/$(basename "$t").log" 2>&1 || status=1
+        tail -n 3 "$out/$(basename "$t").log" | tee -a "$log"
+      done
+      ;;
+    4a4b) harness_run run seed-4a-4b ;;
+    decode) harness_run run decode ;;
+    500) harness_run run seed-500-baseline; harness_run run seed-500-optimized ;;
+    ablation) harness_run ablate ablation ;;
+    fidelity)
+      [ -f models/device.gguf ] || "$bin" make-model --scale scenarios/models/device.json --out models/device.gguf --seed 1 2>&1 | tail -n 1
+      mkdir -p results/device/fidelity
+      nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > results/device/fidelity/machine.txt
+      for n in 64 500; do
+        for pol in pinned-top1 resident-only; do
+          note "fidelity $pol $n tokens"
+          "$bin" run --backend cuda --model models/device.gguf --prompt-tokens $n --prompt-seed 1 \
+            --vram-budget 2048 --host-budget 2048 --routing $pol --prefill layer-major --ubatch 16 --promote \
+            --passes 1 --gen 1 --fidelity --metrics-json "results/device/fidelity/$pol-$n.json" 2>&1 \
+            | grep -E "^fidelity|^pass" | tee -a "$log" || status=1
+        done
+      done
+      ;;
+    *) echo "unknown part $part" >&2; status=2 ;;
+  esac
+done
+tar czf "$out/results-device.tgz" results/device 2>/dev/null
+ls -la "$out"
+exit $status
