@@ -29,6 +29,10 @@ public:
     static constexpr int kMaxQueuedCopies = 64;
     virtual uint64_t copy_async(uint8_t* dst, const uint8_t* src, uint64_t bytes, CopyKind kind) = 0;
     virtual void wait_copy(uint64_t ticket) = 0;
+    // Milliseconds the copy engine spent on queued copies, from events around each batch (first
+    // copy queued on an idle queue to the last one landed), as the pinned-copy probe times its
+    // copies; < 0 where the backend has no such clock (the CPU arena).
+    virtual double copy_busy_ms() const { return -1.0; }
     // Device memory the driver reports as used by this process (0 when unknown).
     virtual uint64_t device_used_bytes() const = 0;
     // Whether the CPU can read device memory directly (the CPU backend's arena).

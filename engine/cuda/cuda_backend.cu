@@ -28,7 +28,8 @@ public:
         }
         check(cudaSetDevice(device), "cudaSetDevice");
         check(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-        for (cudaEvent_t& e : copy_done_) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+        for (cudaEvent_t& e : copy_done_) check(cudaEventCreate(&e), "cudaEventCreate");
+        check(cudaEventCreate(&batch_start_), "cudaEventCreate");
         size_t free_b = 0, total_b = 0;
         check(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
         baseline_used_ = total_b - free_b;
@@ -36,6 +37,7 @@ public:
     ~CudaBackend() override {
         cudaStreamSynchronize(copy_stream_);
         for (cudaEvent_t e : copy_done_) cudaEventDestroy(e);
+        cudaEventDestroy(batch_start_);
         cudaStreamDestroy(copy_stream_);
     }
     const char* name() const override { return "cuda"; }
@@ -63,7 +65,6 @@ public:
         // compute on other streams goes on.
         check(cudaMemcpyAsync(dst, src, bytes, cuda_kind(kind), copy_stream_), "cudaMemcpyAsync");
         check(cudaStreamSynchronize(copy_stream_), "copy stream");
-        waited_ = queued_;
     }
     uint64_t copy_async(uint8_t* dst, const uint8_t* src, uint64_t bytes, CopyKind kind) override {
         if (kind == CopyKind::kHostToHost) {
@@ -71,6 +72,7 @@ public:
             return waited_;  // nothing queued: done already
         }
         BG_CHECK(queued_ - waited_ < static_cast<uint64_t>(kMaxQueuedCopies));
+        if (queued_ == waited_) check(cudaEventRecord(batch_start_, copy_stream_), "cudaEventRecord");  // a batch begins
         check(cudaMemcpyAsync(dst, src, bytes, cuda_kind(kind), copy_stream_), "cudaMemcpyAsync");
         const uint64_t ticket = ++queued_;
         check(cudaEventRecord(copy_done_[ticket % kMaxQueuedCopies], copy_stream_), "cudaEventRecord");
@@ -80,9 +82,16 @@ public:
         BG_CHECK(ticket <= queued_);
         if (ticket <= waited_) return;
         // The copy stream is in order: this copy's event covers every copy queued before it.
-        check(cudaEventSynchronize(copy_done_[ticket % kMaxQueuedCopies]), "copy stream");
+        cudaEvent_t done = copy_done_[ticket % kMaxQueuedCopies];
+        check(cudaEventSynchronize(done), "copy stream");
         waited_ = ticket;
+        if (waited_ == queued_) {  // the batch has landed
+            float ms = 0;
+            check(cudaEventElapsedTime(&ms, batch_start_, done), "cudaEventElapsedTime");
+            copy_busy_ms_ += ms;
+        }
     }
+    double copy_busy_ms() const override { return copy_busy_ms_; }
     bool device_is_host_addressable() const override { return false; }
     uint64_t device_used_bytes() const override {
         size_t free_b = 0, total_b = 0;
@@ -100,7 +109,11 @@ private:
     int device_ = 0;
     cudaStream_t copy_stream_ = nullptr;
     cudaEvent_t copy_done_[kMaxQueuedCopies] = {};  // [ticket % kMaxQueuedCopies]
+    // copy_async and wait_copy belong to one thread (the store's streamer); copy() may come from
+    // others (Engram, promotion) and shares the stream, not this bookkeeping.
     uint64_t queued_ = 0, waited_ = 0;              // tickets issued and known landed
+    cudaEvent_t batch_start_ = nullptr;             // recorded when a copy is queued on an idle queue
+    double copy_busy_ms_ = 0;
     uint64_t baseline_used_ = 0;  // other processes' and the context's memory at start
 };
 

@@ -49,7 +49,8 @@ struct StoreCounters {
     uint64_t vram_hit_bytes = 0, host_hit_bytes = 0, disk_bytes = 0;  // expert bytes by source
     uint64_t consumed_bytes = 0;     // once per expert per layer per unit of work
     uint64_t pcie_bytes = 0;         // host->device copies of expert bytes
-    double pcie_ms = 0;              // time spent in those copies
+    double pcie_ms = 0;              // copy-engine time of those copies (events; host wall time on the CPU arena)
+    double pcie_wall_ms = 0;         // host wall time from queueing each batch to its last copy landing
     uint64_t disk_read_bytes = 0;    // bytes the device read (aligned covers)
     double disk_busy_ms = 0;         // wall time with at least one expert read in flight
     double disk_wait_ms = 0;         // compute blocked while an expert it waits for is on disk

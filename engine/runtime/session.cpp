@@ -213,6 +213,7 @@ nlohmann::json Session::run(bool verbose) {
             {"disk_wait_ms", d.disk_wait_ms},
             {"pcie_bytes", d.pcie_bytes},
             {"pcie_gb_s", d.pcie_ms > 0 ? d.pcie_bytes / (d.pcie_ms * 1e6) : 0.0},
+            {"pcie_wall_gb_s", d.pcie_wall_ms > 0 ? d.pcie_bytes / (d.pcie_wall_ms * 1e6) : 0.0},
             {"disk_gb_s", d.disk_busy_ms > 0 ? d.disk_read_bytes / (d.disk_busy_ms * 1e6) : 0.0},
             {"compute_busy_fraction", wall_ms > 0 ? std::max(0.0, 1.0 - blocked / wall_ms) : 0.0},
             {"vram_peak_mib", vram_mib},
