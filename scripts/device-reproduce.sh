@@ -10,6 +10,7 @@
 #   fidelity   engine: pinned-top1 and resident-only against exact (64 and 500 tokens)
 #   ablation   harness: scenarios/device/ablation (the longest part: about 9 minutes on an H200)
 #   500        harness: scenarios/device/seed-500-baseline and seed-500-optimized
+#   500opt     harness: scenarios/device/seed-500-optimized alone (its baseline runs beside it)
 # Everything lands in results/device/ there and comes back as one archive under $OUT
 # (the device tool returns at most 8 files, two folders deep).
 set -uo pipefail
@@ -66,6 +67,7 @@ for part in "$@"; do
     4a4b) harness_run run seed-4a-4b ;;
     decode) harness_run run decode ;;
     500) harness_run run seed-500-baseline; harness_run run seed-500-optimized ;;
+    500opt) harness_run run seed-500-optimized ;;
     ablation) harness_run ablate ablation ;;
     fidelity)
       [ -f models/device.gguf ] || "$bin" make-model --scale scenarios/models/device.json --out models/device.gguf --seed 1 2>&1 | tail -n 1
@@ -83,7 +85,8 @@ for part in "$@"; do
       ;;
     *) echo "unknown part $part" >&2; status=2 ;;
   esac
+  # After every part, so a call cut at its time limit still brings back what finished.
+  tar czf "$out/results-device.tgz" results/device 2>/dev/null
 done
-tar czf "$out/results-device.tgz" results/device 2>/dev/null
 ls -la "$out"
 exit $status
