@@ -385,7 +385,7 @@ void TieredExpertStore::complete_read(io::ReadOp* op) {
 bool TieredExpertStore::do_copies(std::unique_lock<std::mutex>& lk) {
     const int64_t limit = cfg_.prefetch ? n_items_ : requested_;
     copy_batch_.clear();
-    for (int64_t i = 0; i < limit && copy_batch_.size() < copy_batch_.capacity(); ++i) {
+    for (int64_t i = 0; i < limit && copy_batch_.size() < static_cast<size_t>(Backend::kMaxQueuedCopies); ++i) {
         Item& it = items_[i];
         if (it.stage != Stage::kInHost) continue;
         uint8_t* dst;
