@@ -8,21 +8,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 stage=.device-bin
 
-if [ "${1:-}" = "--stage" ]; then
-  build=${2:-build}
-  rm -rf "$stage" && mkdir -p "$stage"
-  cp "$build/betelgeuse" "$stage/"
-  for t in "$build"/tests/test_gpu_*; do
-    case "$t" in *.cmake) ;; *) cp "$t" "$stage/" ;; esac
-  done
-  for b in bench_gpu bench_io; do [ -x "$build/bench/$b" ] && cp "$build/bench/$b" "$stage/"; done
-  # Debian's Google Benchmark is a shared library the GPU machine's image lacks: it travels too.
-  lib=$(ldd "$build/bench/bench_io" 2>/dev/null | awk '/libbenchmark/ {print $3}')
-  [ -n "$lib" ] && cp "$lib" "$stage/"
-  grep -qx "/$stage/" .git/info/exclude 2>/dev/null || echo "/$stage/" >> .git/info/exclude
-  du -sh "$stage"
-  exit 0
-fi
+if [ "${1:-}" = "--stage" ]; then exec bash scripts/device-stage.sh "${2:-build}"; fi
 
 out=${OUT:-device-out}
 mkdir -p "$out"

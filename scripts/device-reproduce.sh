@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The reproduction on a GPU machine through the device tool, in parts that each fit one call
 # (10 minutes). Binaries are built here and staged; the model is generated there on first use.
-#   here:   bash scripts/device-reproduce.sh --stage [BUILD]      # -> .device-bin/ (carried)
+#   here:   bash scripts/device-reproduce.sh --stage [BUILD]      # scripts/device-stage.sh: -> .device-bin/ (carried)
 #   there:  bash scripts/device-reproduce.sh --run PART...        # carry [".device-bin"]
 # Parts:
 #   check      machine description, GPU tests, raw probes
@@ -17,20 +17,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 stage=.device-bin
 
-if [ "${1:-}" = "--stage" ]; then
-  build=${2:-build}
-  rm -rf "$stage" && mkdir -p "$stage"
-  cp "$build/betelgeuse" "$build/betelgeuse-harness" "$stage/"
-  for t in "$build"/tests/test_gpu_*; do
-    case "$t" in *.cmake) ;; *) cp "$t" "$stage/" ;; esac
-  done
-  # libcgroup is a shared library the GPU machine's image lacks: it travels too.
-  lib=$(ldd "$build/betelgeuse-harness" | awk '/libcgroup/ {print $3}')
-  [ -n "$lib" ] && cp "$lib" "$stage/"
-  grep -qx "/$stage/" .git/info/exclude 2>/dev/null || echo "/$stage/" >> .git/info/exclude
-  du -sh "$stage"
-  exit 0
-fi
+if [ "${1:-}" = "--stage" ]; then exec bash scripts/device-stage.sh "${2:-build}"; fi
 [ "${1:-}" = "--run" ] || { echo "usage: $0 --stage [BUILD] | --run PART..." >&2; exit 2; }
 shift
 out=${OUT:-device-out}
