@@ -27,6 +27,8 @@ enum class ValueType : uint32_t {
     BOOL = 7, STRING = 8, ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12,
 };
 const char* value_type_name(ValueType t);
+// Bytes of one encoded scalar of this type; 0 for STRING and ARRAY, whose size depends on content.
+uint64_t scalar_bytes(ValueType t);
 
 // One metadata value. Scalars live in the field matching their type class; arrays hold their
 // elements in `items` (nested arrays allowed).

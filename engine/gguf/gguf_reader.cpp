@@ -32,22 +32,9 @@ constexpr uint64_t kMinKvBytes = 8 + 4 + 1;              // key length, value ty
 constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 8 + 4 + 8;  // name length, n_dims, ne[0], type, offset
 
 uint64_t min_encoded_bytes(ValueType t) {
-    switch (t) {
-        case ValueType::UINT8:
-        case ValueType::INT8:
-        case ValueType::BOOL: return 1;
-        case ValueType::UINT16:
-        case ValueType::INT16: return 2;
-        case ValueType::UINT32:
-        case ValueType::INT32:
-        case ValueType::FLOAT32: return 4;
-        case ValueType::UINT64:
-        case ValueType::INT64:
-        case ValueType::FLOAT64:
-        case ValueType::STRING: return 8;   // the length prefix
-        case ValueType::ARRAY: return 12;   // element type and count
-    }
-    return 1;
+    if (t == ValueType::STRING) return 8;  // the length prefix
+    if (t == ValueType::ARRAY) return 12;  // element type and count
+    return scalar_bytes(t);
 }
 
 uint64_t saturating_mul(uint64_t a, uint64_t b) {

@@ -4,6 +4,25 @@
 
 namespace bg::gguf {
 
+uint64_t scalar_bytes(ValueType t) {
+    switch (t) {
+        case ValueType::UINT8:
+        case ValueType::INT8:
+        case ValueType::BOOL: return 1;
+        case ValueType::UINT16:
+        case ValueType::INT16: return 2;
+        case ValueType::UINT32:
+        case ValueType::INT32:
+        case ValueType::FLOAT32: return 4;
+        case ValueType::UINT64:
+        case ValueType::INT64:
+        case ValueType::FLOAT64: return 8;
+        case ValueType::STRING:
+        case ValueType::ARRAY: break;
+    }
+    return 0;
+}
+
 const char* value_type_name(ValueType t) {
     switch (t) {
         case ValueType::UINT8: return "uint8";

@@ -28,29 +28,13 @@ bool is_power_of_two(uint64_t a) { return a != 0 && (a & (a - 1)) == 0; }
 
 uint64_t align_up(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
 
-uint64_t scalar_bytes(ValueType t) {
-    switch (t) {
-        case ValueType::UINT8:
-        case ValueType::INT8:
-        case ValueType::BOOL: return 1;
-        case ValueType::UINT16:
-        case ValueType::INT16: return 2;
-        case ValueType::UINT32:
-        case ValueType::INT32:
-        case ValueType::FLOAT32: return 4;
-        case ValueType::UINT64:
-        case ValueType::INT64:
-        case ValueType::FLOAT64: return 8;
-        case ValueType::STRING:
-        case ValueType::ARRAY: break;
-    }
-    BG_CHECK(false);  // only called for scalar types
-    return 0;
-}
-
 uint64_t value_bytes(const Value& v) {
     if (v.type == ValueType::STRING) return 8 + v.s.size();
-    if (v.type != ValueType::ARRAY) return scalar_bytes(v.type);
+    if (v.type != ValueType::ARRAY) {
+        const uint64_t n = scalar_bytes(v.type);
+        BG_CHECK(n > 0);  // a scalar of a known type (validate_value ran first)
+        return n;
+    }
     uint64_t n = 4 + 8;
     for (const Value& x : v.items) n += value_bytes(x);
     return n;
