@@ -17,6 +17,7 @@
 
 #include "cpu/ops.h"
 #include "cpu/thread_pool.h"
+#include "random_inputs.h"
 #include "cuda/check.cuh"
 #include "cuda/dequant.cuh"
 #include "cuda/ops.cuh"
@@ -27,19 +28,8 @@ using namespace bg;
 
 namespace {
 
-std::mt19937 fresh_rng() {
-    const uint32_t seed = std::random_device{}();
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    std::printf("[%s.%s] seed %u\n", info->test_suite_name(), info->name(), seed);
-    return std::mt19937(seed);
-}
-
-std::vector<float> uniform(std::mt19937& rng, int64_t n, float lo, float hi) {
-    std::uniform_real_distribution<float> u(lo, hi);
-    std::vector<float> v(static_cast<size_t>(n));
-    for (auto& x : v) x = u(rng);
-    return v;
-}
+using bgtest::fresh_rng;
+using bgtest::uniform;
 
 std::vector<float> normal(std::mt19937& rng, int64_t n, float sigma) {
     std::normal_distribution<float> nd(0.0f, sigma);

@@ -11,6 +11,7 @@
 #include "cpu/ops.h"
 #include "cpu/thread_pool.h"
 #include "ops_reference.h"
+#include "random_inputs.h"
 #include "tensor/ggml_types.h"
 
 using namespace bg;
@@ -18,19 +19,8 @@ using namespace bg::cpu;
 
 namespace {
 
-std::mt19937 fresh_rng() {
-    const uint32_t seed = std::random_device{}();
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    std::printf("[%s.%s] seed %u\n", info->test_suite_name(), info->name(), seed);
-    return std::mt19937(seed);
-}
-
-std::vector<float> rand_vec(std::mt19937& rng, int64_t n, float lo, float hi) {
-    std::uniform_real_distribution<float> u(lo, hi);
-    std::vector<float> v(static_cast<size_t>(n));
-    for (auto& x : v) x = u(rng);
-    return v;
-}
+using bgtest::fresh_rng;
+using bgtest::uniform;
 
 }  // namespace
 
@@ -96,7 +86,7 @@ QuantMat make_mat(std::mt19937& rng, GgmlType t, int64_t rows, int64_t cols, uin
     m.bytes.assign(rows * stride, 0xAB);
     m.deq.resize(static_cast<size_t>(rows * cols));
     for (int64_t r = 0; r < rows; ++r) {
-        const auto w = rand_vec(rng, cols, -1.0f, 1.0f);
+        const auto w = uniform(rng, cols, -1.0f, 1.0f);
         quantize_row(t, w.data(), m.bytes.data() + r * stride, cols);
         dequantize_row(t, m.bytes.data() + r * stride, m.deq.data() + r * cols, cols);
     }
@@ -120,7 +110,7 @@ TEST(Ops, MatmulAllTypes) {
             const QuantMat m = make_mat(rng, t, sh.rows, sh.cols, sh.rows == 5 ? 8 : 0);
             for (int64_t n_tok : {1, 3, 16}) {
                 const int64_t ldx = sh.cols + 3, ldy = sh.rows + 2;
-                const auto x = rand_vec(rng, n_tok * ldx, -2.0f, 2.0f);
+                const auto x = uniform(rng, n_tok * ldx, -2.0f, 2.0f);
                 const auto want = ref::matmul(m.deq, sh.rows, sh.cols, x.data(), ldx, n_tok);
                 for (ThreadPool* pool : {&pool1, &pool3}) {
                     std::vector<float> y(static_cast<size_t>(n_tok * ldy), -777.0f);
@@ -150,7 +140,7 @@ TEST(Ops, MatmulSliceRows) {
     const MatView s = m.view.slice_rows(10, 17);
     EXPECT_EQ(s.rows, 17);
     EXPECT_EQ(s.cols, 64);
-    const auto x = rand_vec(rng, 64, -1.0f, 1.0f);
+    const auto x = uniform(rng, 64, -1.0f, 1.0f);
     std::vector<float> full(50), part(17);
     matmul(pool, m.view, x.data(), 64, 1, full.data(), 50);
     matmul(pool, s, x.data(), 64, 1, part.data(), 17);
@@ -164,8 +154,8 @@ TEST(Ops, MatmulSliceRows) {
 TEST(Ops, RmsNorm) {
     std::mt19937 rng = fresh_rng();
     const int64_t n = 1000;
-    const auto x = rand_vec(rng, n, -3.0f, 3.0f);
-    const auto w = rand_vec(rng, n, 0.5f, 1.5f);
+    const auto x = uniform(rng, n, -3.0f, 3.0f);
+    const auto w = uniform(rng, n, 0.5f, 1.5f);
     const float eps = 1e-6f;
     for (const float* wp : {w.data(), static_cast<const float*>(nullptr)}) {
         const auto want = ref::rmsnorm(x.data(), wp, n, eps);
@@ -181,7 +171,7 @@ TEST(Ops, RmsNorm) {
 // Scalars: softplus and silu to relative 1e-6; swiglu to 1e-6 relative + 1e-7 absolute.
 TEST(Ops, SoftplusSiluSwiglu) {
     std::mt19937 rng = fresh_rng();
-    const auto xs = rand_vec(rng, 2000, -40.0f, 40.0f);
+    const auto xs = uniform(rng, 2000, -40.0f, 40.0f);
     for (float x : xs) {
         EXPECT_NEAR(softplus(x), ref::softplus(x), 1e-6 * ref::softplus(x) + 1e-30) << x;
         EXPECT_NEAR(silu(x), ref::silu(x), 1e-6 * std::fabs(ref::silu(x)) + 1e-30) << x;
@@ -195,8 +185,8 @@ TEST(Ops, SoftplusSiluSwiglu) {
     EXPECT_EQ(silu(-1000.0f), 0.0f);
 
     const int64_t n = 3000;
-    const auto g = rand_vec(rng, n, -12.0f, 12.0f);
-    const auto u = rand_vec(rng, n, -12.0f, 12.0f);
+    const auto g = uniform(rng, n, -12.0f, 12.0f);
+    const auto u = uniform(rng, n, -12.0f, 12.0f);
     std::vector<float> out(n);
     for (float limit : {7.0f, 0.0f, -1.0f}) {
         for (int form : {0, 1}) {
@@ -222,7 +212,7 @@ TEST(Ops, SoftplusSiluSwiglu) {
 TEST(Ops, Softmax) {
     std::mt19937 rng = fresh_rng();
     for (int64_t n : {1, 5, 300}) {
-        auto x = rand_vec(rng, n, -30.0f, 30.0f);
+        auto x = uniform(rng, n, -30.0f, 30.0f);
         const auto want = ref::softmax(std::vector<double>(x.begin(), x.end()));
         softmax(x.data(), n);
         double s = 0;
@@ -255,7 +245,7 @@ TEST(Ops, RopePlainMatchesReference) {
     p.freq_base = 10000.0f;
     for (int rep = 0; rep < 50; ++rep) {
         const int64_t pos = rep == 0 ? 0 : (rep == 1 ? 1 : posd(rng));
-        auto x = rand_vec(rng, p.n_dims, -1.0f, 1.0f);
+        auto x = uniform(rng, p.n_dims, -1.0f, 1.0f);
         const auto want = ref::rope(x.data(), pos, to_ref(p), false);
         rope(x.data(), pos, p, false);
         for (int64_t i = 0; i < p.n_dims; ++i) ASSERT_NEAR(x[i], want[i], 2e-5) << "pos=" << pos << " i=" << i;
@@ -294,7 +284,7 @@ TEST(Ops, RopeYarn) {
         same_plain.yarn = false;
         for (int rep = 0; rep < 30; ++rep) {
             const int64_t pos = posd(rng);
-            const auto x0 = rand_vec(rng, 64, -1.0f, 1.0f);
+            const auto x0 = uniform(rng, 64, -1.0f, 1.0f);
             auto x = x0;
             const auto want = ref::rope(x.data(), pos, to_ref(*yp), false);
             rope(x.data(), pos, *yp, false);
@@ -333,7 +323,7 @@ TEST(Ops, RopeInverse) {
         p.factor = 16.0f;
         for (int rep = 0; rep < 50; ++rep) {
             const int64_t pos = posd(rng);
-            const auto x0 = rand_vec(rng, 64, -2.0f, 2.0f);
+            const auto x0 = uniform(rng, 64, -2.0f, 2.0f);
             auto x = x0;
             rope(x.data(), pos, p, false);
             rope(x.data(), pos, p, true);
@@ -354,11 +344,11 @@ TEST(Ops, HcMix) {
     std::mt19937 rng = fresh_rng();
     const float eps = 1e-6f;
     for (int rep = 0; rep < 200; ++rep) {
-        const auto m = rand_vec(rng, 24, -2.0f, 2.0f);
-        const auto base = rand_vec(rng, 24, -1.0f, 1.0f);
+        const auto m = uniform(rng, 24, -2.0f, 2.0f);
+        const auto base = uniform(rng, 24, -1.0f, 1.0f);
         // Odd reps: widely spread logits (c up to +-5); even reps: moderate ones (|c| < 1.5).
         const bool wide = rep % 2;
-        const auto scale = rand_vec(rng, 3, wide ? 0.1f : 0.05f, wide ? 2.0f : 0.5f);
+        const auto scale = uniform(rng, 3, wide ? 0.1f : 0.05f, wide ? 2.0f : 0.5f);
         for (int n_iter : {1, 3, 20}) {
             const HcMix h = hc_mix(m.data(), base.data(), scale.data(), n_iter, eps);
             const ref::HcMix r = ref::hc_mix(m.data(), base.data(), scale.data(), n_iter, eps);
@@ -403,8 +393,8 @@ TEST(Ops, RouterMatchesReference) {
     for (int rep = 0; rep < 100; ++rep) {
         const int k = rep % 2 ? 6 : 8;
         const float scale = 2.5f;
-        const auto logits = rand_vec(rng, n, -6.0f, 6.0f);
-        const auto bias = rand_vec(rng, n, -0.5f, 0.5f);
+        const auto logits = uniform(rng, n, -6.0f, 6.0f);
+        const auto bias = uniform(rng, n, -0.5f, 0.5f);
         for (const float* b : {bias.data(), static_cast<const float*>(nullptr)}) {
             std::vector<int32_t> ids(k);
             std::vector<float> w(k), p(n);
@@ -425,7 +415,7 @@ TEST(Ops, RouterMatchesReference) {
 TEST(Ops, RouterTiesAndFloor) {
     std::mt19937 rng = fresh_rng();
     const int64_t n = 64;
-    auto logits = rand_vec(rng, n, -3.0f, 0.0f);
+    auto logits = uniform(rng, n, -3.0f, 0.0f);
     std::vector<float> bias(n, 0.0f);
     // Experts 40, 5 and 23 share the highest score exactly; 11 and 60 share the next.
     for (int e : {40, 5, 23}) logits[e] = 4.0f;
@@ -511,10 +501,10 @@ TEST(Ops, EngramGate) {
     const float eps = 1e-6f;
     for (int64_t n : {7, 64, 1024}) {
         for (int rep = 0; rep < 50; ++rep) {
-            const auto key = rand_vec(rng, n, -2.0f, 2.0f);
-            const auto h = rand_vec(rng, n, -2.0f, 2.0f);
-            const auto wk = rand_vec(rng, n, 0.2f, 1.5f);
-            const auto wq = rand_vec(rng, n, 0.2f, 1.5f);
+            const auto key = uniform(rng, n, -2.0f, 2.0f);
+            const auto h = uniform(rng, n, -2.0f, 2.0f);
+            const auto wk = uniform(rng, n, 0.2f, 1.5f);
+            const auto wq = uniform(rng, n, 0.2f, 1.5f);
             const float g = engram_gate(key.data(), h.data(), wk.data(), wq.data(), n, eps);
             ASSERT_NEAR(g, ref::engram_gate(key.data(), h.data(), wk.data(), wq.data(), n, eps), 1e-5);
         }
@@ -538,8 +528,8 @@ TEST(Ops, AttentionHeadWithSink) {
     for (int64_t d : {64, 128, 33}) {
         for (int64_t n_rows : {1, 7, 300}) {
             for (float scale_mul : {1.0f, 40.0f}) {  // 40x: huge logits, tests the max shift
-                const auto q = rand_vec(rng, d, -1.0f, 1.0f);
-                const auto kv = rand_vec(rng, n_rows * d, -1.0f, 1.0f);
+                const auto q = uniform(rng, d, -1.0f, 1.0f);
+                const auto kv = uniform(rng, n_rows * d, -1.0f, 1.0f);
                 std::vector<const float*> rows(n_rows);
                 // Rows out of memory order, as a gather would give them.
                 for (int64_t j = 0; j < n_rows; ++j) rows[j] = kv.data() + ((j * 5) % n_rows) * d;
