@@ -32,12 +32,15 @@ std::string shown(const json& j) {
     return s.substr(0, cut) + "...";
 }
 
-// A key in a message's key path: as written when plain, else as a JSON string, so a key holding
-// a newline, a control character or a '.' cannot break the one-line "key: reason" form.
+// A key in a message's key path: as written when plain (letters, digits, '_', '-', and the
+// parser's own "[i]"), else as a JSON string, so a key holding a newline, a control character,
+// a '.' or a ": " cannot break or blur the one-line "key: reason" form.
 std::string key_text(const std::string& k) {
     bool plain = !k.empty();
-    for (unsigned char c : k)
-        if (c < 0x20 || c == 0x7F || c == '.' || c == '"') plain = false;
+    for (char c : k)
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+              c == '[' || c == ']'))
+            plain = false;
     return plain ? k : json(k).dump();
 }
 
