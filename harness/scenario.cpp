@@ -44,6 +44,14 @@ std::string key_text(const std::string& k) {
     return plain ? k : json(k).dump();
 }
 
+// A path in a message: as it is, or as a JSON string (whole, not cut) when it holds a control
+// character, so that a path from the file with a newline in it cannot split the problem line.
+std::string path_text(const std::string& p) {
+    for (unsigned char c : p)
+        if (c < 0x20 || c == 0x7F) return json(p).dump();
+    return p;
+}
+
 // Text from elsewhere (a JSON parser's message quotes the bytes it read) made printable ASCII:
 // every other byte as \xNN.
 std::string printable(const std::string& t) {
@@ -328,12 +336,12 @@ Scenario parse_scenario(const std::string& text, const std::string& path) {
     if (auto p = model.string("path", true)) s.model_path = resolve(dir, *p);
     if (auto p = model.string("scale")) {
         s.model_scale_path = resolve(dir, *p);
-        if (!is_file(s.model_scale_path)) model.problem("scale", "no scale file at " + s.model_scale_path);
+        if (!is_file(s.model_scale_path)) model.problem("scale", "no scale file at " + path_text(s.model_scale_path));
     }
     s.model_seed = model.integer("seed", 0, INT64_MAX).value_or(1);
     model.finish();
     if (model.valid() && !s.model_path.empty() && s.model_scale_path.empty() && !is_file(s.model_path))
-        model.problem("path", "no model file at " + s.model_path + ", and no model.scale to generate it from");
+        model.problem("path", "no model file at " + path_text(s.model_path) + ", and no model.scale to generate it from");
 
     Obj hw = top.object("hardware", true);
     const int64_t big = int64_t(1) << 40;
@@ -381,7 +389,7 @@ Scenario parse_scenario(const std::string& text, const std::string& path) {
     e.backend = en.string("backend", false, {"auto", "cpu", "cuda"}).value_or("");
     if (auto r = en.string("residency")) {
         e.residency_path = resolve(dir, *r);
-        if (!is_file(e.residency_path)) en.problem("residency", "no residency plan at " + e.residency_path);
+        if (!is_file(e.residency_path)) en.problem("residency", "no residency plan at " + path_text(e.residency_path));
     }
     if (const json* xa = en.get("extra_args", false)) {
         if (!xa->is_array()) {
@@ -414,7 +422,7 @@ Scenario parse_scenario(const std::string& text, const std::string& path) {
     s.prompt_seed = pr.integer("seed", 0, INT64_MAX).value_or(1);
     if (auto f = pr.string("file")) {
         s.prompt_file = resolve(dir, *f);
-        if (!is_file(s.prompt_file)) pr.problem("file", "no prompt file at " + s.prompt_file);
+        if (!is_file(s.prompt_file)) pr.problem("file", "no prompt file at " + path_text(s.prompt_file));
         if (pr.has("seed")) pr.problem("seed", "only meaningful with prompt.tokens");
     }
     pr.finish();
