@@ -1,7 +1,7 @@
 # Two entry points for a fresh Debian machine; each does its own set-up.
-#   make test       install packages, build (CUDA too when nvcc exists), run every test
-#   make test-sanitize  the whole suite again under ASan+UBSan (not yet part of make test: its
-#                   run inside CI's time on 2 cores has not been verified)
+#   make test       install packages, build (CUDA too when nvcc exists), run every test, then,
+#                   when all passed, the whole suite again under ASan+UBSan (test-sanitize)
+#   make test-sanitize  only the ASan+UBSan pass (its own build folder, build-asan)
 #   make reproduce  install packages, build, generate the model for this machine, run it
 BUILD ?= build
 JOBS ?= $(shell nproc)
@@ -24,8 +24,11 @@ build: deps
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
 	cmake --build $(BUILD) -j $(JOBS)
 
+# The sanitizer pass runs after the normal one, not beside it (2 cores), and only when the
+# normal pass passed, so the output always ends with the summary of the pass that failed.
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	$(MAKE) --no-print-directory test-sanitize
 
 test-sanitize: deps
 	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBG_ENABLE_CUDA=OFF \
@@ -39,4 +42,4 @@ reproduce: build
 	bash scripts/reproduce.sh $(BUILD)
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -6,7 +6,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <regex>
 #include <set>
 #include <sstream>
 
@@ -23,10 +22,66 @@ std::string join(const std::vector<std::string>& v, const char* sep) {
     return out;
 }
 
+// A value in a message: its JSON, cut to 60 bytes at a character boundary (so the message stays
+// valid UTF-8).
 std::string shown(const json& j) {
     std::string s = j.dump();
-    return s.size() > 60 ? s.substr(0, 57) + "..." : s;
+    if (s.size() <= 60) return s;
+    size_t cut = 57;
+    while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+    return s.substr(0, cut) + "...";
 }
+
+// A key in a message's key path: as written when plain (letters, digits, '_', '-', and the
+// parser's own "[i]"), else as a JSON string, so a key holding a newline, a control character,
+// a '.' or a ": " cannot break or blur the one-line "key: reason" form.
+std::string key_text(const std::string& k) {
+    bool plain = !k.empty();
+    for (char c : k)
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+              c == '[' || c == ']'))
+            plain = false;
+    return plain ? k : json(k).dump();
+}
+
+// A path in a message: as it is, or as a JSON string (whole, not cut) when it holds a control
+// character, so that a path from the file with a newline in it cannot split the problem line.
+std::string path_text(const std::string& p) {
+    for (unsigned char c : p)
+        if (c < 0x20 || c == 0x7F) return json(p).dump();
+    return p;
+}
+
+// Text from elsewhere (a JSON parser's message quotes the bytes it read) made printable ASCII:
+// every other byte as \xNN.
+std::string printable(const std::string& t) {
+    static const char hex[] = "0123456789abcdef";
+    std::string out;
+    for (unsigned char c : t) {
+        if (c >= 0x20 && c < 0x7F) {
+            out += char(c);
+        } else {
+            out += "\\x";
+            out += hex[c >> 4];
+            out += hex[c & 15];
+        }
+    }
+    return out;
+}
+
+// [first][rest]*, each a character class given as a predicate (std::regex recurses once per
+// character, so a long hostile string overflowed the stack).
+template <class First, class Rest>
+bool matches(const std::string& s, First first, Rest rest) {
+    if (s.empty() || !first(s[0])) return false;
+    return std::all_of(s.begin() + 1, s.end(), rest);
+}
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+bool is_lower(char c) { return c >= 'a' && c <= 'z'; }
+bool is_alnum(char c) { return is_digit(c) || is_lower(c) || (c >= 'A' && c <= 'Z'); }
+bool is_name_char(char c) { return is_alnum(c) || c == '.' || c == '_' || c == '-'; }
+bool is_profile_first(char c) { return is_lower(c) || is_digit(c); }
+bool is_profile_char(char c) { return is_lower(c) || is_digit(c) || c == '_' || c == '-'; }
 
 // Walks one JSON object, remembering which keys were read so that every key nobody asked for
 // is reported as unknown. Each accessor records a problem (path and reason) and returns nullopt
@@ -43,7 +98,9 @@ public:
 
     bool valid() const { return j_ != nullptr; }
     bool has(const std::string& key) const { return j_ && j_->contains(key); }
-    std::string at(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+    std::string at(const std::string& key) const {
+        return path_.empty() ? key_text(key) : path_ + "." + key_text(key);
+    }
 
     void problem(const std::string& key, const std::string& reason) {
         const std::string p = key.empty() ? path_ : at(key);
@@ -68,8 +125,10 @@ public:
             problem(key, "must be an integer, got " + shown(*v));
             return std::nullopt;
         }
-        const int64_t x = v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(INT64_MAX) ? INT64_MAX : v->get<int64_t>();
-        if (x < lo || x > hi) {
+        // Above INT64_MAX is out of every range (it was once clamped to INT64_MAX and accepted).
+        const bool huge = v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(INT64_MAX);
+        const int64_t x = huge ? 0 : v->get<int64_t>();
+        if (huge || x < lo || x > hi) {
             problem(key, "must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " + shown(*v));
             return std::nullopt;
         }
@@ -104,7 +163,8 @@ public:
     }
 
     std::optional<std::string> string(const std::string& key, bool required = false,
-                                      const std::vector<std::string>& allowed = {}, const char* pattern = nullptr,
+                                      const std::vector<std::string>& allowed = {},
+                                      bool (*pattern)(const std::string&) = nullptr,
                                       const char* pattern_reason = nullptr) {
         const json* v = get(key, required);
         if (!v) return std::nullopt;
@@ -113,11 +173,16 @@ public:
             return std::nullopt;
         }
         std::string s = v->get<std::string>();
+        if (s.find('\0') != std::string::npos) {
+            // Paths and engine arguments end at a NUL for the OS: another file than the one named.
+            problem(key, "must not contain a NUL character (\\u0000), got " + shown(*v));
+            return std::nullopt;
+        }
         if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), s) == allowed.end()) {
             problem(key, "must be one of " + join(allowed, ", ") + ", got " + shown(*v));
             return std::nullopt;
         }
-        if (pattern && !std::regex_match(s, std::regex(pattern))) {
+        if (pattern && !pattern(s)) {
             problem(key, std::string(pattern_reason) + ", got " + shown(*v));
             return std::nullopt;
         }
@@ -134,7 +199,8 @@ public:
         for (auto it = j_->begin(); it != j_->end(); ++it)
             if (!seen_.count(it.key())) {
                 std::vector<std::string> known(seen_.begin(), seen_.end());
-                problem(it.key(), "unknown key (known here: " + join(known, ", ") + ")");
+                // at(), not problem(): an empty key is a key here, not the object itself.
+                problems_.push_back(at(it.key()) + ": unknown key (known here: " + join(known, ", ") + ")");
             }
     }
 
@@ -238,9 +304,18 @@ Scenario parse_scenario(const std::string& text, const std::string& path) {
     std::vector<std::string> problems;
     json j;
     try {
-        j = json::parse(text);
-    } catch (const json::parse_error& e) {
-        throw ScenarioError({abs + ": not valid JSON: " + e.what()});
+        // Copying, printing and comparing a JSON value recurse once per level: a hostile file of
+        // nested brackets overflowed the stack. No scenario needs more than a few levels.
+        constexpr int max_depth = 64;
+        j = json::parse(text, [&](int depth, json::parse_event_t, json&) {
+            if (depth > max_depth)
+                throw ScenarioError({abs + ": (top level): arrays and objects nested deeper than " +
+                                     std::to_string(max_depth) + " levels"});
+            return true;
+        });
+    } catch (const json::exception& e) {
+        // parse_error, and out_of_range for a number beyond a double (1e999).
+        throw ScenarioError({abs + ": not valid JSON: " + printable(e.what())});
     }
     Scenario s;
     s.file = abs;
@@ -248,11 +323,12 @@ Scenario parse_scenario(const std::string& text, const std::string& path) {
     Obj top(&j, "", problems);
     if (!top.valid()) throw ScenarioError({abs + ": " + problems.front()});
 
-    const char* name_re = "[A-Za-z0-9][A-Za-z0-9._-]*";
-    s.name = top.string("name", false, {}, name_re, "must be letters, digits, '.', '_' or '-'")
+    const auto name_ok = [](const std::string& n) { return matches(n, is_alnum, is_name_char); };
+    const auto profile_ok = [](const std::string& n) { return matches(n, is_profile_first, is_profile_char); };
+    s.name = top.string("name", false, {}, name_ok, "must be letters, digits, '.', '_' or '-'")
                  .value_or(fs::path(abs).stem().string());
     s.description = top.string("description").value_or("");
-    s.profile = top.string("profile", true, {}, "[a-z0-9][a-z0-9_-]*", "must be lower-case letters, digits, '_' or '-'")
+    s.profile = top.string("profile", true, {}, profile_ok, "must be lower-case letters, digits, '_' or '-'")
                     .value_or("");
     s.mode = top.string("mode", false, {"run", "ablation"}).value_or("run");
 
@@ -260,12 +336,12 @@ Scenario parse_scenario(const std::string& text, const std::string& path) {
     if (auto p = model.string("path", true)) s.model_path = resolve(dir, *p);
     if (auto p = model.string("scale")) {
         s.model_scale_path = resolve(dir, *p);
-        if (!is_file(s.model_scale_path)) model.problem("scale", "no scale file at " + s.model_scale_path);
+        if (!is_file(s.model_scale_path)) model.problem("scale", "no scale file at " + path_text(s.model_scale_path));
     }
     s.model_seed = model.integer("seed", 0, INT64_MAX).value_or(1);
     model.finish();
     if (model.valid() && !s.model_path.empty() && s.model_scale_path.empty() && !is_file(s.model_path))
-        model.problem("path", "no model file at " + s.model_path + ", and no model.scale to generate it from");
+        model.problem("path", "no model file at " + path_text(s.model_path) + ", and no model.scale to generate it from");
 
     Obj hw = top.object("hardware", true);
     const int64_t big = int64_t(1) << 40;
@@ -313,7 +389,7 @@ Scenario parse_scenario(const std::string& text, const std::string& path) {
     e.backend = en.string("backend", false, {"auto", "cpu", "cuda"}).value_or("");
     if (auto r = en.string("residency")) {
         e.residency_path = resolve(dir, *r);
-        if (!is_file(e.residency_path)) en.problem("residency", "no residency plan at " + e.residency_path);
+        if (!is_file(e.residency_path)) en.problem("residency", "no residency plan at " + path_text(e.residency_path));
     }
     if (const json* xa = en.get("extra_args", false)) {
         if (!xa->is_array()) {
@@ -326,6 +402,10 @@ Scenario parse_scenario(const std::string& text, const std::string& path) {
                     continue;
                 }
                 const std::string a = (*xa)[i].get<std::string>();
+                if (a.find('\0') != std::string::npos) {
+                    en.problem(at, "must not contain a NUL character (\\u0000), got " + shown((*xa)[i]));
+                    continue;
+                }
                 const std::string flag = a.substr(0, a.find('='));
                 auto it = reserved_flags().find(flag);
                 if (it != reserved_flags().end()) en.problem(at, flag + " is set by " + it->second + ", not here");
@@ -342,7 +422,7 @@ Scenario parse_scenario(const std::string& text, const std::string& path) {
     s.prompt_seed = pr.integer("seed", 0, INT64_MAX).value_or(1);
     if (auto f = pr.string("file")) {
         s.prompt_file = resolve(dir, *f);
-        if (!is_file(s.prompt_file)) pr.problem("file", "no prompt file at " + s.prompt_file);
+        if (!is_file(s.prompt_file)) pr.problem("file", "no prompt file at " + path_text(s.prompt_file));
         if (pr.has("seed")) pr.problem("seed", "only meaningful with prompt.tokens");
     }
     pr.finish();
@@ -350,8 +430,9 @@ Scenario parse_scenario(const std::string& text, const std::string& path) {
     s.passes = top.integer("passes", 1, 1000).value_or(s.passes);
     if (const json* pl = top.get("pass_labels", false)) {
         if (!pl->is_array() || int64_t(pl->size()) != s.passes ||
-            !std::all_of(pl->begin(), pl->end(), [](const json& x) { return x.is_string(); }))
-            top.problem("pass_labels", "must be an array of " + std::to_string(s.passes) + " strings (one per pass), got " + shown(*pl));
+            !std::all_of(pl->begin(), pl->end(),
+                         [](const json& x) { return x.is_string() && x.get<std::string>().find('\0') == std::string::npos; }))
+            top.problem("pass_labels", "must be an array of " + std::to_string(s.passes) + " strings (one per pass, no NUL), got " + shown(*pl));
         else
             for (const auto& x : *pl) s.pass_labels.push_back(x.get<std::string>());
     }

@@ -158,6 +158,44 @@ TEST_F(Fixture, NotJsonOrNotAnObject) {
     EXPECT_THROW(bgh::load_scenario(dir / "missing.json"), bgh::ScenarioError);
 }
 
+// What fuzz_scenario found (fuzz/crashers/scenario/): hostile text is a clean, one-line-per-problem
+// ScenarioError, never a crash, another exception or a silently changed value.
+TEST_F(Fixture, HostileTextIsRejectedCleanly) {
+    auto reject = [&](const std::string& text) -> std::vector<std::string> {
+        try {
+            bgh::parse_scenario(text, dir / "s.json");
+        } catch (const bgh::ScenarioError& e) {
+            for (const auto& p : e.problems) EXPECT_EQ(p.find('\n'), std::string::npos) << p;
+            return e.problems;
+        } catch (const std::exception& e) {
+            ADD_FAILURE() << "not a ScenarioError: " << e.what();
+            return {};
+        }
+        ADD_FAILURE() << "accepted: " << text.substr(0, 80);
+        return {};
+    };
+    auto p = reject(std::string(R"({"description": )") + std::string(100000, '[') + std::string(100000, ']') + "}");
+    EXPECT_TRUE(has(p, "nested deeper than 64 levels")) << ::testing::PrintToString(p);
+    p = reject(R"({"name": ")" + std::string(200000, 'a') + R"(" , "profile": "A"})");
+    EXPECT_TRUE(has(p, "profile: must be lower-case")) << ::testing::PrintToString(p);
+    p = reject(R"({"passes": 1e999})");
+    EXPECT_TRUE(has(p, "not valid JSON")) << ::testing::PrintToString(p);
+    p = reject("{\"profile\": \"x\xff\"}");
+    EXPECT_TRUE(has(p, "\\xff")) << "invalid UTF-8 is quoted escaped: " << ::testing::PrintToString(p);
+
+    json j = valid();
+    j["a\nb"] = 1;
+    p = problems(j);
+    EXPECT_TRUE(has(p, R"("a\nb": unknown key)")) << ::testing::PrintToString(p);
+    p = problems(with(valid(), {{"model", {{"seed", 18446744073709551615ull}}}}));
+    EXPECT_TRUE(has(p, "model.seed: must be between 0 and 9223372036854775807")) << ::testing::PrintToString(p);
+    p = problems(with(valid(), {{"model", {{"path", std::string("m.gguf\0x", 8)}}}}));
+    EXPECT_TRUE(has(p, "model.path: must not contain a NUL character")) << ::testing::PrintToString(p);
+    p = problems(with(valid(), {{"profile", std::string(41, 'x') + "\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9"}}));
+    ASSERT_FALSE(p.empty());
+    EXPECT_NO_THROW((void)json(p.front()).dump()) << "a value cut to 60 bytes stays valid UTF-8";
+}
+
 TEST_F(Fixture, HostBudgetAboveTheCgroupIsAWarning) {
     const bgh::Scenario s = parse(with(valid(), {{"hardware", {{"host_budget_mib", 4096}}}}));
     ASSERT_EQ(s.warnings.size(), 1u);
