@@ -7,11 +7,13 @@
 #   check      machine description, GPU tests, raw probes
 #   4a4b       harness: scenarios/device/seed-4a-4b
 #   decode     harness: scenarios/device/decode
-#   fidelity   engine: pinned-top1 and resident-only against exact (64 and 500 tokens)
+#   fidelity   engine: pinned-top1 and resident-only against exact (64 and 500 tokens) -> measurements/
+#   probes     engine: pinned-copy probes from one device-scale expert to 256 MiB -> measurements/
 #   ablation   harness: scenarios/device/ablation (the longest part: about 9 minutes on an H200)
 #   500        harness: scenarios/device/seed-500-baseline and seed-500-optimized
 #   500opt     harness: scenarios/device/seed-500-optimized alone (its baseline runs beside it)
-# Everything lands in results/device/ there and comes back as one archive under $OUT
+# Harness results land in results/device/, engine measurements in measurements/device/; both come
+# back as one archive under $OUT
 # (the device tool returns at most 8 files, two folders deep).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -58,22 +60,29 @@ for part in "$@"; do
     ablation) harness_run ablate ablation ;;
     fidelity)
       [ -f models/device.gguf ] || "$bin" make-model --scale scenarios/models/device.json --out models/device.gguf --seed 1 2>&1 | tail -n 1
-      mkdir -p results/device/fidelity
-      nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > results/device/fidelity/machine.txt
+      mkdir -p measurements/device/fidelity
+      nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > measurements/device/fidelity/machine.txt
       for n in 64 500; do
         for pol in pinned-top1 resident-only; do
           note "fidelity $pol $n tokens"
           "$bin" run --backend cuda --model models/device.gguf --prompt-tokens $n --prompt-seed 1 \
             --vram-budget 2048 --host-budget 2048 --routing $pol --prefill layer-major --ubatch 16 --promote \
-            --passes 1 --gen 1 --fidelity --metrics-json "results/device/fidelity/$pol-$n.json" 2>&1 \
+            --passes 1 --gen 1 --fidelity --metrics-json "measurements/device/fidelity/$pol-$n.json" 2>&1 \
             | grep -E "^fidelity|^pass" | tee -a "$log" || status=1
         done
+      done
+      ;;
+    probes)
+      mkdir -p measurements/device/probes
+      nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > measurements/device/probes/machine.txt
+      for b in 1314816 4194304 16777216 268435456; do  # one device-scale expert .. 256 MiB
+        "$bin" probe-pcie --bytes $b --reps 20 --json | tee "measurements/device/probes/pcie-$b.json" || status=1
       done
       ;;
     *) echo "unknown part $part" >&2; status=2 ;;
   esac
   # After every part, so a call cut at its time limit still brings back what finished.
-  tar czf "$out/results-device.tgz" results/device 2>/dev/null
+  tar czf "$out/results-device.tgz" results/device $(ls -d measurements/device 2>/dev/null) 2>/dev/null
 done
 ls -la "$out"
 exit $status
