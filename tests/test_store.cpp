@@ -183,7 +183,7 @@ TEST(Store, OverlapTimelineCoversTheDiskReadsOfThePass) {
         const double expert_busy = p["experts"]["disk_busy_ms"].get<double>();
         const double engram_ms = p["engram"]["disk_ms"].get<double>();
         ASSERT_GT(expert_busy, 0.0) << "exact routing reads experts from disk";
-        // The intervals and the counters take their clock readings separately: 1 % + 50 us.
+        // Union against sum, in floating point: 1 % + 50 us of slack.
         const double slack = 0.01 * (expert_busy + engram_ms) + 0.05;
         EXPECT_GE(o["disk_busy_ms"].get<double>(), expert_busy - slack);
         EXPECT_GE(o["disk_busy_ms"].get<double>(), engram_ms - slack);

@@ -287,7 +287,8 @@ void GpuForward::set_routing(RoutingPolicy p) {
 
 uint64_t GpuForward::buffer_bytes() const {
     return tokens_.capacity() * sizeof(int32_t) + 2 * cfg_.n_ctx * hp_.n_expert_used * sizeof(int32_t) +
-           std::max(hp_.n_vocab, E_) * sizeof(float) + by_expert_slot_.capacity() * sizeof(int64_t);
+           std::max(hp_.n_vocab, E_) * sizeof(float) + by_expert_slot_.capacity() * sizeof(int64_t) +
+           timeline_.bytes();
 }
 
 void GpuForward::reset() {

@@ -104,7 +104,7 @@ private:
     // idle stream and waited for), each event placed at anchor + elapsed.
     cudaEvent_t anchor_ = nullptr;
     double anchor_host_ms_ = 0;
-    Timeline timeline_{1 << 18};
+    Timeline timeline_{timeline_capacity(hp_.n_layer, hp_.n_expert)};
     // Experts whose kernels are queued but whose slots are not yet released: a ring of
     // (expert, event recorded after its kernels), so the host can ask for the next expert
     // while the GPU still works on earlier ones.

@@ -1,7 +1,6 @@
 #include "runtime/engram_store.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 
 #include "util/check.h"
@@ -37,7 +36,6 @@ EngramStore::~EngramStore() {
 
 const uint8_t* EngramStore::fetch_raw(int64_t layer, const uint64_t* rows, int64_t n) {
     BG_CHECK(n <= rows_per_fetch());
-    const auto t0 = std::chrono::steady_clock::now();
     const double t0_ms = now_ms();
     const uint64_t before = reader_.stats().bytes_read;
     uint64_t at = 0;
@@ -67,8 +65,9 @@ const uint8_t* EngramStore::fetch_raw(int64_t layer, const uint64_t* rows, int64
     c_.rows += static_cast<uint64_t>(n);
     c_.row_bytes += at;
     c_.disk_read_bytes += reader_.stats().bytes_read - before;
-    c_.disk_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    timeline_.add(t0_ms, now_ms());
+    const double t1_ms = now_ms();
+    c_.disk_ms += t1_ms - t0_ms;
+    timeline_.add(t0_ms, t1_ms);
     return buffer_;
 }
 

@@ -51,7 +51,7 @@ private:
     std::vector<io::ReadOp> ops_;         // [rows that fit the buffer]
     std::vector<io::ReadOp*> done_;
     EngramCounters c_;
-    Timeline timeline_{1 << 18};
+    Timeline timeline_{timeline_capacity(m_.hp().n_layer, m_.hp().n_expert)};
 };
 
 }  // namespace bg

@@ -116,14 +116,16 @@ TieredExpertStore::TieredExpertStore(const dsv41::Model& m, Backend& backend, io
              mib(cfg.device_fixed_bytes).c_str(), mib(dev_need).c_str(),
              static_cast<unsigned long long>(room / (slot_bytes_ * L_)));
     }
-    const uint64_t host_need = host_bytes_ + cfg.host_fixed_bytes;
+    // The store's own fixed part (its disk timeline) counts with the rest of the fixed host memory.
+    const uint64_t host_fixed = cfg.host_fixed_bytes + disk_timeline_.bytes();
+    const uint64_t host_need = host_bytes_ + host_fixed;
     if (host_need > cfg.host_budget_bytes) {
-        const uint64_t other = cfg.host_fixed_bytes + (T_ + cfg.lru_slots) * slot_bytes_;
+        const uint64_t other = host_fixed + (T_ + cfg.lru_slots) * slot_bytes_;
         const uint64_t room = cfg.host_budget_bytes > other ? cfg.host_budget_bytes - other : 0;
         fail("store: host budget %s cannot hold %lld layers x %lld host slots x %s + %lld staging and %lld LRU slots + %s "
              "of dense weights, caches and work buffers (%s in all); it would fit --slots %llu with --hot %lld",
              mib(cfg.host_budget_bytes).c_str(), (long long)L_, (long long)(S_ - H_), mib(slot_bytes_).c_str(),
-             (long long)T_, (long long)cfg.lru_slots, mib(cfg.host_fixed_bytes).c_str(), mib(host_need).c_str(),
+             (long long)T_, (long long)cfg.lru_slots, mib(host_fixed).c_str(), mib(host_need).c_str(),
              static_cast<unsigned long long>(room / (slot_bytes_ * L_) + H_), (long long)H_);
     }
     device_ = backend.alloc_device(device_bytes_);
@@ -350,10 +352,7 @@ bool TieredExpertStore::start_reads_locked() {
         uint16_t& reads = reads_pass_[layer_][it.expert];
         reads = static_cast<uint16_t>(std::min<int>(reads + 1, 65535));
         c_.max_reads_one_expert_pass = std::max<uint64_t>(c_.max_reads_one_expert_pass, reads);
-        if (reads_in_flight_ == 0) {
-            disk_busy_since_ = Clock::now();
-            disk_busy_since_ms_ = now_ms();
-        }
+        if (reads_in_flight_ == 0) disk_busy_since_ms_ = now_ms();
         reads_in_flight_ += 3;
         for (int p = 0; p < 3; ++p) reader_.submit(&it.ops[p]);
         any = true;
@@ -367,8 +366,9 @@ void TieredExpertStore::complete_read(io::ReadOp* op) {
         error_ = strf("store: disk read of layer %lld expert %d at offset %llu failed: %s", (long long)layer_, it.expert,
                       static_cast<unsigned long long>(op->offset), std::strerror(op->error));
     if (--reads_in_flight_ == 0) {
-        c_.disk_busy_ms += ms_between(disk_busy_since_, Clock::now());
-        disk_timeline_.add(disk_busy_since_ms_, now_ms());
+        const double end_ms = now_ms();
+        c_.disk_busy_ms += end_ms - disk_busy_since_ms_;
+        disk_timeline_.add(disk_busy_since_ms_, end_ms);
     }
     if (--it.reads_left > 0) return;
     c_.disk_read_bytes = reader_.stats().bytes_read;

@@ -164,9 +164,8 @@ private:
     // Bumped by every compute-thread event the streamer may wait for (a layer begun or ended, a
     // release, a request): a counter, not done_, so a layer boundary cannot hide a wake-up.
     uint64_t events_ = 0;
-    std::chrono::steady_clock::time_point disk_busy_since_;
-    double disk_busy_since_ms_ = 0;
-    Timeline disk_timeline_{1 << 18};  // this pass's disk-busy intervals
+    double disk_busy_since_ms_ = 0;    // now_ms() when the first read of a busy interval went out
+    Timeline disk_timeline_{timeline_capacity(m_.hp().n_layer, m_.hp().n_expert)};  // this pass's disk-busy intervals
     StoreCounters c_;
     std::string error_;  // an I/O error seen by the streamer, rethrown to the compute thread
 };

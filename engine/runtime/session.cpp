@@ -139,7 +139,8 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
     sc.vram_budget_bytes = cfg.vram_budget_mib * mib;
     sc.host_budget_bytes = cfg.host_budget_mib * mib;
     sc.device_fixed_bytes = engram_->buffer_bytes() + fwd_->device_bytes();
-    sc.host_fixed_bytes = model_->dense_bytes() + fwd_->buffer_bytes() + engram_->buffer_bytes();  // + pinned staging
+    sc.host_fixed_bytes = model_->dense_bytes() + fwd_->buffer_bytes() + engram_->buffer_bytes()  // + pinned staging
+                          + engram_->timeline().bytes();
     store_ = std::make_unique<TieredExpertStore>(*model_, *backend_, *expert_reader_, plan_, sc);
     store_proxy_.bind(store_.get());
     runner_ = std::make_unique<Runner>(*model_, *fwd_);

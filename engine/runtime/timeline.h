@@ -14,6 +14,14 @@ struct Interval {
     double begin_ms = 0, end_ms = 0;  // steady-clock ms (now_ms), begin <= end
 };
 
+// Intervals one pass may record, from the model's size: a pass reads each (layer, expert) at most
+// once per unit of work and runs a few kernel intervals per expert, so 16 per (layer, expert) hold
+// the token-major baseline over 500 tokens; a longer pass overflows and its figure is null.
+inline size_t timeline_capacity(int64_t n_layer, int64_t n_expert) {
+    const int64_t n = 16 * n_layer * n_expert;
+    return static_cast<size_t>(n < 4096 ? 4096 : n > (1 << 20) ? (1 << 20) : n);
+}
+
 // Milliseconds on the steady clock since its epoch.
 double now_ms();
 
@@ -26,6 +34,7 @@ public:
     void add(double begin_ms, double end_ms);
     const std::vector<Interval>& intervals() const { return v_; }
     bool overflowed() const { return overflowed_; }
+    uint64_t bytes() const { return capacity_ * sizeof(Interval); }  // host memory held, for budgets
     void mark_overflowed() { overflowed_ = true; }
     // Time within [t0, t1] covered by these intervals.
     double covered_ms(double t0, double t1) const;
