@@ -221,6 +221,17 @@ TEST(FaultsOnFile, UringModelTruncatedToAnUnalignedSizeIsAReadError) {
     expect_truncation_is_a_read_error(tmp, "uring", half_of_model() / 4096 * 4096 + 1234);
 }
 
+// The one-line error a session with this configuration must refuse to start with.
+std::string refusal(const bg::RunConfig& c, const std::string& why) {
+    try {
+        bg::Session s(c);
+        ADD_FAILURE() << why;
+    } catch (const bg::Error& e) {
+        return e.what();
+    }
+    return "";
+}
+
 // Budgets too small: the message says what would fit, and that setting does fit while one
 // more does not.
 TEST(Faults, VramBudgetTooSmallSaysWhatWouldFit) {
@@ -228,13 +239,7 @@ TEST(Faults, VramBudgetTooSmallSaysWhatWouldFit) {
     c.slots = 64;
     c.hot = 64;
     c.vram_budget_mib = 3;  // the 2 MiB Engram buffer, the transient slots and some hot slots
-    std::string msg;
-    try {
-        bg::Session s(c);
-        FAIL() << "64 hot experts per layer do not fit in 3 MiB";
-    } catch (const bg::Error& e) {
-        msg = e.what();
-    }
+    const std::string msg = refusal(c, "64 hot experts per layer do not fit in 3 MiB");
     const int64_t fit = number_after(msg, "it would fit --hot ");
     EXPECT_NE(msg.find("VRAM budget"), std::string::npos) << msg;
     ASSERT_GT(fit, 0) << msg;
@@ -251,13 +256,7 @@ TEST(Faults, VramBudgetBelowTheFixedPartNamesTheBudgetNeeded) {
     bg::RunConfig c = base_cfg(bgtest::tiny_model());
     c.hot = 2;
     c.vram_budget_mib = 1;  // less than the 2 MiB Engram buffer alone
-    std::string msg;
-    try {
-        bg::Session s(c);
-        FAIL() << "the Engram buffer alone exceeds 1 MiB";
-    } catch (const bg::Error& e) {
-        msg = e.what();
-    }
+    const std::string msg = refusal(c, "the Engram buffer alone exceeds 1 MiB");
     EXPECT_EQ(msg.find("it would fit --hot"), std::string::npos) << msg;
     const int64_t need = number_after(msg, "it would need --vram-budget ");
     ASSERT_GT(need, 1) << msg;
@@ -274,13 +273,7 @@ TEST(Faults, VramBudgetBelowTheTransientAreaSuggestsTransientSlots) {
     c.hot = 0;
     c.transient_slots = 4096;  // far more than a few MiB hold
     c.vram_budget_mib = 4;
-    std::string msg;
-    try {
-        bg::Session s(c);
-        FAIL() << "4096 transient slots do not fit in 4 MiB";
-    } catch (const bg::Error& e) {
-        msg = e.what();
-    }
+    const std::string msg = refusal(c, "4096 transient slots do not fit in 4 MiB");
     const int64_t fit = number_after(msg, "it would fit --hot 0 --transient-slots ");
     ASSERT_GT(fit, 0) << msg;
     ASSERT_LT(fit, 4096) << msg;
@@ -293,12 +286,7 @@ TEST(Faults, VramBudgetBelowTheTransientAreaSuggestsTransientSlots) {
 // The --slots the store suggests for a host budget too small for 64 slots per layer.
 int64_t suggested_slots(bg::RunConfig c, std::string* msg) {
     c.slots = 64;
-    try {
-        bg::Session s(c);
-        ADD_FAILURE() << "62 host slots per layer plus the dense weights do not fit in " << c.host_budget_mib << " MiB";
-    } catch (const bg::Error& e) {
-        *msg = e.what();
-    }
+    *msg = refusal(c, "62 host slots per layer plus the dense weights do not fit in " + std::to_string(c.host_budget_mib) + " MiB");
     return number_after(*msg, "it would fit --slots ");
 }
 
