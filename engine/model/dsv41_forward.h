@@ -10,9 +10,9 @@
 #include "cpu/ops.h"
 #include "model/dsv41_model.h"
 #include "runtime/providers.h"
-#include "runtime/timeline.h"
 #include "runtime/residency.h"
 #include "runtime/routing.h"
+#include "runtime/timeline.h"
 
 namespace bg::dsv41 {
 

@@ -3,21 +3,17 @@
 #include <sys/resource.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <string>
 
+#include "runtime/timeline.h"
 #include "util/check.h"
 
 namespace bg {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
 io::IoConfig io_config(const RunConfig& c) {
     io::IoConfig io;
@@ -203,9 +199,14 @@ nlohmann::json Session::run(bool verbose) {
         fwd_->begin_timeline();
     };
 
-    auto tier_metrics = [&](const StoreCounters& d, const EngramCounters& g, double wall_ms, double busy_ms) {
+    // The figures of a pass (or of decode) that ran from t0_ms to t1_ms on the steady clock.
+    auto tier_metrics = [&](const StoreCounters& d, const EngramCounters& g, double t0_ms, double t1_ms, double busy_ms) {
+        const double wall_ms = t1_ms - t0_ms;
         const double blocked = d.disk_wait_ms + d.copy_wait_ms;
+        const nlohmann::json overlap = overlap_metrics(t0_ms, t1_ms);
         return nlohmann::json{
+            {"overlap", overlap},
+            {"gpu_busy_while_disk_idle_fraction", overlap["gpu_busy_while_disk_idle_fraction"]},
             {"gpu_busy_ms", busy_ms >= 0 ? nlohmann::json(busy_ms) : nlohmann::json(nullptr)},
             {"gpu_busy_fraction", busy_ms >= 0 && wall_ms > 0 ? nlohmann::json(busy_ms / wall_ms) : nlohmann::json(nullptr)},
             {"experts", d.to_json()},
@@ -231,15 +232,12 @@ nlohmann::json Session::run(bool verbose) {
         begin_timelines();
         const double b0 = fwd_->device_busy_ms();
         const double t0_ms = now_ms();
-        const auto t0 = Clock::now();
         runner_->prefill(prompt_, order_, cfg_.ubatch, &logits);
-        const double ms = ms_since(t0);
-        const nlohmann::json overlap = overlap_metrics(t0_ms, now_ms());
+        const double t1_ms = now_ms();
+        const double ms = t1_ms - t0_ms;
         const StoreCounters d = store_->counters() - s0;
         const EngramCounters g = engram_->counters() - g0;
-        nlohmann::json pm = tier_metrics(d, g, ms, b0 >= 0 ? fwd_->device_busy_ms() - b0 : -1.0);
-        pm["overlap"] = overlap;
-        pm["gpu_busy_while_disk_idle_fraction"] = overlap["gpu_busy_while_disk_idle_fraction"];
+        nlohmann::json pm = tier_metrics(d, g, t0_ms, t1_ms, b0 >= 0 ? fwd_->device_busy_ms() - b0 : -1.0);
         pm["pass"] = pass;
         pm["state"] = pass == 1 ? "cold" : "warm";
         pm["prompt_tokens"] = n_prompt;
@@ -268,17 +266,14 @@ nlohmann::json Session::run(bool verbose) {
     begin_timelines();
     const double b0 = fwd_->device_busy_ms();
     const double t_dec_ms = now_ms();
-    const auto t_dec = Clock::now();
     generated_ = runner_->decode(logits, cfg_.gen);
-    const double dec_ms = ms_since(t_dec);
-    const nlohmann::json dec_overlap = overlap_metrics(t_dec_ms, now_ms());
+    const double t_dec_end_ms = now_ms();
+    const double dec_ms = t_dec_end_ms - t_dec_ms;
     // The first generated token comes from the prefill's logits: decode speed counts the
     // one-token steps that followed it.
     const int64_t steps = std::max<int64_t>(0, cfg_.gen - 1);
-    nlohmann::json dm = tier_metrics(store_->counters() - s0, engram_->counters() - g0, dec_ms,
+    nlohmann::json dm = tier_metrics(store_->counters() - s0, engram_->counters() - g0, t_dec_ms, t_dec_end_ms,
                                      b0 >= 0 ? fwd_->device_busy_ms() - b0 : -1.0);
-    dm["overlap"] = dec_overlap;
-    dm["gpu_busy_while_disk_idle_fraction"] = dec_overlap["gpu_busy_while_disk_idle_fraction"];
     dm["tokens"] = cfg_.gen;
     dm["steps"] = steps;
     dm["decode_ms"] = dec_ms;
