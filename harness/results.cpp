@@ -247,6 +247,12 @@ std::string run_lines(const json& r, const json& cfg) {
     return md;
 }
 
+// "4a" where the scenario labels its passes, else "pass 2": how the lines under a table name a pass.
+std::string pass_name(const json& r, int64_t p) {
+    const json labels = r["scenario"].value("pass_labels", json::array());
+    return p >= 1 && p <= int64_t(labels.size()) ? labels[p - 1].get<std::string>() : "pass " + std::to_string(p);
+}
+
 std::string baseline_line(const json& r, const json& cfg) {
     const json* base = find_configuration(r, "baseline");
     if (!base || base == &cfg) return "";
@@ -256,8 +262,7 @@ std::string baseline_line(const json& r, const json& cfg) {
     for (int64_t p = 1; p <= passes; ++p) {
         const auto b = median_of(*base, p, "prefill_tok_s"), o = median_of(cfg, p, "prefill_tok_s");
         if (!b) continue;
-        const json labels = r["scenario"].value("pass_labels", json::array());
-        const std::string label = p <= int64_t(labels.size()) ? labels[p - 1].get<std::string>() : "pass " + std::to_string(p);
+        const std::string label = pass_name(r, p);
         md += std::string(any ? ";" : "") + " " + label + " " + fmt_num(*b, 2) + " tok/s";
         if (o && *b > 0) md += " (speed-up " + fmt_num(*o / *b, 2) + "×)";
         any = true;
@@ -275,11 +280,10 @@ std::string targets_line(const json& r, const json& cfg) {
         return std::nullopt;
     };
     const auto raw_disk = probe("raw_disk_gb_s"), pinned = probe("pinned_pcie_gb_s");
-    const json labels = r["scenario"].value("pass_labels", json::array());
     const int64_t passes = r["scenario"].value("passes", int64_t(1));
     std::string md;
     for (int64_t p = 1; p <= passes; ++p) {
-        const std::string label = p <= int64_t(labels.size()) ? labels[p - 1].get<std::string>() : "pass " + std::to_string(p);
+        const std::string label = pass_name(r, p);
         std::vector<std::string> parts;
         const auto disk = median_of(cfg, p, "disk_gb_s"), pcie = median_of(cfg, p, "pcie_gb_s");
         const auto busy = median_of(cfg, p, "gpu_busy_while_disk_idle_fraction");
