@@ -47,7 +47,7 @@ struct Rope {
 // Angle of pair i at position pos.
 inline double rope_theta(const Rope& p, int64_t pos, int64_t i) {
     const double extrap = pos * std::pow(p.freq_base, -2.0 * i / p.n_dims);
-    if (!p.yarn) return extrap;
+    if (!p.yarn) return extrap / p.factor;  // linear scaling (factor 1: none)
     const double interp = extrap / p.factor;
     auto corr_dim = [&](double beta) {
         return p.n_dims * std::log(p.n_ctx_orig / (beta * 2 * std::numbers::pi)) /
@@ -76,7 +76,7 @@ inline double silu(double x) { return x * sigmoid(x); }
 
 // form 0 = DeepSeek (clamp the gate input), 1 = llama.cpp (clamp the silu output).
 inline double swiglu(double g, double u, double limit, int form) {
-    if (limit <= 0) return silu(g) * u;
+    if (limit <= 1e-6) return silu(g) * u;  // llama.cpp clamps only above 1e-6
     const double uc = std::clamp(u, -limit, limit);
     if (form == 0) return silu(std::min(g, limit)) * uc;
     return std::min(silu(g), limit) * uc;
@@ -149,7 +149,8 @@ struct Route {
     std::vector<double> weights, p;
 };
 
-inline Route router(const float* logits, const float* bias, int64_t n, int k, double scale) {
+// norm: divide by the chosen sum (expert_weights_norm); scale applied as given.
+inline Route router(const float* logits, const float* bias, int64_t n, int k, double scale, bool norm = true) {
     Route r;
     std::vector<double> score(static_cast<size_t>(n));
     r.p.resize(static_cast<size_t>(n));
@@ -160,7 +161,7 @@ inline Route router(const float* logits, const float* bias, int64_t n, int k, do
     r.ids = top_k(score, k);
     double sum = 0;
     for (int32_t id : r.ids) sum += r.p[id];
-    for (int32_t id : r.ids) r.weights.push_back(r.p[id] / std::max(sum, 6.1035e-5) * scale);
+    for (int32_t id : r.ids) r.weights.push_back((norm ? r.p[id] / std::max(sum, 6.1035e-5) : r.p[id]) * scale);
     return r;
 }
 

@@ -319,7 +319,10 @@ TEST_F(GpuTest, RopeMatchesCpu) {
         cpu::RopeParams p;
         int64_t head_dim;
     };
-    const Case cases[] = {{plain, 64}, {yarn, 96}, {yarn, 32}};
+    cpu::RopeParams linear = plain;  // rope.scaling.type linear: every angle / factor
+    linear.freq_base = 160000.0f;
+    linear.factor = 16.0f;
+    const Case cases[] = {{plain, 64}, {yarn, 96}, {yarn, 32}, {linear, 64}};
     const int64_t n_tok = 9, n_heads = 3;
     std::uniform_int_distribution<int32_t> pick(0, 1000000);
     for (const Case& c : cases) {
@@ -839,8 +842,10 @@ TEST_F(GpuTest, RouterMatchesRouteForEveryPolicy) {
         int k;
         float scale;
         int64_t n_resident;
+        bool norm;  // expert_weights_norm
     };
-    for (const Case c : {Case{384, 6, 1.5f, 20}, Case{70, 1, 1.0f, 9}, Case{45, 8, 2.5f, 8}}) {
+    for (const Case c : {Case{384, 6, 1.5f, 20, true}, Case{70, 1, 1.0f, 9, true}, Case{45, 8, 2.5f, 8, true},
+                         Case{384, 6, 1.5f, 20, false}}) {
         for (RoutingPolicy policy : {RoutingPolicy::kExact, RoutingPolicy::kPinnedTop1, RoutingPolicy::kResidentOnly}) {
             for (bool with_bias : {true, false}) {
                 if (!with_bias && policy != RoutingPolicy::kExact) continue;  // bg::route needs the bias
@@ -858,13 +863,13 @@ TEST_F(GpuTest, RouterMatchesRouteForEveryPolicy) {
                 std::vector<float> want_w(static_cast<size_t>(n * c.k)), scratch(static_cast<size_t>(2 * ne));
                 std::vector<int32_t> ord(static_cast<size_t>(ne));
                 for (int64_t t = 0; t < n; ++t)
-                    route(policy, &logits[t * ne], with_bias ? bias.data() : nullptr, resident.data(), ne, c.k, c.scale,
-                          &want_ids[t * c.k], &want_w[t * c.k], scratch.data(), ord.data());
+                    route(policy, &logits[t * ne], with_bias ? bias.data() : nullptr, resident.data(), ne, c.k,
+                          cpu::RouteWeighting{c.norm, c.scale}, &want_ids[t * c.k], &want_w[t * c.k], scratch.data(), ord.data());
                 Dev<float> d_logits(logits), d_bias(bias), d_w(static_cast<size_t>(n * c.k));
                 Dev<uint8_t> d_res(resident);
                 Dev<int32_t> d_ids(static_cast<size_t>(n * c.k));
                 cuda::route(policy, d_logits.get(), with_bias ? d_bias.get() : nullptr, d_res.get(), n, ne, c.k,
-                            c.scale, d_ids.get(), d_w.get(), stream_);
+                            cpu::RouteWeighting{c.norm, c.scale}, d_ids.get(), d_w.get(), stream_);
                 sync();
                 const std::vector<int32_t> ids = d_ids.download();
                 const std::vector<float> w = d_w.download();
@@ -889,7 +894,7 @@ TEST_F(GpuTest, RouterShortResidentSetMarksMissingRanks) {
     Dev<float> d_logits(logits), d_bias(bias), d_w(static_cast<size_t>(k));
     Dev<uint8_t> d_res(resident);
     Dev<int32_t> d_ids(static_cast<size_t>(k));
-    cuda::route(RoutingPolicy::kResidentOnly, d_logits.get(), d_bias.get(), d_res.get(), 1, ne, k, 1.0f, d_ids.get(),
+    cuda::route(RoutingPolicy::kResidentOnly, d_logits.get(), d_bias.get(), d_res.get(), 1, ne, k, cpu::RouteWeighting{}, d_ids.get(),
                 d_w.get(), stream_);
     sync();
     const std::vector<int32_t> ids = d_ids.download();

@@ -282,6 +282,7 @@ TEST(Ops, RopeYarn) {
     for (const RopeParams* yp : {&yarn, &yarn2}) {
         RopeParams same_plain = *yp;
         same_plain.yarn = false;
+        same_plain.factor = 1.0f;
         for (int rep = 0; rep < 30; ++rep) {
             const int64_t pos = posd(rng);
             const auto x0 = uniform(rng, 64, -1.0f, 1.0f);
@@ -303,6 +304,7 @@ TEST(Ops, RopeYarn) {
     const ref::Rope r2 = to_ref(yarn2);
     ref::Rope r2plain = r2;
     r2plain.yarn = false;
+    r2plain.factor = 1.0;
     EXPECT_NEAR(ref::rope_theta(r2, 12345, 31), ref::rope_theta(r2plain, 12345, 31) / 16, 1e-9);
     std::vector<float> e(64, 0.0f);
     e[62] = 1.0f;
@@ -310,6 +312,38 @@ TEST(Ops, RopeYarn) {
     const double th = 12345 * std::pow(1e6, -62.0 / 64) / 16;
     EXPECT_NEAR(e[62], std::cos(th), 1e-7);
     EXPECT_NEAR(e[63], std::sin(th), 1e-7);
+}
+
+// Linear scaling (rope.scaling.type linear): every pair's angle is the plain one / factor, no
+// ramp; factor 1 is the plain rope bit for bit.
+TEST(Ops, RopeLinearDividesEveryAngleByTheFactor) {
+    std::mt19937 rng = fresh_rng();
+    std::uniform_int_distribution<int64_t> posd(1, 1000000);
+    std::uniform_real_distribution<float> factord(1.5f, 40.0f);
+    RopeParams p;
+    p.n_dims = 64;
+    p.freq_base = 160000.0f;
+    for (int rep = 0; rep < 40; ++rep) {
+        p.factor = factord(rng);
+        const int64_t pos = posd(rng);
+        const auto x0 = uniform(rng, 64, -1.0f, 1.0f);
+        auto x = x0;
+        rope(x.data(), pos, p, false);
+        const auto want = ref::rope(x0.data(), pos, to_ref(p), false);
+        for (int i = 0; i < 64; ++i) ASSERT_NEAR(x[i], want[i], 2e-5) << "pos=" << pos << " i=" << i;
+        ref::Rope plain = to_ref(p);
+        plain.factor = 1.0;
+        for (int64_t i = 0; i < 32; ++i)
+            ASSERT_NEAR(ref::rope_theta(to_ref(p), pos, i), ref::rope_theta(plain, pos, i) / p.factor,
+                        1e-9 * (1 + ref::rope_theta(plain, pos, i)));
+    }
+    // Pair 0 at position 1: exactly 1/factor radians.
+    p.factor = 4.0f;
+    std::vector<float> e(64, 0.0f);
+    e[0] = 1.0f;
+    rope(e.data(), 1, p, false);
+    EXPECT_NEAR(e[0], std::cos(0.25), 1e-7);
+    EXPECT_NEAR(e[1], std::sin(0.25), 1e-7);
 }
 
 // Forward then inverse returns the input to 1e-5.
@@ -398,7 +432,7 @@ TEST(Ops, RouterMatchesReference) {
         for (const float* b : {bias.data(), static_cast<const float*>(nullptr)}) {
             std::vector<int32_t> ids(k);
             std::vector<float> w(k), p(n);
-            router_exact(logits.data(), b, n, k, scale, ids.data(), w.data(), p.data());
+            router_exact(logits.data(), b, n, k, RouteWeighting{true, scale}, ids.data(), w.data(), p.data());
             const ref::Route r = ref::router(logits.data(), b, n, k, scale);
             double sum = 0;
             for (int j = 0; j < k; ++j) {
@@ -412,6 +446,34 @@ TEST(Ops, RouterMatchesReference) {
     }
 }
 
+// expert_weights_norm false: the chosen p, times the scale, are the weights, undivided.
+TEST(Ops, RouterWithoutNormKeepsTheChosenP) {
+    std::mt19937 rng = fresh_rng();
+    const int64_t n = 96;
+    for (int rep = 0; rep < 50; ++rep) {
+        const int k = 6;
+        const float scale = rep % 2 ? 1.0f : 1.5f;
+        const auto logits = uniform(rng, n, -6.0f, 6.0f);
+        const auto bias = uniform(rng, n, -0.5f, 0.5f);
+        std::vector<int32_t> ids(k), ids_norm(k);
+        std::vector<float> w(k), w_norm(k);
+        router_exact(logits.data(), bias.data(), n, k, RouteWeighting{false, scale}, ids.data(), w.data(), nullptr);
+        router_exact(logits.data(), bias.data(), n, k, RouteWeighting{true, scale}, ids_norm.data(), w_norm.data(),
+                     nullptr);
+        const ref::Route r = ref::router(logits.data(), bias.data(), n, k, scale, false);
+        double sum_p = 0;
+        for (int j = 0; j < k; ++j) {
+            ASSERT_EQ(ids[j], r.ids[j]);
+            ASSERT_EQ(ids[j], ids_norm[j]) << "the weighting never changes the choice";
+            ASSERT_NEAR(w[j], r.weights[j], 1e-6 * r.weights[j]);
+            ASSERT_NEAR(w[j], std::sqrt(ref::softplus(logits[ids[j]])) * scale, 1e-6 * w[j]);
+            sum_p += r.p[ids[j]];
+        }
+        // Normalised weights differ exactly by the chosen sum.
+        for (int j = 0; j < k; ++j) ASSERT_NEAR(w_norm[j] * sum_p, w[j], 1e-5 * w[j]);
+    }
+}
+
 TEST(Ops, RouterTiesAndFloor) {
     std::mt19937 rng = fresh_rng();
     const int64_t n = 64;
@@ -422,21 +484,21 @@ TEST(Ops, RouterTiesAndFloor) {
     for (int e : {60, 11}) logits[e] = 3.0f;
     std::vector<int32_t> ids(4);
     std::vector<float> w(4);
-    router_exact(logits.data(), bias.data(), n, 4, 1.0f, ids.data(), w.data(), nullptr);
+    router_exact(logits.data(), bias.data(), n, 4, RouteWeighting{}, ids.data(), w.data(), nullptr);
     EXPECT_EQ(ids, (std::vector<int32_t>{5, 23, 40, 11}));
     // A bias can make a tie too: expert 7 with a lower logit catches up exactly.
     const float p4 = std::sqrt(softplus(4.0f));
     logits[7] = 0.0f;
     bias[7] = p4 - std::sqrt(softplus(0.0f));
     if (std::sqrt(softplus(0.0f)) + bias[7] == p4) {
-        router_exact(logits.data(), bias.data(), n, 4, 1.0f, ids.data(), w.data(), nullptr);
+        router_exact(logits.data(), bias.data(), n, 4, RouteWeighting{}, ids.data(), w.data(), nullptr);
         EXPECT_EQ(ids, (std::vector<int32_t>{5, 7, 23, 40}));
     }
     // Tiny probabilities: the divisor floor 6.1035e-5 takes over, weights sum below scale.
     std::vector<float> tiny(n, -40.0f);
     for (int e = 0; e < n; ++e) tiny[e] -= static_cast<float>(e) * 0.01f;
     std::vector<float> wt(4);
-    router_exact(tiny.data(), nullptr, n, 4, 2.0f, ids.data(), wt.data(), nullptr);
+    router_exact(tiny.data(), nullptr, n, 4, RouteWeighting{true, 2.0f}, ids.data(), wt.data(), nullptr);
     EXPECT_EQ(ids, (std::vector<int32_t>{0, 1, 2, 3}));
     const ref::Route r = ref::router(tiny.data(), nullptr, n, 4, 2.0);
     double s = 0;

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -15,6 +16,26 @@ std::string shape(const std::vector<int64_t>& ne) {
     return s + "}";
 }
 
+// What the file carries that the engine does not use, so a user sees what was skipped. The
+// general.* keys describe the file and tokenizer.* keys belong to the tokenizer.
+void print_ignored(const dsv41::Model& m) {
+    const dsv41::HParams& hp = m.hp();
+    std::vector<std::string> keys;
+    for (const gguf::KeyValue& kv : m.gguf().kvs()) {
+        if (kv.key.rfind("general.", 0) == 0 || kv.key.rfind("tokenizer.", 0) == 0) continue;
+        if (std::find(hp.keys_read.begin(), hp.keys_read.end(), kv.key) == hp.keys_read.end()) keys.push_back(kv.key);
+    }
+    std::vector<std::string> tensors;
+    for (const gguf::TensorInfo& t : m.gguf().tensors()) {
+        const std::string why = dsv41::skipped_tensor_reason(hp, t.name);
+        if (!why.empty()) tensors.push_back(t.name + " (" + why + ")");
+    }
+    std::printf("ignored keys     %zu%s\n", keys.size(), keys.empty() ? "" : ":");
+    for (const std::string& k : keys) std::printf("  %s\n", k.c_str());
+    std::printf("ignored tensors  %zu%s\n", tensors.size(), tensors.empty() ? "" : ":");
+    for (const std::string& t : tensors) std::printf("  %s\n", t.c_str());
+}
+
 void print_info(const std::string& path, bool tensors) {
     auto m = dsv41::Model::open(path);
     const dsv41::HParams& hp = m->hp();
@@ -22,7 +43,9 @@ void print_info(const std::string& path, bool tensors) {
     std::printf("architecture     %s (GGUF v%u, alignment %llu, %zu tensors, %.3f GB)\n", dsv41::kArch,
                 m->gguf().version(), (unsigned long long)m->gguf().alignment(), m->gguf().tensors().size(),
                 m->gguf().file_size() / 1e9);
-    std::printf("layers           %lld, hidden %lld, vocab %lld\n", (long long)hp.n_layer, (long long)hp.n_embd, (long long)hp.n_vocab);
+    std::printf("layers           %lld, hidden %lld, vocab %lld", (long long)hp.n_layer, (long long)hp.n_embd, (long long)hp.n_vocab);
+    if (hp.n_layer_all > hp.n_layer) std::printf(" (+%lld next-n layers, not run)", (long long)(hp.n_layer_all - hp.n_layer));
+    std::printf("\n");
     std::printf("attention        %lld heads x %lld (rope %lld), q_lora %lld, output %lld groups x %lld, window %lld\n",
                 (long long)hp.n_head, (long long)hp.head_dim, (long long)hp.rope_dims, (long long)hp.q_lora_rank,
                 (long long)hp.o_groups, (long long)hp.o_lora_rank, (long long)hp.sliding_window);
@@ -38,12 +61,14 @@ void print_info(const std::string& path, bool tensors) {
     }
     std::printf("layer roles     %s\n", roles.c_str());
     std::printf("indexer          %lld heads x %lld, top-%lld\n", (long long)hp.idx_n_head, (long long)hp.idx_head_dim, (long long)hp.idx_top_k);
-    std::printf("rope             base %g (ratio-0 layers), %g with YaRN x%g (orig ctx %lld, beta %g/%g)\n",
-                hp.rope_freq_base, hp.compress_rope_freq_base, hp.yarn_factor, (long long)hp.yarn_n_ctx_orig,
-                hp.yarn_beta_fast, hp.yarn_beta_slow);
-    std::printf("experts          %lld routed (top-%lld, width %lld, scale %g, clamp %g) + %lld shared\n",
-                (long long)hp.n_expert, (long long)hp.n_expert_used, (long long)hp.n_ff_exp, hp.expert_weights_scale,
-                hp.swiglu_limit.empty() ? 0.0f : hp.swiglu_limit[0], (long long)hp.n_expert_shared);
+    std::printf("rope             base %g (ratio-0 layers, never scaled), %g with %s scaling x%g (orig ctx %lld, beta %g/%g)\n",
+                hp.rope_freq_base, hp.compress_rope_freq_base, dsv41::rope_scaling_name(hp.rope_scaling), hp.yarn_factor,
+                (long long)hp.yarn_n_ctx_orig, hp.yarn_beta_fast, hp.yarn_beta_slow);
+    std::printf("experts          %lld routed (top-%lld, width %lld, weights %s x%g, clamp %g) + %lld shared (clamp %g)\n",
+                (long long)hp.n_expert, (long long)hp.n_expert_used, (long long)hp.n_ff_exp,
+                hp.expert_weights_norm ? "normalised" : "not normalised", hp.routed_weight_scale(),
+                hp.swiglu_limit.empty() ? 0.0f : hp.swiglu_limit[0], (long long)hp.n_expert_shared,
+                hp.swiglu_limit_shexp.empty() ? 0.0f : hp.swiglu_limit_shexp[0]);
     std::printf("mHC              %lld copies, Sinkhorn %lld iterations, eps %g; rms eps %g\n", (long long)hp.hc_count,
                 (long long)hp.hc_sinkhorn_iters, hp.hc_eps, hp.rms_eps);
     if (!hp.engram_layers.empty()) {
@@ -56,6 +81,7 @@ void print_info(const std::string& path, bool tensors) {
     const uint64_t expert_each = m->expert_bytes_each(0);
     std::printf("bytes            dense %.3f GB, experts %.3f GB (%.3f MB each), engram tables %.3f GB\n",
                 m->dense_bytes() / 1e9, m->expert_bytes() / 1e9, expert_each / 1e6, m->engram_bytes() / 1e9);
+    print_ignored(*m);
     if (!tensors) return;
     std::printf("\n%-40s %-6s %-24s %14s %14s\n", "tensor", "type", "shape", "offset", "bytes");
     for (const gguf::TensorInfo& t : m->gguf().tensors())

@@ -128,7 +128,7 @@ void rope(float* x, int64_t pos, const RopeParams& p, bool inverse) {
         const double theta_extrap =
             static_cast<double>(pos) *
             std::pow(static_cast<double>(p.freq_base), -2.0 * static_cast<double>(i) / p.n_dims);
-        double theta = theta_extrap;
+        double theta = theta_extrap / p.factor;
         if (p.yarn) {
             const double theta_interp = theta_extrap / p.factor;
             const float yv = (static_cast<float>(i) - low) / std::max(0.001f, high - low);
@@ -153,7 +153,7 @@ float silu(float x) { return x * sigmoid(x); }
 
 void swiglu(const float* gate, const float* up, int64_t n, float limit, SwigluClamp form,
             float* out) {
-    if (limit <= 0.0f) {
+    if (limit <= kSwigluNoClamp) {
         for (int64_t i = 0; i < n; ++i) out[i] = silu(gate[i]) * up[i];
         return;
     }
@@ -223,7 +223,7 @@ HcMix hc_mix(const float m[24], const float base[24], const float scale[3], int 
     return r;
 }
 
-void router_exact(const float* logits, const float* bias, int64_t n_expert, int k, float scale,
+void router_exact(const float* logits, const float* bias, int64_t n_expert, int k, RouteWeighting wt,
                   int32_t* ids, float* weights, float* p_out) {
     BG_CHECK(k >= 1 && k <= n_expert);
     thread_local std::vector<float> p_buf, score_buf;
@@ -236,9 +236,9 @@ void router_exact(const float* logits, const float* bias, int64_t n_expert, int 
     top_k(score, n_expert, k, ids);
     float sum = 0.0f;
     for (int j = 0; j < k; ++j) sum += p[ids[j]];
-    // Floor on the divisor: the smallest normal f16, so a degenerate router cannot blow up.
-    const float inv = scale / std::max(sum, 6.1035e-5f);
-    for (int j = 0; j < k; ++j) weights[j] = p[ids[j]] * inv;
+    // The divisor's floor is the smallest normal f16, so a degenerate router cannot blow up.
+    const float f = wt.factor(sum);
+    for (int j = 0; j < k; ++j) weights[j] = p[ids[j]] * f;
     if (p_out) std::copy(p, p + n_expert, p_out);
 }
 

@@ -2,6 +2,7 @@
 // Each op has a float64 reference in tests/ops_reference.h and a test on fresh random inputs.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -33,7 +34,8 @@ void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* y);
 
 // Rotary embedding, ggml NORM mode: adjacent pairs (x[2i], x[2i+1]) of the n_dims values at x
 // are rotated by angle theta_i(pos); inverse=true rotates by -theta (undoes it).
-// Frequencies: theta_extrap = pos * freq_base^(-2i/n_dims). Without YaRN theta = theta_extrap.
+// Frequencies: theta_extrap = pos * freq_base^(-2i/n_dims). Without YaRN theta =
+// theta_extrap / factor (llama.cpp's linear scaling; factor 1 for no scaling).
 // With YaRN (ggml's rope_yarn with ext_factor 1 and an attention factor that cancels YaRN's
 // magnitude scaling, so cos/sin are not scaled): theta_interp = theta_extrap / factor;
 // ramp over pair index from corr_dims(n_dims, n_ctx_orig, freq_base, beta_fast, beta_slow):
@@ -45,7 +47,7 @@ struct RopeParams {
     int64_t n_dims = 64;        // rotated dimensions (even)
     float freq_base = 10000.0f;
     bool yarn = false;
-    float factor = 1.0f;        // YaRN scaling factor (16 for dsv41)
+    float factor = 1.0f;        // position scaling factor, linear or YaRN (16 for dsv41)
     int64_t n_ctx_orig = 65536;
     float beta_fast = 32.0f;
     float beta_slow = 1.0f;
@@ -59,7 +61,9 @@ float silu(float x);       // x * sigmoid(x)
 // SwiGLU with clamp, one function for both published forms:
 //  kDeepSeek:  g = min(gate, limit); u = clamp(up, -limit, limit); out = silu(g) * u
 //  kLlamaCpp:  out = min(silu(gate), limit) * clamp(up, -limit, limit)
-// limit <= 0 means no clamp at all: out = silu(gate) * up.
+// limit <= kSwigluNoClamp means no clamp at all: out = silu(gate) * up (llama.cpp clamps only
+// when the limit is > 1e-6).
+constexpr float kSwigluNoClamp = 1e-6f;
 enum class SwigluClamp { kDeepSeek, kLlamaCpp };
 void swiglu(const float* gate, const float* up, int64_t n, float limit, SwigluClamp form,
             float* out);
@@ -82,10 +86,20 @@ struct HcMix {
 };
 HcMix hc_mix(const float m[24], const float base[24], const float scale[3], int n_iter, float eps);
 
+// How the chosen experts' p become their weights (llama.cpp build_moe_ffn): divided by
+// max(sum of the chosen p, 6.1035e-5) when `norm` (expert_weights_norm), then times `scale`
+// (1 where the file's expert_weights_scale is 0 or 1).
+struct RouteWeighting {
+    bool norm = true;
+    float scale = 1.0f;
+    // The factor each chosen p is multiplied by, given their sum.
+    float factor(float sum_p) const { return norm ? scale / std::max(sum_p, 6.1035e-5f) : scale; }
+};
+
 // Router: p_e = sqrt(softplus(logit_e)); choose the k experts with the largest p_e + bias_e
-// (ties: lower expert id first); weight_j = p_j / max(sum_chosen p, 6.1035e-5) * scale.
+// (ties: lower expert id first); weight_j = p_j * wt.factor(sum_chosen p).
 // Writes ids (in descending order of p + bias) and weights; p_out (n_expert values) optional.
-void router_exact(const float* logits, const float* bias, int64_t n_expert, int k, float scale,
+void router_exact(const float* logits, const float* bias, int64_t n_expert, int k, RouteWeighting wt,
                   int32_t* ids, float* weights, float* p_out);
 
 // Engram n-gram hash of one token for one table. c[0] is the token's compressed id, c[1..3] the

@@ -29,8 +29,9 @@ cpu::RopeParams rope_compressed(const dsv41::HParams& hp) {
     cpu::RopeParams p;
     p.n_dims = hp.rope_dims;
     p.freq_base = hp.compress_rope_freq_base;
-    p.yarn = true;
-    p.factor = hp.yarn_factor;
+    // rope.scaling.type applies here only: linear divides positions by the factor, YaRN ramps.
+    p.yarn = hp.rope_scaling == dsv41::RopeScaling::kYarn;
+    p.factor = hp.rope_scaling == dsv41::RopeScaling::kNone ? 1.0f : hp.yarn_factor;
     p.n_ctx_orig = hp.yarn_n_ctx_orig;
     p.beta_fast = hp.yarn_beta_fast;
     p.beta_slow = hp.yarn_beta_slow;
@@ -478,7 +479,7 @@ void GpuForward::attention_half(int64_t l, dsv41::Ubatch& u) {
     int32_t* ids = ids_ + s * mu_ * k;
     float* wts = wts_ + s * mu_ * k;
     route(cfg_.routing, rlogits_, w.exp_probs_b, cfg_.plan ? resident_[l] : nullptr, n, ne, static_cast<int>(k),
-          hp_.expert_weights_scale, ids, wts, stream_);
+          cpu::RouteWeighting{hp_.expert_weights_norm, hp_.routed_weight_scale()}, ids, wts, stream_);
     busy_end();
     // The host needs the routing to plan the layer's expert traffic.
     BG_CUDA_CHECK(cudaMemcpyAsync(u.ids.data(), ids, n * k * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
@@ -568,7 +569,7 @@ void GpuForward::moe_half(int64_t l, dsv41::Ubatch* const* units, int64_t n_unit
             const int64_t nsh = nff * hp_.n_expert_shared;
             matmul(*mm_, w.sh_gate, xf, E_, n, sg_, nsh, stream_);
             matmul(*mm_, w.sh_up, xf, E_, n, su_, nsh, stream_);
-            swiglu(sg_, su_, n * nsh, 0.0f, cfg_.swiglu_form, sh_, stream_);  // the clamp is for routed experts only
+            swiglu(sg_, su_, n * nsh, hp_.swiglu_limit_shexp[l], cfg_.swiglu_form, sh_, stream_);
             matmul(*mm_, w.sh_down, sh_, nsh, n, y_, E_, stream_);
         } else {
             BG_CUDA_CHECK(cudaMemsetAsync(y_, 0, n * E_ * sizeof(float), stream_));

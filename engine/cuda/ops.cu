@@ -96,7 +96,7 @@ __global__ void rope_kernel(float* x, int64_t row_stride, int64_t n_tok, const i
         // Same double expressions as cpu::rope; products rounded separately so no FMA creeps in.
         const double theta_extrap = static_cast<double>(pos[t]) *
                                     pow(static_cast<double>(p.freq_base), -2.0 * static_cast<double>(i) / p.n_dims);
-        double theta = theta_extrap;
+        double theta = theta_extrap / p.factor;
         if (p.yarn) {
             const double theta_interp = theta_extrap / p.factor;
             const float yv = (static_cast<float>(i) - p.low) / fmaxf(0.001f, p.high - p.low);
@@ -119,7 +119,7 @@ __global__ void swiglu_kernel(const float* gate, const float* up, int64_t n, flo
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
         const float g = gate[i], u = up[i];
-        if (limit <= 0.0f) {
+        if (limit <= cpu::kSwigluNoClamp) {
             out[i] = g * sigmoid_dev(g) * u;
         } else {
             const float uc = fminf(limit, fmaxf(-limit, u));
@@ -276,7 +276,7 @@ __global__ void compress_pool_kernel(const float* kv, const float* score, int64_
 // order (p + bias descending, id ascending); taking ranks one by one in that order is what
 // bg::route's walk down the exact ranking does, for all three policies.
 __global__ void route_kernel(int policy, const float* logits, const float* bias, const uint8_t* resident,
-                             int64_t n_expert, int k, float scale, int32_t* ids, float* weights) {
+                             int64_t n_expert, int k, int norm, float scale, int32_t* ids, float* weights) {
     extern __shared__ float route_smem[];
     float* p = route_smem;                                             // [n_expert]
     float* key = p + n_expert;                                         // [n_expert] p + bias
@@ -324,10 +324,10 @@ __global__ void route_kernel(int policy, const float* logits, const float* bias,
         sum += p[be];
         ++n_found;
     }
-    const float inv = scale / fmaxf(sum, 6.1035e-5f);
+    const float f = norm ? scale / fmaxf(sum, 6.1035e-5f) : scale;  // cpu::RouteWeighting::factor
     for (int j = lane; j < k; j += 32) {
         ids[t * k + j] = j < n_found ? chosen[j] : -1;
-        weights[t * k + j] = j < n_found ? p[chosen[j]] * inv : 0.0f;
+        weights[t * k + j] = j < n_found ? p[chosen[j]] * f : 0.0f;
     }
 }
 
@@ -454,7 +454,7 @@ void compress_pool(const float* kv, const float* score, int64_t d, int64_t ratio
 }
 
 void route(RoutingPolicy policy, const float* logits, const float* bias, const uint8_t* resident, int64_t n_tok,
-           int64_t n_expert, int k, float scale, int32_t* ids, float* weights, cudaStream_t stream) {
+           int64_t n_expert, int k, cpu::RouteWeighting wt, int32_t* ids, float* weights, cudaStream_t stream) {
     BG_CHECK(k >= 1 && k <= n_expert);
     BG_CHECK(policy == RoutingPolicy::kExact || resident != nullptr);
     if (n_tok <= 0) return;
@@ -462,7 +462,8 @@ void route(RoutingPolicy policy, const float* logits, const float* bias, const u
     const size_t smem = (2 * static_cast<size_t>(n_expert) + static_cast<size_t>(k)) * 4 + static_cast<size_t>(n_expert);
     BG_CHECK_MSG(smem <= 48 * 1024, "router: too many experts for one block's shared memory");
     route_kernel<<<static_cast<unsigned>(n_tok), 32, smem, stream>>>(static_cast<int>(policy), logits, bias, resident,
-                                                                     n_expert, k, scale, ids, weights);
+                                                                     n_expert, k, wt.norm ? 1 : 0, wt.scale, ids,
+                                                                     weights);
     BG_CUDA_CHECK_LAUNCH();
 }
 

@@ -102,7 +102,7 @@ void rmsnorm(const float* x, const float* w, int64_t n, int64_t n_rows, float ep
 void rope(float* x, int64_t row_stride, int64_t n_tok, const int32_t* pos, int64_t n_heads,
           int64_t head_dim, const cpu::RopeParams& p, bool inverse, cudaStream_t stream);
 
-// out[i] = cpu::swiglu(gate[i], up[i]) in either clamp form; limit <= 0: no clamp.
+// out[i] = cpu::swiglu(gate[i], up[i]) in either clamp form; limit <= cpu::kSwigluNoClamp: none.
 // out may alias gate or up.
 void swiglu(const float* gate, const float* up, int64_t n, float limit, cpu::SwigluClamp form,
             float* out, cudaStream_t stream);
@@ -197,13 +197,13 @@ void indexer(const IndexerArgs& a, cudaStream_t stream);
 // Router and MoE
 
 // bg::route for every token: p_e = sqrt(softplus(logits[t][e])); the policy picks k experts in
-// descending order of p + bias (ties: lower id); weights = p / max(sum, 6.1035e-5) * scale.
+// descending order of p + bias (ties: lower id); weights = p * wt.factor(sum of chosen p).
 // logits: [n_tok][n_expert]; bias: [n_expert] or null (0); resident: [n_expert] 1/0 bytes, read
 // by every policy but exact (may be null then); ids, weights: [n_tok][k]. Where fewer than k
 // experts are resident, the missing ranks get id -1 and weight 0 (the host's route would abort;
 // residency plans hold at least k experts per layer).
 void route(RoutingPolicy policy, const float* logits, const float* bias, const uint8_t* resident,
-           int64_t n_tok, int64_t n_expert, int k, float scale, int32_t* ids, float* weights,
+           int64_t n_tok, int64_t n_expert, int k, cpu::RouteWeighting wt, int32_t* ids, float* weights,
            cudaStream_t stream);
 
 // out[j][:] = x[rows[j]*ldx .. + width) for j < m: an expert's tokens, made contiguous.

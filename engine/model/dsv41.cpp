@@ -1,6 +1,7 @@
 #include "model/dsv41.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -27,36 +28,64 @@ std::string shown(const std::string& s) {
     return out;
 }
 
-int64_t get_pos(const gguf::Reader& r, const char* suffix, int64_t max_value = (1ll << 40)) {
-    const std::string k = key(suffix);
-    const uint64_t v = r.get_u64(k);
-    if (v == 0 || v > static_cast<uint64_t>(max_value))
-        fail("model: key '%s' = %llu is out of range [1, %lld]", k.c_str(),
-             static_cast<unsigned long long>(v), static_cast<long long>(max_value));
-    return static_cast<int64_t>(v);
-}
+// The file's metadata as read_hparams sees it: every key looked up is recorded, so `info`
+// can list the keys a file carries that the engine never read.
+class Keys {
+public:
+    Keys(const gguf::Reader& r, std::vector<std::string>& read) : r_(r), read_(read) {}
+    const gguf::Reader& reader() const { return r_; }
+    // deepseek41.<suffix>, recorded as looked up.
+    std::string arch(const char* suffix) { return plain(key(suffix)); }
+    std::string plain(const std::string& k) {
+        if (std::find(read_.begin(), read_.end(), k) == read_.end()) read_.push_back(k);
+        return k;
+    }
+    const gguf::Value* find(const char* suffix) { return r_.find(arch(suffix)); }
 
-int64_t get_opt_u(const gguf::Reader& r, const char* suffix, int64_t def) {
-    return r.find(key(suffix)) ? static_cast<int64_t>(r.get_u64(key(suffix))) : def;
-}
+    int64_t pos(const char* suffix, int64_t max_value = (1ll << 40)) {
+        const std::string k = arch(suffix);
+        const uint64_t v = r_.get_u64(k);
+        if (v == 0 || v > static_cast<uint64_t>(max_value))
+            fail("model: key '%s' = %llu is out of range [1, %lld]", k.c_str(), static_cast<unsigned long long>(v),
+                 static_cast<long long>(max_value));
+        return static_cast<int64_t>(v);
+    }
+    int64_t opt_u(const char* suffix, int64_t def) {
+        const std::string k = arch(suffix);
+        return r_.find(k) ? static_cast<int64_t>(r_.get_u64(k)) : def;
+    }
+    float opt_f(const char* suffix, float def) {
+        const std::string k = arch(suffix);
+        return r_.find(k) ? r_.get_f32(k) : def;
+    }
+    // A per-layer value stored as one scalar or as an array. llama.cpp's converter writes one
+    // value per block (next-n layers included), so an array may be longer than n_layer: the
+    // first n_layer values are the main layers'. A shorter array is an error.
+    std::vector<float> per_layer_f32(const char* suffix, int64_t n_layer) {
+        const std::string k = arch(suffix);
+        const gguf::Value* v = r_.find(k);
+        BG_CHECK(v != nullptr);
+        if (v->type != gguf::ValueType::ARRAY) return std::vector<float>(n_layer, r_.get_f32(k));
+        std::vector<float> a = r_.get_arr_f32(k);
+        return first_n(std::move(a), k, n_layer);
+    }
+    std::vector<int64_t> per_layer_i64(const char* suffix, int64_t n_layer) {
+        const std::string k = arch(suffix);
+        return first_n(r_.get_arr_i64(k), k, n_layer);
+    }
 
-float get_opt_f(const gguf::Reader& r, const char* suffix, float def) {
-    return r.find(key(suffix)) ? r.get_f32(key(suffix)) : def;
-}
-
-// A per-layer value stored either as one scalar or as an array of n_layer values.
-std::vector<float> per_layer_f32(const gguf::Reader& r, const char* suffix, int64_t n_layer,
-                                 float def) {
-    const std::string k = key(suffix);
-    const gguf::Value* v = r.find(k);
-    if (!v) return std::vector<float>(n_layer, def);
-    if (v->type != gguf::ValueType::ARRAY) return std::vector<float>(n_layer, r.get_f32(k));
-    std::vector<float> a = r.get_arr_f32(k);
-    if (static_cast<int64_t>(a.size()) != n_layer)
-        fail("model: key '%s' has %zu values, expected %lld (one per layer)", k.c_str(), a.size(),
-             static_cast<long long>(n_layer));
-    return a;
-}
+private:
+    template <typename T>
+    static std::vector<T> first_n(std::vector<T> a, const std::string& k, int64_t n_layer) {
+        if (static_cast<int64_t>(a.size()) < n_layer)
+            fail("model: key '%s' has %zu values, expected at least %lld (one per layer)", k.c_str(), a.size(),
+                 static_cast<long long>(n_layer));
+        a.resize(static_cast<size_t>(n_layer));
+        return a;
+    }
+    const gguf::Reader& r_;
+    std::vector<std::string>& read_;
+};
 
 }  // namespace
 
@@ -70,77 +99,112 @@ std::string layer_tensor_name(int64_t layer, const char* base, const char* suffi
     return strf("blk.%lld.%s.%s", static_cast<long long>(layer), base, suffix);
 }
 
+const char* rope_scaling_name(RopeScaling s) {
+    switch (s) {
+        case RopeScaling::kNone: return "none";
+        case RopeScaling::kLinear: return "linear";
+        case RopeScaling::kYarn: return "yarn";
+    }
+    return "?";
+}
+
 HParams read_hparams(const gguf::Reader& r) {
-    const std::string arch = r.get_str("general.architecture");
+    HParams hp;
+    Keys k(r, hp.keys_read);
+    const std::string arch = r.get_str(k.plain("general.architecture"));
     if (arch != kArch) fail("model: architecture is '%s', expected '%s'", shown(arch).c_str(), kArch);
 
-    HParams hp;
-    hp.n_layer = get_pos(r, "block_count", 4096);
-    hp.n_embd = get_pos(r, "embedding_length", 1 << 20);
-    hp.n_ctx_train = get_opt_u(r, "context_length", 1 << 20);
-    hp.n_head = get_pos(r, "attention.head_count", 4096);
-    if (r.find(key("attention.head_count_kv")) && r.get_u64(key("attention.head_count_kv")) != 1)
-        fail("model: key '%s' must be 1 (one shared latent kv head)",
-             key("attention.head_count_kv").c_str());
-    hp.head_dim = get_pos(r, "attention.key_length", 1 << 16);
-    if (r.find(key("attention.value_length")) &&
-        static_cast<int64_t>(r.get_u64(key("attention.value_length"))) != hp.head_dim)
+    hp.n_layer_all = k.pos("block_count", 4096);
+    // Next-n (MTP) layers: llama.cpp counts them in block_count, after the main layers, and
+    // takes them as such only when the first one's eh_proj tensor is there; the engine never
+    // runs them. A file whose MTP blocks are numbered from block_count on (no probe tensor at
+    // block_count - n) has block_count main layers; its extra blocks are skipped all the same.
+    hp.n_layer = hp.n_layer_all;
+    const int64_t nextn = k.opt_u("nextn_predict_layers", 0);
+    if (nextn > 0 && nextn < hp.n_layer_all &&
+        r.tensor(layer_tensor_name(hp.n_layer_all - nextn, "nextn.eh_proj")) != nullptr)
+        hp.n_layer = hp.n_layer_all - nextn;
+    hp.n_embd = k.pos("embedding_length", 1 << 20);
+    hp.n_ctx_train = k.opt_u("context_length", 1 << 20);
+    hp.n_head = k.pos("attention.head_count", 4096);
+    if (k.find("attention.head_count_kv") && r.get_u64(k.arch("attention.head_count_kv")) != 1)
+        fail("model: key '%s' must be 1 (one shared latent kv head)", k.arch("attention.head_count_kv").c_str());
+    hp.head_dim = k.pos("attention.key_length", 1 << 16);
+    if (k.find("attention.value_length") &&
+        static_cast<int64_t>(r.get_u64(k.arch("attention.value_length"))) != hp.head_dim)
         fail("model: attention.value_length must equal attention.key_length (V = K)");
-    hp.rope_dims = get_pos(r, "rope.dimension_count", hp.head_dim);
+    hp.rope_dims = k.pos("rope.dimension_count", hp.head_dim);
     if (hp.rope_dims % 2) fail("model: rope.dimension_count %lld must be even", (long long)hp.rope_dims);
-    hp.q_lora_rank = get_pos(r, "attention.q_lora_rank", 1 << 20);
-    hp.o_groups = get_pos(r, "attention.output_group_count", hp.n_head);
-    hp.o_lora_rank = get_pos(r, "attention.output_lora_rank", 1 << 20);
+    hp.q_lora_rank = k.pos("attention.q_lora_rank", 1 << 20);
+    hp.o_groups = k.pos("attention.output_group_count", hp.n_head);
+    hp.o_lora_rank = k.pos("attention.output_lora_rank", 1 << 20);
     if (hp.n_head % hp.o_groups)
         fail("model: attention.head_count %lld is not a multiple of attention.output_group_count %lld",
              (long long)hp.n_head, (long long)hp.o_groups);
-    hp.n_expert = get_pos(r, "expert_count", 1 << 16);
-    hp.n_expert_used = get_pos(r, "expert_used_count", hp.n_expert);
-    hp.n_ff_exp = get_pos(r, "expert_feed_forward_length", 1 << 20);
-    hp.n_expert_shared = get_opt_u(r, "expert_shared_count", 0);
+    hp.n_expert = k.pos("expert_count", 1 << 16);
+    hp.n_expert_used = k.pos("expert_used_count", hp.n_expert);
+    hp.n_ff_exp = k.pos("expert_feed_forward_length", 1 << 20);
+    hp.n_expert_shared = k.opt_u("expert_shared_count", 0);
     if (hp.n_expert_shared > 1) fail("model: expert_shared_count %lld > 1 is not supported", (long long)hp.n_expert_shared);
-    hp.expert_weights_scale = get_opt_f(r, "expert_weights_scale", 1.0f);
-    hp.expert_weights_norm = r.find(key("expert_weights_norm")) ? r.get_bool(key("expert_weights_norm")) : true;
-    const int64_t gating = get_opt_u(r, "expert_gating_func", kGatingSqrtSoftplus);
+    hp.expert_weights_scale = k.opt_f("expert_weights_scale", 1.0f);
+    if (!std::isfinite(hp.expert_weights_scale)) fail("model: expert_weights_scale must be finite");
+    hp.expert_weights_norm = k.find("expert_weights_norm") ? r.get_bool(k.arch("expert_weights_norm")) : true;
+    const int64_t gating = k.opt_u("expert_gating_func", kGatingSqrtSoftplus);
     if (gating != kGatingSqrtSoftplus)
         fail("model: expert_gating_func %lld is not supported (deepseek41 uses %u, sqrt-softplus)",
              (long long)gating, kGatingSqrtSoftplus);
-    hp.swiglu_limit = per_layer_f32(r, "swiglu_clamp_exp", hp.n_layer, 0.0f);
-    hp.rms_eps = r.get_f32(key("attention.layer_norm_rms_epsilon"));
+    hp.swiglu_limit = k.find("swiglu_clamp_exp") ? k.per_layer_f32("swiglu_clamp_exp", hp.n_layer)
+                                                 : std::vector<float>(hp.n_layer, 0.0f);
+    hp.swiglu_limit_shexp = k.find("swiglu_clamp_shexp") ? k.per_layer_f32("swiglu_clamp_shexp", hp.n_layer)
+                                                         : hp.swiglu_limit;
+    for (const auto* limits : {&hp.swiglu_limit, &hp.swiglu_limit_shexp})
+        for (float v : *limits)
+            if (!(v >= 0.0f) || !std::isfinite(v)) fail("model: a swiglu_clamp_* limit is negative or not finite");
+    hp.rms_eps = r.get_f32(k.arch("attention.layer_norm_rms_epsilon"));
     if (!(hp.rms_eps >= 0.0f)) fail("model: attention.layer_norm_rms_epsilon must be >= 0");
-    hp.sliding_window = get_pos(r, "attention.sliding_window", 1 << 24);
+    hp.sliding_window = k.pos("attention.sliding_window", 1 << 24);
 
-    hp.compress_ratios = r.get_arr_i64(key("attention.compress_ratios"));
-    if (static_cast<int64_t>(hp.compress_ratios.size()) != hp.n_layer)
-        fail("model: attention.compress_ratios has %zu values, expected %lld", hp.compress_ratios.size(),
-             (long long)hp.n_layer);
+    hp.compress_ratios = k.per_layer_i64("attention.compress_ratios", hp.n_layer);
     for (int64_t c : hp.compress_ratios)
         if (c < 0 || c > 64) fail("model: attention.compress_ratios value %lld out of range [0, 64]", (long long)c);
-    hp.idx_n_head = get_pos(r, "attention.indexer.head_count", 4096);
-    hp.idx_head_dim = get_pos(r, "attention.indexer.key_length", 1 << 16);
-    hp.idx_top_k = get_pos(r, "attention.indexer.top_k", 1 << 24);
+    hp.idx_n_head = k.pos("attention.indexer.head_count", 4096);
+    hp.idx_head_dim = k.pos("attention.indexer.key_length", 1 << 16);
+    hp.idx_top_k = k.pos("attention.indexer.top_k", 1 << 24);
     if (hp.idx_head_dim < hp.rope_dims)
         fail("model: attention.indexer.key_length %lld is smaller than rope.dimension_count %lld",
              (long long)hp.idx_head_dim, (long long)hp.rope_dims);
 
-    hp.rope_freq_base = get_opt_f(r, "rope.freq_base", 10000.0f);
-    hp.compress_rope_freq_base = get_opt_f(r, "attention.compress_rope_freq_base", hp.rope_freq_base);
-    hp.yarn_factor = get_opt_f(r, "rope.scaling.factor", 1.0f);
-    hp.yarn_n_ctx_orig = get_opt_u(r, "rope.scaling.original_context_length", hp.n_ctx_train);
-    hp.yarn_beta_fast = get_opt_f(r, "rope.scaling.yarn_beta_fast", 32.0f);
-    hp.yarn_beta_slow = get_opt_f(r, "rope.scaling.yarn_beta_slow", 1.0f);
-    if (!(hp.yarn_factor >= 1.0f)) fail("model: rope.scaling.factor must be >= 1");
+    hp.rope_freq_base = k.opt_f("rope.freq_base", 10000.0f);
+    hp.compress_rope_freq_base = k.opt_f("attention.compress_rope_freq_base", hp.rope_freq_base);
+    if (!(hp.rope_freq_base > 0.0f) || !(hp.compress_rope_freq_base > 0.0f))
+        fail("model: rope.freq_base and attention.compress_rope_freq_base must be > 0");
+    // llama.cpp: an absent type is linear; a factor of 0 (or none) means 1.
+    const std::string scaling = k.find("rope.scaling.type") ? r.get_str(k.arch("rope.scaling.type")) : "linear";
+    if (scaling == "none") hp.rope_scaling = RopeScaling::kNone;
+    else if (scaling == "linear") hp.rope_scaling = RopeScaling::kLinear;
+    else if (scaling == "yarn") hp.rope_scaling = RopeScaling::kYarn;
+    else fail("model: rope.scaling.type '%s' is not supported (none, linear or yarn)", shown(scaling).c_str());
+    hp.yarn_factor = k.opt_f("rope.scaling.factor", 1.0f);
+    if (hp.yarn_factor == 0.0f) hp.yarn_factor = 1.0f;
+    if (!(hp.yarn_factor > 0.0f) || !std::isfinite(hp.yarn_factor))
+        fail("model: rope.scaling.factor must be > 0");
+    hp.yarn_n_ctx_orig = k.opt_u("rope.scaling.original_context_length", hp.n_ctx_train);
+    hp.yarn_beta_fast = k.opt_f("rope.scaling.yarn_beta_fast", 32.0f);
+    hp.yarn_beta_slow = k.opt_f("rope.scaling.yarn_beta_slow", 1.0f);
+    if (hp.rope_scaling == RopeScaling::kYarn && hp.yarn_n_ctx_orig < 1)
+        fail("model: YaRN needs rope.scaling.original_context_length (or context_length) >= 1");
 
-    hp.hc_count = get_pos(r, "hyper_connection.count", 64);
+    hp.hc_count = k.pos("hyper_connection.count", 64);
     if (hp.hc_count != 4) fail("model: hyper_connection.count %lld is not supported (only 4)", (long long)hp.hc_count);
-    hp.hc_sinkhorn_iters = get_pos(r, "hyper_connection.sinkhorn_iterations", 1000);
-    hp.hc_eps = get_opt_f(r, "hyper_connection.epsilon", 1e-6f);
-    if (get_opt_u(r, "hash_layer_count", 0) != 0)
-        fail("model: hash_layer_count other than 0 is not supported");
+    hp.hc_sinkhorn_iters = k.pos("hyper_connection.sinkhorn_iterations", 1000);
+    hp.hc_eps = k.opt_f("hyper_connection.epsilon", 1e-6f);
+    // Hash-routed layers are a V4 feature; llama.cpp's deepseek41 graph routes every layer by
+    // score, so the count is read and not used.
+    (void)k.opt_u("hash_layer_count", 0);
 
     // Engram
-    if (r.find(key("engram.layer_ids"))) {
-        hp.engram_layers = r.get_arr_i64(key("engram.layer_ids"));
+    if (k.find("engram.layer_ids")) {
+        hp.engram_layers = r.get_arr_i64(k.arch("engram.layer_ids"));
         std::set<int64_t> seen;
         for (int64_t l : hp.engram_layers)
             if (l < 0 || l >= hp.n_layer || !seen.insert(l).second)
@@ -148,14 +212,14 @@ HParams read_hparams(const gguf::Reader& r) {
     }
     if (!hp.engram_layers.empty()) {
         const int64_t n_tab = static_cast<int64_t>(hp.engram_layers.size());
-        hp.engram_heads = get_pos(r, "engram.head_count", 1024);
-        hp.engram_dim = get_pos(r, "engram.key_length", 1 << 16);
-        hp.engram_max_ngram = get_pos(r, "engram.max_ngram_size", 16);
+        hp.engram_heads = k.pos("engram.head_count", 1024);
+        hp.engram_dim = k.pos("engram.key_length", 1 << 16);
+        hp.engram_max_ngram = k.pos("engram.max_ngram_size", 16);
         if (hp.engram_max_ngram != 4)
             fail("model: engram.max_ngram_size %lld is not supported (deepseek41 uses 4)", (long long)hp.engram_max_ngram);
-        hp.engram_multipliers = r.get_arr_u64(key("engram.multipliers"));
-        hp.engram_primes = r.get_arr_u64(key("engram.primes"));
-        hp.engram_offsets = r.get_arr_u64(key("engram.offsets"));
+        hp.engram_multipliers = r.get_arr_u64(k.arch("engram.multipliers"));
+        hp.engram_primes = r.get_arr_u64(k.arch("engram.primes"));
+        hp.engram_offsets = r.get_arr_u64(k.arch("engram.offsets"));
         const size_t n_mult = static_cast<size_t>(n_tab * hp.engram_max_ngram);
         const size_t n_buck = static_cast<size_t>(n_tab * hp.engram_buckets());
         if (hp.engram_multipliers.size() != n_mult)
@@ -166,15 +230,15 @@ HParams read_hparams(const gguf::Reader& r) {
             fail("model: engram.offsets has %zu values, expected %zu", hp.engram_offsets.size(), n_buck);
         for (uint64_t p : hp.engram_primes)
             if (p == 0) fail("model: engram.primes holds 0");
-        const std::vector<uint64_t> map = r.get_arr_u64(key("engram.token_map"));
+        const std::vector<uint64_t> map = r.get_arr_u64(k.arch("engram.token_map"));
         hp.engram_token_map.resize(map.size());
         for (size_t i = 0; i < map.size(); ++i) {
             if (map[i] > 0xffffffffull) fail("model: engram.token_map entry %zu does not fit in 32 bits", i);
             hp.engram_token_map[i] = static_cast<uint32_t>(map[i]);
         }
-        hp.engram_pad_id = r.get_u64(key("engram.pad_id"));
+        hp.engram_pad_id = r.get_u64(k.arch("engram.pad_id"));
     }
-    if (r.find("tokenizer.ggml.bos_token_id"))
+    if (r.find(k.plain("tokenizer.ggml.bos_token_id")))
         hp.bos_id = r.get_u32("tokenizer.ggml.bos_token_id");
 
     const gguf::TensorInfo* embd = r.tensor("token_embd.weight");
@@ -318,7 +382,11 @@ std::vector<TensorSpec> tensor_specs(const HParams& hp, const std::vector<LayerR
 
 bool type_allowed(TensorClass cls, GgmlType t) {
     switch (cls) {
-        case TensorClass::kVector: return t == GgmlType::F32;
+        // 1-D weights are F32 as llama.cpp's converter writes them; an older llama-quantize also
+        // quantized engram_q / engram_k, so any type we can dequantise is taken (at load).
+        case TensorClass::kVector:
+            return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || t == GgmlType::Q8_0 ||
+                   t == GgmlType::MXFP4;
         case TensorClass::kMatrix:
             return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || t == GgmlType::Q8_0;
         case TensorClass::kExperts:
@@ -334,6 +402,22 @@ static std::string shape_str(const std::vector<int64_t>& ne) {
     std::string s = "{";
     for (size_t i = 0; i < ne.size(); ++i) s += strf("%s%lld", i ? ", " : "", static_cast<long long>(ne[i]));
     return s + "}";
+}
+
+std::string skipped_tensor_reason(const HParams& hp, const std::string& name) {
+    // blk.<N>.<rest>: a block at or after the main layers is a next-n (MTP) layer.
+    if (name.rfind("blk.", 0) == 0) {
+        int64_t layer = 0;
+        size_t i = 4;
+        while (i < name.size() && name[i] >= '0' && name[i] <= '9' && layer <= (1ll << 40))
+            layer = layer * 10 + (name[i++] - '0');
+        if (i > 4 && i < name.size() && name[i] == '.') {
+            if (layer >= hp.n_layer) return "next-n (MTP) layer, not run";
+            if (name.compare(i, std::string::npos, ".exp_probs_b_vl.bias") == 0)
+                return "routing bias for image tokens (vision variant), unused for text";
+        }
+    }
+    return "";
 }
 
 std::vector<LayerRoles> validate_tensors(const HParams& hp, const gguf::Reader& r) {
@@ -375,8 +459,9 @@ std::vector<LayerRoles> validate_tensors(const HParams& hp, const gguf::Reader& 
                      (long long)l, (long long)ratio, (long long)last_kv, (long long)hp.compress_ratios[last_kv]);
         }
     }
-    if (!hp.engram_layers.empty() && hp.engram_token_map.size() != static_cast<size_t>(hp.n_vocab))
-        fail("model: engram.token_map has %zu entries, expected %lld (the vocabulary)",
+    // llama.cpp refuses only a map too short for the vocabulary; ids past it hash as pad_id.
+    if (!hp.engram_layers.empty() && hp.engram_token_map.size() < static_cast<size_t>(hp.n_vocab))
+        fail("model: engram.token_map has %zu entries, too few for the %lld-token vocabulary",
              hp.engram_token_map.size(), (long long)hp.n_vocab);
 
     const std::vector<TensorSpec> specs = tensor_specs(hp, roles);
@@ -392,7 +477,7 @@ std::vector<LayerRoles> validate_tensors(const HParams& hp, const gguf::Reader& 
             fail("model: tensor '%s' has type %s, which is not allowed for it", s.name.c_str(), type_name(t->type));
     }
     for (const gguf::TensorInfo& t : r.tensors())
-        if (!expected.count(t.name)) fail("model: unexpected tensor '%s' for architecture %s", shown(t.name).c_str(), kArch);
+        if (!expected.count(t.name) && skipped_tensor_reason(hp, t.name).empty()) fail("model: unexpected tensor '%s' for architecture %s", shown(t.name).c_str(), kArch);
     return roles;
 }
 

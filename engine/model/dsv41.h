@@ -16,8 +16,14 @@ constexpr const char* kArch = "deepseek41";
 // expert_gating_func value for p = sqrt(softplus(logit)) (llama.cpp: 1 softmax, 2 sigmoid).
 constexpr uint32_t kGatingSqrtSoftplus = 4;
 
+// How the compressed layers' rope scales positions (`rope.scaling.type`; llama.cpp's default,
+// when the key is absent, is linear).
+enum class RopeScaling { kNone, kLinear, kYarn };
+const char* rope_scaling_name(RopeScaling s);
+
 struct HParams {
-    int64_t n_layer = 0;
+    int64_t n_layer = 0;          // main layers: block_count less the next-n (MTP) layers
+    int64_t n_layer_all = 0;      // block_count as stored (main + MTP layers)
     int64_t n_embd = 0;
     int64_t n_vocab = 0;          // from token_embd's ne1
     int64_t n_ctx_train = 0;
@@ -31,9 +37,13 @@ struct HParams {
     int64_t n_expert_used = 0;
     int64_t n_ff_exp = 0;
     int64_t n_expert_shared = 0;
-    float expert_weights_scale = 1.0f;
-    bool expert_weights_norm = true;
-    std::vector<float> swiglu_limit;   // per layer; <= 0 means no clamp
+    float expert_weights_scale = 1.0f;  // as stored; see routed_weight_scale()
+    bool expert_weights_norm = true;    // divide the chosen weights by their sum
+    // SwiGLU clamp limits per layer, routed experts and the shared expert; a limit <= 1e-6
+    // means no clamp (llama.cpp build_ffn / build_moe_ffn). The shared expert's come from
+    // swiglu_clamp_shexp, or swiglu_clamp_exp when that key is absent.
+    std::vector<float> swiglu_limit;
+    std::vector<float> swiglu_limit_shexp;
     float rms_eps = 1e-6f;
     int64_t sliding_window = 0;
     std::vector<int64_t> compress_ratios;  // per layer: 0 (window only), 1, 2
@@ -42,7 +52,8 @@ struct HParams {
     int64_t idx_top_k = 0;
     float rope_freq_base = 10000.0f;
     float compress_rope_freq_base = 160000.0f;
-    float yarn_factor = 1.0f;
+    RopeScaling rope_scaling = RopeScaling::kYarn;  // of the compressed layers only
+    float yarn_factor = 1.0f;     // rope.scaling.factor (linear and YaRN)
     int64_t yarn_n_ctx_orig = 0;
     float yarn_beta_fast = 32.0f;
     float yarn_beta_slow = 1.0f;
@@ -60,8 +71,16 @@ struct HParams {
     std::vector<uint32_t> engram_token_map;    // compressed id per token
     uint64_t engram_pad_id = 0;
     uint32_t bos_id = 0;
+    // Metadata keys read_hparams looked up, and tensors a file may carry that the engine
+    // skips (MTP layers, the vision routing bias), each with the reason: `info` lists them.
+    std::vector<std::string> keys_read;
 
     int64_t q_dim() const { return n_head * head_dim; }
+    // The factor the chosen routing weights are multiplied by: llama.cpp scales only when the
+    // stored expert_weights_scale is neither 0 nor 1.
+    float routed_weight_scale() const {
+        return expert_weights_scale == 0.0f || expert_weights_scale == 1.0f ? 1.0f : expert_weights_scale;
+    }
     int64_t engram_buckets() const { return (engram_max_ngram - 1) * engram_heads; }
     int64_t engram_table_index(int64_t layer) const;  // -1 when the layer has no Engram
 };
@@ -95,6 +114,10 @@ std::vector<TensorSpec> tensor_specs(const HParams& hp, const std::vector<LayerR
 // layer has a kv source, key owner and index source at or before it. Throws bg::Error.
 std::vector<LayerRoles> validate_tensors(const HParams& hp, const gguf::Reader& r);
 bool type_allowed(TensorClass cls, GgmlType t);
+
+// Tensors a valid file may hold that the engine never reads, and why: blocks at or after
+// n_layer (next-n / MTP layers) and the vision variant's routing bias. Empty when none.
+std::string skipped_tensor_reason(const HParams& hp, const std::string& name);
 
 std::string layer_tensor_name(int64_t layer, const char* base, const char* suffix = "weight");
 

@@ -170,8 +170,9 @@ cpu::RopeParams Forward::rope_compressed() const {
     cpu::RopeParams p;
     p.n_dims = hp_.rope_dims;
     p.freq_base = hp_.compress_rope_freq_base;
-    p.yarn = true;
-    p.factor = hp_.yarn_factor;
+    // rope.scaling.type applies here only: linear divides positions by the factor, YaRN ramps.
+    p.yarn = hp_.rope_scaling == RopeScaling::kYarn;
+    p.factor = hp_.rope_scaling == RopeScaling::kNone ? 1.0f : hp_.yarn_factor;
     p.n_ctx_orig = hp_.yarn_n_ctx_orig;
     p.beta_fast = hp_.yarn_beta_fast;
     p.beta_slow = hp_.yarn_beta_slow;
@@ -258,7 +259,8 @@ void Forward::attention_half(int64_t l, Ubatch& u) {
     const uint8_t* resident = cfg_.plan ? cfg_.plan->mask[l].data() : nullptr;
     for (int64_t i = 0; i < n; ++i) {
         route(cfg_.routing, &rlogits_[i * ne], w.exp_probs_b, resident, ne, static_cast<int>(k),
-              hp_.expert_weights_scale, &u.ids[i * k], &u.wts[i * k], route_scratch_.data(), route_order_.data());
+              cpu::RouteWeighting{hp_.expert_weights_norm, hp_.routed_weight_scale()}, &u.ids[i * k],
+              &u.wts[i * k], route_scratch_.data(), route_order_.data());
         if (observer_) observer_->on_route(l, u.pos0 + i, &u.ids[i * k], &u.wts[i * k], static_cast<int>(k));
     }
 }
@@ -537,8 +539,8 @@ void Forward::shared_expert(int64_t l, const Ubatch& u, float* y) {
     const int64_t nsh = hp_.n_ff_exp * hp_.n_expert_shared;
     cpu::matmul(pool_, w.sh_gate, u.xf.data(), E, n, sg_.data(), nsh);
     cpu::matmul(pool_, w.sh_up, u.xf.data(), E, n, su_.data(), nsh);
-    // The clamp applies to routed experts only.
-    cpu::swiglu(sg_.data(), su_.data(), n * nsh, 0.0f, cfg_.swiglu_form, sh_.data());
+    // Clamped like the routed experts, with the shared expert's own limit (llama.cpp build_ffn).
+    cpu::swiglu(sg_.data(), su_.data(), n * nsh, hp_.swiglu_limit_shexp[l], cfg_.swiglu_form, sh_.data());
     cpu::matmul(pool_, w.sh_down, sh_.data(), nsh, n, y, E);
 }
 

@@ -28,21 +28,37 @@ std::unique_ptr<Model> Model::open(const std::string& path) {
     m->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (m->fd_ < 0) fail("model: cannot open '%s': %s", path.c_str(), std::strerror(errno));
 
-    // Classify: experts and Engram tables stay on disk; everything else is loaded.
+    // Classify by the architecture's tensor table: experts and Engram tables stay on disk,
+    // tensors the engine skips (MTP layers, the vision bias) are never read, and every other
+    // tensor is loaded. 1-D weights are held as F32 whatever their file type (dequantised here),
+    // so the forward pass reads them as plain floats.
+    std::map<std::string, TensorClass> cls;
+    for (const TensorSpec& spec : tensor_specs(hp, m->roles_)) cls[spec.name] = spec.cls;
     std::map<std::string, uint64_t> dense_at;  // tensor name -> offset in dense_
     for (const gguf::TensorInfo& t : m->reader_.tensors()) {
-        const bool expert = t.name.find("_exps.") != std::string::npos;
-        const bool engram_table = t.name.find(".engram_embd.") != std::string::npos;
-        if (expert) { m->expert_bytes_ += t.n_bytes; continue; }
-        if (engram_table) { m->engram_bytes_ += t.n_bytes; continue; }
+        const auto c = cls.find(t.name);
+        if (c == cls.end()) continue;
+        if (c->second == TensorClass::kExperts) { m->expert_bytes_ += t.n_bytes; continue; }
+        if (c->second == TensorClass::kEngramTable) { m->engram_bytes_ += t.n_bytes; continue; }
+        const uint64_t held = c->second == TensorClass::kVector ? t.n_elems * sizeof(float) : t.n_bytes;
         dense_at[t.name] = m->dense_bytes_;
-        m->dense_bytes_ += (t.n_bytes + 63) & ~uint64_t{63};
+        m->dense_bytes_ += (held + 63) & ~uint64_t{63};
     }
     m->dense_ = static_cast<uint8_t*>(std::aligned_alloc(64, std::max<uint64_t>(64, m->dense_bytes_)));
     if (!m->dense_) fail("model: cannot allocate %llu bytes for dense weights", static_cast<unsigned long long>(m->dense_bytes_));
+    std::vector<uint8_t> packed;  // a quantized 1-D weight as stored, before dequantisation
     for (const auto& [name, off] : dense_at) {
         const gguf::TensorInfo* t = m->reader_.tensor(name);
-        pread_exact(m->fd_, m->dense_ + off, t->n_bytes, t->file_offset, "model: dense weights");
+        if (cls.at(name) != TensorClass::kVector || t->type == GgmlType::F32) {
+            pread_exact(m->fd_, m->dense_ + off, t->n_bytes, t->file_offset, "model: dense weights");
+            continue;
+        }
+        packed.resize(t->n_bytes);
+        pread_exact(m->fd_, packed.data(), t->n_bytes, t->file_offset, "model: dense weights");
+        const int64_t cols = t->ne[0];
+        const uint64_t rows = t->n_elems / static_cast<uint64_t>(cols), rb = row_bytes(t->type, cols);
+        float* out = reinterpret_cast<float*>(m->dense_ + off);
+        for (uint64_t r = 0; r < rows; ++r) dequantize_row(t->type, packed.data() + r * rb, out + r * cols, cols);
     }
 
     auto mat = [&](const std::string& name) -> cpu::MatView {
@@ -59,7 +75,7 @@ std::unique_ptr<Model> Model::open(const std::string& path) {
     auto vec = [&](const std::string& name) -> const float* {
         const gguf::TensorInfo* t = m->reader_.tensor(name);
         if (!t) return nullptr;
-        BG_CHECK(t->type == GgmlType::F32);
+        BG_CHECK(cls.at(name) == TensorClass::kVector);
         return reinterpret_cast<const float*>(m->dense_ + dense_at.at(name));
     };
     m->token_embd_ = mat("token_embd.weight");

@@ -25,9 +25,10 @@ const char* routing_policy_name(RoutingPolicy p) {
 }
 
 void route(RoutingPolicy policy, const float* logits, const float* bias, const uint8_t* resident,
-           int64_t n_expert, int k, float scale, int32_t* ids, float* weights, float* scratch, int32_t* order) {
+           int64_t n_expert, int k, cpu::RouteWeighting wt, int32_t* ids, float* weights, float* scratch,
+           int32_t* order) {
     if (policy == RoutingPolicy::kExact) {
-        cpu::router_exact(logits, bias, n_expert, k, scale, ids, weights, nullptr);
+        cpu::router_exact(logits, bias, n_expert, k, wt, ids, weights, nullptr);
         return;
     }
     BG_CHECK(resident != nullptr);
@@ -45,8 +46,8 @@ void route(RoutingPolicy policy, const float* logits, const float* bias, const u
     BG_CHECK_MSG(n == k, "fewer resident experts than experts per token");
     float sum = 0.0f;
     for (int j = 0; j < k; ++j) sum += p[ids[j]];
-    const float inv = scale / std::max(sum, 6.1035e-5f);
-    for (int j = 0; j < k; ++j) weights[j] = p[ids[j]] * inv;
+    const float f = wt.factor(sum);
+    for (int j = 0; j < k; ++j) weights[j] = p[ids[j]] * f;
 }
 
 }  // namespace bg
