@@ -1,5 +1,5 @@
-// Rewrites a GGUF file with a few changes: keys set, replaced or removed, tensors added or
-// re-typed; every other key and tensor is copied unchanged (tensor bytes byte-identical). Tests
+// Rewrites a GGUF file with a few changes: keys set, replaced or removed, tensors added,
+// removed or re-typed; every other key and tensor is copied unchanged (tensor bytes byte-identical). Tests
 // use it to make variants of a synthetic model without a second generator.
 #pragma once
 
@@ -36,6 +36,10 @@ public:
         added_.push_back({name, std::move(ne), type, std::move(bytes)});
         return *this;
     }
+    GgufEdit& remove_tensor(const std::string& name) {
+        dropped_.insert(name);
+        return *this;
+    }
     // Keeps the tensor's place and shape; stores `bytes` (its data in the new type) instead.
     GgufEdit& retype_tensor(const std::string& name, bg::GgmlType type, std::vector<uint8_t> bytes) {
         retyped_[name] = {name, {}, type, std::move(bytes)};
@@ -53,6 +57,7 @@ public:
         const int fd = ::open(src_.c_str(), O_RDONLY | O_CLOEXEC);
         if (fd < 0) throw std::runtime_error("gguf_edit: cannot open " + src_);
         for (const auto& t : r.tensors()) {
+            if (dropped_.count(t.name)) continue;
             auto it = retyped_.find(t.name);
             if (it != retyped_.end()) {
                 w.add_tensor(t.name, t.ne, it->second.type);
@@ -93,7 +98,7 @@ private:
     };
     std::string src_;
     std::map<std::string, bg::gguf::Value> set_;
-    std::set<std::string> removed_;
+    std::set<std::string> removed_, dropped_;
     std::vector<NewTensor> added_;
     std::map<std::string, NewTensor> retyped_;
 };

@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <vector>
@@ -51,6 +53,7 @@ double max_rel(const std::vector<std::vector<double>>& ref, const std::vector<fl
             diff = std::max(diff, std::fabs(ref[t][v] - eng[t * n_vocab + v]));
         }
         worst = std::max(worst, diff / std::max(scale, 1e-30));
+        if (std::getenv("BG_REF_VERBOSE")) std::printf("pos %zu rel %.3g\n", t, diff / std::max(scale, 1e-30));
     }
     return worst;
 }
@@ -87,7 +90,7 @@ TEST(ReferenceForward, EngineCpuForwardAgreesWithReference) {
     const double rel = max_rel(ref_logits, all, n_vocab);
     std::printf("engine vs reference: max rel diff %.3g over %zu positions\n", rel, seq.size());
     RecordProperty("max_rel_diff", std::to_string(rel));
-    EXPECT_LT(rel, 2e-4);
+    EXPECT_LT(rel, 1e-5);  // measured 4.6e-7: float32 accumulation against double
 }
 
 TEST(ReferenceForward, RouterKeySemantics) {
@@ -190,4 +193,96 @@ TEST(ReferenceForward, KeysReachTheForward) {
     EXPECT_GT(d, 1e-6);
 }
 
+}  // namespace
+
+namespace {
+// Diagnostic, run by hand (--gtest_also_run_disabled_tests): agreement of the first positions'
+// logits on truncated copies of the model (block_count 1..6), to find the first layer where the
+// engine and the reference part.
+TEST(ReferenceForward, DISABLED_LocaliseByLayerCount) {
+    for (uint32_t nl = 1; nl <= 6; ++nl) {
+        const std::string path = variant("layers" + std::to_string(nl), [&](bgtest::GgufEdit& e) {
+            e.set("deepseek41.swiglu_clamp_shexp", Value::f32(0.0f));
+            e.set("deepseek41.block_count", Value::u32(nl));
+            // Per-layer arrays and the Engram layers cut to the kept layers.
+            const bg::gguf::Reader r = bg::gguf::Reader::open(bgtest::tiny_model());
+            for (const char* k : {"deepseek41.swiglu_clamp_exp", "deepseek41.attention.compress_ratios"}) {
+                Value v = *r.find(k);
+                v.items.resize(nl);
+                e.set(k, v);
+            }
+            const auto ids = r.get_arr_i64("deepseek41.engram.layer_ids");
+            const int64_t n_mult = r.get_arr_u64("deepseek41.engram.multipliers").size() / ids.size();
+            const int64_t n_cols = r.get_arr_u64("deepseek41.engram.primes").size() / ids.size();
+            std::vector<int32_t> keep;
+            std::vector<uint64_t> mult, primes, offs;
+            for (size_t i = 0; i < ids.size(); ++i) {
+                if (ids[i] >= nl) continue;
+                keep.push_back(static_cast<int32_t>(ids[i]));
+                auto take = [&](const char* k, int64_t w, std::vector<uint64_t>& out) {
+                    const auto a = r.get_arr_u64(k);
+                    out.insert(out.end(), a.begin() + i * w, a.begin() + (i + 1) * w);
+                };
+                take("deepseek41.engram.multipliers", n_mult, mult);
+                take("deepseek41.engram.primes", n_cols, primes);
+                take("deepseek41.engram.offsets", n_cols, offs);
+            }
+            for (const auto& t : r.tensors())
+                if (t.name.rfind("blk.", 0) == 0 && std::stoi(t.name.substr(4)) >= static_cast<int>(nl))
+                    e.remove_tensor(t.name);
+            e.set("deepseek41.engram.layer_ids", Value::array_i32(keep));
+            e.set("deepseek41.engram.multipliers", Value::array_u64(mult));
+            e.set("deepseek41.engram.primes", Value::array_u64(primes));
+            e.set("deepseek41.engram.offsets", Value::array_u64(offs));
+        });
+        try {
+            const ref::Dsv41Reference ref(path);
+            const std::vector<int32_t> toks = bg::random_prompt(12, 5, 512, 0);
+            bg::dsv41::ForwardConfig fc;
+            fc.n_ctx = 64;
+            Engine eng(path, fc);
+            std::vector<float> last, all;
+            eng.runner.prefill(toks, bg::PrefillOrder::kLayerMajor, 16, &last, &all);
+            ref::Dsv41Options alt;
+            alt.selection = ref::IndexSelection::kConsumerKeys;
+            const ref::Dsv41Reference ref_alt(path, alt);
+            std::printf("layers %u: max rel %.3g (selection scored with the consumer's keys: %.3g)\n", nl,
+                        max_rel(ref.logits(toks), all, 512), max_rel(ref_alt.logits(toks), all, 512));
+        } catch (const std::exception& ex) {
+            std::printf("layers %u: %s\n", nl, ex.what());
+        }
+    }
+}
+}  // namespace
+
+namespace {
+// The engine (before the lead's fix) passes limit 0 to the shared expert; llama.cpp clamps it with
+// swiglu_clamp_shexp, here absent, so falling back to swiglu_clamp_exp. The tiny model's limit
+// 10 never engages, so this variant lowers it to 0.05, where it does. Enable with the fix.
+TEST(ReferenceForward, DISABLED_SharedExpertClampFallsBackToRoutedClamp) {
+    const std::vector<int32_t> toks = bg::random_prompt(32, 5, 512, 0);
+    bg::dsv41::ForwardConfig fc;
+    fc.n_ctx = 64;
+    {  // the routed clamp alone (shared expert explicitly unclamped) agrees: only the fallback differs
+        const std::string only_routed = variant("clamp005-shexp0", [](bgtest::GgufEdit& e) {
+            e.set("deepseek41.swiglu_clamp_shexp", Value::f32(0.0f));
+            e.set("deepseek41.swiglu_clamp_exp", Value::array_f32(std::vector<float>(6, 0.05f)));
+        });
+        Engine eng(only_routed, fc);
+        std::vector<float> last, all;
+        eng.runner.prefill(toks, bg::PrefillOrder::kLayerMajor, 16, &last, &all);
+        ASSERT_LT(max_rel(ref::Dsv41Reference(only_routed).logits(toks), all, 512), 1e-5);
+    }
+    const std::string path = variant("clamp005", [](bgtest::GgufEdit& e) {
+        e.remove("deepseek41.swiglu_clamp_shexp");
+        e.set("deepseek41.swiglu_clamp_exp", Value::array_f32(std::vector<float>(6, 0.05f)));
+    });
+    const ref::Dsv41Reference ref(path);
+    Engine eng(path, fc);
+    std::vector<float> last, all;
+    eng.runner.prefill(toks, bg::PrefillOrder::kLayerMajor, 16, &last, &all);
+    const double rel = max_rel(ref.logits(toks), all, 512);
+    std::printf("shared-expert clamp 0.05 by fallback: max rel diff %.3g\n", rel);
+    EXPECT_LT(rel, 1e-5);
+}
 }  // namespace

@@ -564,11 +564,14 @@ std::vector<std::vector<double>> Dsv41Reference::logits(const std::vector<int32_
             std::vector<const Vec*> rows;
             for (int64_t j = std::max<int64_t>(0, p - hp.window + 1); j <= p; ++j) rows.push_back(&kvr[j]);
             if (ratio > 0) {
-                // Selection scored with the index source's query and weights against the keys of
-                // this layer's key owner (the same keys the index source reads in the real
-                // layout; see the report for the tiny model's layer 4).
-                const int64_t nvis = (p + 1) / ratio;
-                const auto& keys = idx_keys[y.key_src];
+                // The index source's query and head weights at p score compressed rows; which keys
+                // and how many rows depend on IndexSelection (see the header).
+                const bool from_source = opt_.selection == IndexSelection::kSourceSelection;
+                const int64_t isrc = y.topk_src;
+                const int64_t ratio_sel = from_source ? hp.compress_ratio[static_cast<size_t>(isrc)] : ratio;
+                const int64_t owner = from_source ? layers_[static_cast<size_t>(isrc)].key_src : y.key_src;
+                const int64_t nvis = (p + 1) / ratio_sel;
+                const auto& keys = idx_keys[owner];
                 const auto& iq = idx_q[y.topk_src][p];
                 const auto& iw = idx_w[y.topk_src][p];
                 Vec score(static_cast<size_t>(nvis));
@@ -581,7 +584,12 @@ std::vector<std::vector<double>> Dsv41Reference::logits(const std::vector<int32_
                     }
                     score[b] = s;
                 }
-                for (int32_t b : top_k(score, std::min(nvis, hp.idx_top_k))) rows.push_back(&comp_rows[y.kv_src][b]);
+                for (int32_t b : top_k(score, std::min(nvis, hp.idx_top_k))) {
+                    // A source at a finer ratio than this layer could name a block this query
+                    // cannot see yet; no layout llama.cpp loads does that, so refuse, not guess.
+                    if (b >= (p + 1) / ratio) refuse("selection names an invisible compressed row");
+                    rows.push_back(&comp_rows[y.kv_src][b]);
+                }
             }
             Vec o(static_cast<size_t>(hp.n_head * hd), 0.0);
             for (int64_t h = 0; h < hp.n_head; ++h) {

@@ -23,8 +23,19 @@ namespace ref {
 // above instead: min(silu(gate), limit) * clamp(up).
 enum class SwigluForm { kDeepSeek, kLlamaCpp };
 
+// Where a compressed layer's top-k selection comes from when its index source and its key
+// owner differ (the tiny fixture's layer 4: kv source and key owner 4, ratio 1; last index
+// source 2, ratio 2; in the real layout the two readings coincide).
+// kSourceSelection (default): the rows the index source selected for itself (scored against its
+// own key owner's keys, at its ratio), reused as row numbers of this layer's stream: DSV41.md's
+// "reuses the selection of the last index source" and llama.cpp's `dsv41_topk_source`.
+// kConsumerKeys: the index source's query and head weights scored against this layer's key
+// owner's keys over this layer's visible rows (what "reads the last key owner" would suggest).
+enum class IndexSelection { kSourceSelection, kConsumerKeys };
+
 struct Dsv41Options {
     SwigluForm swiglu = SwigluForm::kDeepSeek;
+    IndexSelection selection = IndexSelection::kSourceSelection;
 };
 
 enum class RopeScaling { kNone, kLinear, kYarn };
