@@ -1,22 +1,22 @@
-// Writes a variant of a GGUF file: keys set, replaced or removed, tensors added or stored in
-// another type, every other tensor copied byte for byte. Tests use it to make the files a real
-// converter or quantizer could write (per-layer arrays of another length, MTP layers, keys
-// llama.cpp reads that make-model does not write) from a synthetic model.
+// Writes a variant of a GGUF file: keys set, replaced or removed, tensors added, removed or
+// stored in another type; every other key and tensor is copied unchanged (tensor bytes
+// byte-identical). Tests use it to make the files a real converter or quantizer could write
+// (per-layer arrays of another length, MTP layers, keys make-model does not write) from a
+// synthetic model, without a second generator.
 #pragma once
 
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <cstdint>
 #include <map>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "gguf/gguf.h"
 #include "tensor/ggml_types.h"
-#include "util/file_io.h"
 
 namespace bgtest {
 
@@ -36,90 +36,107 @@ public:
         removed_.insert(key);
         return *this;
     }
-    // A new tensor after the existing ones; `data` holds its bytes in `type`.
-    GgufEdit& add_tensor(const std::string& name, std::vector<int64_t> ne, bg::GgmlType type, std::vector<uint8_t> data) {
-        added_.push_back({name, std::move(ne), type, std::move(data)});
+    // Appended after the copied tensors; `bytes` must be exactly the tensor's size.
+    GgufEdit& add_tensor(const std::string& name, std::vector<int64_t> ne, bg::GgmlType type,
+                         std::vector<uint8_t> bytes) {
+        added_.push_back({name, std::move(ne), type, std::move(bytes)});
         return *this;
     }
-    // An existing tensor stored as `values` (its elements, as floats) quantised to `type`.
+    GgufEdit& remove_tensor(const std::string& name) {
+        dropped_.insert(name);
+        return *this;
+    }
+    // Keeps the tensor's place and shape; stores `bytes` (its data in the new type) instead.
+    GgufEdit& retype_tensor(const std::string& name, bg::GgmlType type, std::vector<uint8_t> bytes) {
+        retyped_[name] = {name, {}, type, std::move(bytes)};
+        return *this;
+    }
+    // The same, from the tensor's elements as floats, quantised to `type` row by row.
     GgufEdit& retype(const std::string& name, bg::GgmlType type, const std::vector<float>& values) {
-        const bg::gguf::TensorInfo* t = reader_.tensor(name);
-        const int64_t cols = t->ne[0];
-        const uint64_t rows = t->n_elems / static_cast<uint64_t>(cols), rb = bg::row_bytes(type, cols);
+        const bg::gguf::TensorInfo& t = info(name);
+        const int64_t cols = t.ne[0];
+        const uint64_t rows = t.n_elems / static_cast<uint64_t>(cols), rb = bg::row_bytes(type, cols);
+        if (values.size() != t.n_elems) throw std::runtime_error("gguf_edit: wrong value count for " + name);
         std::vector<uint8_t> bytes(rows * rb);
         for (uint64_t r = 0; r < rows; ++r) bg::quantize_row(type, values.data() + r * cols, bytes.data() + r * rb, cols);
-        retyped_[name] = {type, std::move(bytes)};
-        return *this;
+        return retype_tensor(name, type, std::move(bytes));
     }
 
     // The elements of a source tensor, dequantised.
     std::vector<float> values(const std::string& name) const {
-        const bg::gguf::TensorInfo* t = reader_.tensor(name);
-        const std::vector<uint8_t> raw = bytes(*t);
-        const int64_t cols = t->ne[0];
-        const uint64_t rows = t->n_elems / static_cast<uint64_t>(cols), rb = bg::row_bytes(t->type, cols);
-        std::vector<float> out(t->n_elems);
-        for (uint64_t r = 0; r < rows; ++r) bg::dequantize_row(t->type, raw.data() + r * rb, out.data() + r * cols, cols);
+        const bg::gguf::TensorInfo& t = info(name);
+        const std::vector<uint8_t> raw = bytes_of(t);
+        const int64_t cols = t.ne[0];
+        const uint64_t rows = t.n_elems / static_cast<uint64_t>(cols), rb = bg::row_bytes(t.type, cols);
+        std::vector<float> out(t.n_elems);
+        for (uint64_t r = 0; r < rows; ++r) bg::dequantize_row(t.type, raw.data() + r * rb, out.data() + r * cols, cols);
         return out;
     }
 
-    void write(const std::string& path) const {
-        bg::gguf::Writer w;
-        // general.alignment decides where tensor data starts, so it goes through the writer's
-        // own setting rather than as a plain key.
-        for (const bg::gguf::KeyValue& kv : reader_.kvs()) {
-            if (kv.key == "general.alignment") {
-                w.set_alignment(kv.value.u);
+    void write(const std::string& dst) const {
+        bg::gguf::Writer w;  // its set() of general.alignment also sets where tensor data goes
+        for (const auto& kv : reader_.kvs())
+            if (!removed_.count(kv.key) && !set_.count(kv.key)) w.set(kv.key, kv.value);
+        for (const auto& [k, v] : set_) w.set(k, v);
+
+        std::vector<std::vector<uint8_t>> data;
+        for (const auto& t : reader_.tensors()) {
+            if (dropped_.count(t.name)) continue;
+            auto it = retyped_.find(t.name);
+            if (it != retyped_.end()) {
+                w.add_tensor(t.name, t.ne, it->second.type);
+                data.push_back(it->second.bytes);
                 continue;
             }
-            if (removed_.count(kv.key)) continue;
-            const auto s = set_.find(kv.key);
-            w.set(kv.key, s == set_.end() ? kv.value : s->second);
+            w.add_tensor(t.name, t.ne, t.type);
+            data.push_back(bytes_of(t));
         }
-        for (const auto& [k, v] : set_)
-            if (!reader_.find(k)) w.set(k, v);
-        std::vector<std::vector<uint8_t>> data;
-        for (const bg::gguf::TensorInfo& t : reader_.tensors()) {
-            const auto r = retyped_.find(t.name);
-            if (r != retyped_.end()) {
-                w.add_tensor(t.name, t.ne, r->second.first);
-                data.push_back(r->second.second);
-            } else {
-                w.add_tensor(t.name, t.ne, t.type);
-                data.push_back(bytes(t));
-            }
-        }
-        for (const Added& a : added_) {
+        for (const auto& a : added_) {
             w.add_tensor(a.name, a.ne, a.type);
-            data.push_back(a.data);
+            data.push_back(a.bytes);
         }
         std::vector<const void*> ptrs;
-        for (const auto& d : data) ptrs.push_back(d.data());
-        w.write_file(path, ptrs);
+        const auto& infos = w.tensors();
+        for (size_t i = 0; i < data.size(); ++i) {
+            if (data[i].size() != infos[i].n_bytes)
+                throw std::runtime_error("gguf_edit: tensor '" + infos[i].name + "' needs " +
+                                         std::to_string(infos[i].n_bytes) + " bytes, got " +
+                                         std::to_string(data[i].size()));
+            ptrs.push_back(data[i].data());
+        }
+        w.write_file(dst, ptrs);
     }
 
 private:
-    struct Added {
+    struct NewTensor {
         std::string name;
         std::vector<int64_t> ne;
         bg::GgmlType type;
-        std::vector<uint8_t> data;
+        std::vector<uint8_t> bytes;
     };
 
-    std::vector<uint8_t> bytes(const bg::gguf::TensorInfo& t) const {
-        std::vector<uint8_t> out(t.n_bytes);
+    const bg::gguf::TensorInfo& info(const std::string& name) const {
+        const bg::gguf::TensorInfo* t = reader_.tensor(name);
+        if (!t) throw std::runtime_error("gguf_edit: no tensor " + name);
+        return *t;
+    }
+
+    std::vector<uint8_t> bytes_of(const bg::gguf::TensorInfo& t) const {
+        std::vector<uint8_t> b(t.n_bytes);
         const int fd = ::open(src_.c_str(), O_RDONLY | O_CLOEXEC);
-        bg::pread_exact(fd, out.data(), t.n_bytes, t.file_offset, "gguf_edit");
+        if (fd < 0) throw std::runtime_error("gguf_edit: cannot open " + src_);
+        const ssize_t got = ::pread(fd, b.data(), b.size(), static_cast<off_t>(t.file_offset));
         ::close(fd);
-        return out;
+        if (got != static_cast<ssize_t>(b.size())) throw std::runtime_error("gguf_edit: short read of " + t.name);
+        return b;
     }
 
     std::string src_;
     bg::gguf::Reader reader_;
     std::map<std::string, bg::gguf::Value> set_;
-    std::set<std::string> removed_;
-    std::vector<Added> added_;
-    std::map<std::string, std::pair<bg::GgmlType, std::vector<uint8_t>>> retyped_;
+    std::set<std::string> removed_, dropped_;
+    std::vector<NewTensor> added_;
+    std::map<std::string, NewTensor> retyped_;
 };
 
 }  // namespace bgtest
