@@ -89,4 +89,26 @@ TEST(GpuE2E, WarmResidentOnlyPassReadsNothingFromDisk) {
     EXPECT_GT(m["passes"][1]["experts"]["vram_hits"].get<uint64_t>(), 0u);
 }
 
+// The published PC's memory layout: dense weights in VRAM only (the host holds the 1-D weights
+// and the token embedding), loaded from the file at start-up; the budget counts the runtime's
+// reserve, so the device-reported peak stays within it.
+TEST(GpuE2E, DenseWeightsOnTheDeviceOnlyAndReportedVramWithinBudget) {
+    if (bg::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    bg::RunConfig c = ci_cfg("resident-only");
+    c.vram_budget_mib = 1024;
+    bg::Session gpu(c, &bg::cuda::cuda_device());
+    const auto& m = gpu.model();
+    EXPECT_EQ(m.dense_home(), bg::dsv41::DenseHome::kDevice);
+    EXPECT_LT(m.dense_bytes(), m.device_image_bytes()) << "the host must not hold the dense matrices";
+    const nlohmann::json r = gpu.run(false);
+    EXPECT_EQ(r["engine"]["dense_home"], "device");
+    EXPECT_LE(r["engine"]["runtime_device_bytes"].get<uint64_t>(), r["engine"]["vram_reserve_bytes"].get<uint64_t>());
+    for (const auto& p : r["passes"]) EXPECT_LE(p["vram_device_reported_mib"].get<double>(), 1024.0);
+    // Same tokens as the CPU backend, whose model holds the whole image on the host.
+    bg::Session cpu(c);
+    cpu.run(false);
+    EXPECT_EQ(cpu.generated(), gpu.generated());
+}
+
 }  // namespace
+

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <random>
@@ -12,6 +13,7 @@
 #include "model_fixture.h"
 #include "runtime/providers.h"
 #include "runtime/runner.h"
+#include "util/file_io.h"
 
 namespace {
 
@@ -180,6 +182,48 @@ TEST(ModelE2E, MakeModelIsDeterministicWhateverTheThreadCount) {
     EXPECT_LE(differing, 2u) << "only the one-character name difference may differ";
     std::remove(a.c_str());
     std::remove(b.c_str());
+}
+
+}  // namespace
+
+namespace {
+
+// DenseHome::kDevice: the host holds the 1-D weights and the token embedding and nothing else
+// of the dense image; every view keeps the image offset the host-held image would give it, so a
+// device loading the image from the file puts each weight where the views say.
+TEST(ModelE2E, DeviceHomeHoldsOnlyVectorsAndTheEmbeddingOnTheHost) {
+    const std::string path = bgtest::tiny_model();
+    auto host = Model::open(path, bg::dsv41::DenseHome::kHost);
+    auto dev = Model::open(path, bg::dsv41::DenseHome::kDevice);
+    const bg::gguf::TensorInfo* embd = host->gguf().tensor("token_embd.weight");
+    const uint64_t embd_held = (embd->n_bytes + 63) & ~uint64_t{63};
+    EXPECT_EQ(dev->dense_bytes(), dev->vector_bytes() + embd_held);
+    EXPECT_EQ(host->dense_bytes(), host->device_image_bytes() + embd_held);
+    EXPECT_LT(dev->dense_bytes(), host->dense_bytes());
+    EXPECT_EQ(dev->device_image_bytes(), host->device_image_bytes());
+    // Same layout; matrices have no host copy in the device home.
+    for (int64_t l = 0; l < host->hp().n_layer; ++l) {
+        const auto& a = host->layer(l);
+        const auto& b = dev->layer(l);
+        EXPECT_EQ(a.q_b.image_offset, b.q_b.image_offset);
+        EXPECT_EQ(b.q_b.data, nullptr);
+        EXPECT_NE(a.q_b.data, nullptr);
+        EXPECT_EQ(0, std::memcmp(a.attn_norm, b.attn_norm, sizeof(float) * host->hp().n_embd));
+        EXPECT_EQ(reinterpret_cast<const uint8_t*>(b.attn_norm) - dev->dense_data(),
+                  reinterpret_cast<const uint8_t*>(a.attn_norm) - host->dense_data());
+    }
+    // Each device tensor's image offset holds that tensor's file bytes (what a device loads
+    // from the file at that offset is what the host-held image has there).
+    for (const bg::dsv41::DenseTensor& t : dev->device_tensors()) {
+        if (t.vector) continue;
+        std::vector<uint8_t> file(t.info->n_bytes);
+        bg::pread_exact(dev->fd(), file.data(), file.size(), t.info->file_offset, "test");
+        EXPECT_EQ(0, std::memcmp(host->dense_data() + t.image_offset, file.data(), file.size())) << t.info->name;
+    }
+    // The embedding's rows are on the host in both homes.
+    const auto ea = host->token_embd(), eb = dev->token_embd();
+    ASSERT_NE(eb.data, nullptr);
+    EXPECT_EQ(0, std::memcmp(ea.data, eb.data, embd->n_bytes));
 }
 
 }  // namespace

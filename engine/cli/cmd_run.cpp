@@ -59,6 +59,9 @@ void register_run(CLI::App& app) {
     cmd->add_option("--read-size", cfg.read_size, "Largest single disk read, bytes")->capture_default_str();
     cmd->add_option("--host-budget", cfg.host_budget_mib, "Host memory budget, MiB")->capture_default_str();
     cmd->add_option("--vram-budget", cfg.vram_budget_mib, "Device memory budget, MiB")->capture_default_str();
+    cmd->add_option("--vram-reserve", cfg.vram_reserve_mib,
+                    "Of the VRAM budget, MiB set aside for the CUDA runtime (cuBLAS, streams); CUDA backend only")
+        ->capture_default_str();
     cmd->add_option("--engram-buffer", cfg.engram_buffer_kib, "Engram row buffer in device memory, KiB")->capture_default_str();
     cmd->add_flag("--fidelity", cfg.fidelity, "Also report top-1 agreement and mean KL of the routing policy against exact");
     cmd->add_flag("--verify-slots", cfg.verify_slots, "After each pass compare every loaded slot with the file");

@@ -19,6 +19,9 @@ struct MatView {
     int64_t cols = 0;          // ne0: input width
     int64_t rows = 0;          // ne1: output width
     uint64_t row_stride = 0;   // bytes between rows (row_bytes(type, cols) when dense)
+    // Where this weight sits in the model's dense image (dsv41::Model), so a backend that holds
+    // the image elsewhere (VRAM) finds it; data is null when the host holds no copy.
+    uint64_t image_offset = 0;
 
     // Rows [r0, r0+n) as their own view.
     MatView slice_rows(int64_t r0, int64_t n) const;

@@ -7,6 +7,7 @@
 #include "cuda/check.cuh"
 #include "cuda/dequant.cuh"
 #include "util/check.h"
+#include "util/file_io.h"
 
 namespace bg::cuda {
 
@@ -70,7 +71,7 @@ T* GpuForward::dev_alloc(int64_t count) {
 DeviceMat GpuForward::dmat(const cpu::MatView& v) const {
     DeviceMat d;
     if (!v.data) return d;
-    d.data = d_dense_ + (v.data - m_.dense_data());
+    d.data = d_dense_ + v.image_offset;
     d.type = v.type;
     d.cols = v.cols;
     d.rows = v.rows;
@@ -81,6 +82,31 @@ DeviceMat GpuForward::dmat(const cpu::MatView& v) const {
 const float* GpuForward::dvec(const float* host_vec) const {
     if (!host_vec) return nullptr;
     return reinterpret_cast<const float*>(d_dense_ + (reinterpret_cast<const uint8_t*>(host_vec) - m_.dense_data()));
+}
+
+void GpuForward::load_dense_image() {
+    // 1-D weights come from the host (dequantised to F32 at open); matrices from the host copy
+    // when the model holds one, else straight from the file through a small pinned staging
+    // buffer that is freed once loading is done, so no host copy of them outlives start-up.
+    BG_CUDA_CHECK(cudaMemcpy(d_dense_, m_.dense_data(), m_.vector_bytes(), cudaMemcpyHostToDevice));
+    constexpr uint64_t kStagingBytes = 64ull << 20;
+    uint8_t* staging = nullptr;
+    for (const dsv41::DenseTensor& t : m_.device_tensors()) {
+        if (t.vector) continue;
+        uint8_t* dst = d_dense_ + t.image_offset;
+        if (m_.dense_home() == dsv41::DenseHome::kHost) {
+            BG_CUDA_CHECK(cudaMemcpy(dst, m_.dense_data() + t.image_offset, t.info->n_bytes, cudaMemcpyHostToDevice));
+            continue;
+        }
+        if (!staging) BG_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&staging), kStagingBytes, cudaHostAllocDefault));
+        for (uint64_t done = 0; done < t.info->n_bytes;) {
+            const uint64_t n = std::min(kStagingBytes, t.info->n_bytes - done);
+            pread_exact(m_.fd(), staging, n, t.info->file_offset + done, "gpu forward: dense weights");
+            BG_CUDA_CHECK(cudaMemcpy(dst + done, staging, n, cudaMemcpyHostToDevice));
+            done += n;
+        }
+    }
+    if (staging) cudaFreeHost(staging);
 }
 
 GpuForward::GpuForward(const dsv41::Model& m, ExpertProvider& experts, EngramStore& engram, const dsv41::ForwardConfig& cfg)
@@ -95,9 +121,10 @@ GpuForward::GpuForward(const dsv41::Model& m, ExpertProvider& experts, EngramSto
     mu_ = cfg_.max_ubatch;
     max_units_ = (ctx + mu_ - 1) / mu_ + 1;
 
-    // Dense weights: one copy of the model's dense buffer; views translate by offset.
-    d_dense_ = dev_alloc<uint8_t>(static_cast<int64_t>(m.dense_bytes()));
-    BG_CUDA_CHECK(cudaMemcpy(d_dense_, m.dense_data(), m.dense_bytes(), cudaMemcpyHostToDevice));
+    // Dense weights: the model's dense image but the token embedding (whose rows the host
+    // gathers per token), loaded once; views translate by their image offset.
+    d_dense_ = dev_alloc<uint8_t>(static_cast<int64_t>(m.device_image_bytes()));
+    load_dense_image();
     layers_.resize(L);
     for (int64_t l = 0; l < L; ++l) {
         const dsv41::LayerWeights& w = m.layer(l);
@@ -206,6 +233,12 @@ GpuForward::GpuForward(const dsv41::Model& m, ExpertProvider& experts, EngramSto
     pooled_ = dev_alloc<float>((mu_ + 1) * hd);
     bpos_ = dev_alloc<int32_t>(mu_ + 1);
     tok_dev_ = dev_alloc<int32_t>(mu_);
+    emb_dev_ = dev_alloc<float>(mu_ * E_);
+    {
+        std::vector<int32_t> iota(static_cast<size_t>(mu_));
+        for (int64_t i = 0; i < mu_; ++i) iota[i] = static_cast<int32_t>(i);
+        BG_CUDA_CHECK(cudaMemcpy(tok_dev_, iota.data(), mu_ * sizeof(int32_t), cudaMemcpyHostToDevice));
+    }
     const int64_t nb = hp_.engram_layers.empty() ? 0 : hp_.engram_buckets();
     erow_ = dev_alloc<float>(mu_ * std::max<int64_t>(1, nb * hp_.engram_dim));
     ekv_ = dev_alloc<float>(mu_ * (kHc + 1) * E_);
@@ -222,6 +255,7 @@ GpuForward::GpuForward(const dsv41::Model& m, ExpertProvider& experts, EngramSto
     scatter_rows_ = dev_alloc<int32_t>(ctx * k);
     BG_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&h_rows_), 2 * ctx * k * sizeof(int32_t), cudaHostAllocDefault));
     BG_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&h_out_), std::max(hp_.n_vocab, E_) * sizeof(float), cudaHostAllocDefault));
+    BG_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&h_emb_), mu_ * E_ * sizeof(float), cudaHostAllocDefault));
     onehot_.assign(mu_ * kHc, 0.0f);
     for (int64_t i = 0; i < mu_; ++i) onehot_[i * kHc] = 1.0f;
     erows_.assign(mu_ * std::max<int64_t>(1, nb), 0);
@@ -277,6 +311,7 @@ GpuForward::~GpuForward() {
     for (void* p : allocations_) cudaFree(p);
     cudaFreeHost(h_rows_);
     cudaFreeHost(h_out_);
+    cudaFreeHost(h_emb_);
     mm_.reset();
     cudaStreamDestroy(stream_);
 }
@@ -288,7 +323,8 @@ void GpuForward::set_routing(RoutingPolicy p) {
 
 uint64_t GpuForward::buffer_bytes() const {
     return tokens_.capacity() * sizeof(int32_t) + 2 * cfg_.n_ctx * hp_.n_expert_used * sizeof(int32_t) +
-           std::max(hp_.n_vocab, E_) * sizeof(float) + by_expert_slot_.capacity() * sizeof(int64_t) +
+           std::max(hp_.n_vocab, E_) * sizeof(float) + mu_ * E_ * sizeof(float) +
+           by_expert_slot_.capacity() * sizeof(int64_t) +
            timeline_.bytes();
 }
 
@@ -322,8 +358,19 @@ void GpuForward::embed(dsv41::Ubatch& u, const int32_t* tokens, int64_t n, int64
     u.wts.resize(static_cast<size_t>(n * k));
     std::copy(tokens, tokens + n, tokens_.begin() + pos0);
     const int64_t s = u.device_slot;
-    BG_CUDA_CHECK(cudaMemcpyAsync(tok_dev_, tokens, n * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
-    embed_tokens(dmat(m_.token_embd()), tok_dev_, n, H(s), stream_);
+    // The embedding lives in host memory: its rows, dequantised here, go up as [n][E] floats,
+    // which the embedding kernel then spreads over the four residual copies (rows 0..n-1).
+    const cpu::MatView emb = m_.token_embd();
+    for (int64_t i = 0; i < n; ++i)
+        dequantize_row(emb.type, emb.data + static_cast<uint64_t>(tokens[i]) * emb.row_stride, h_emb_ + i * E_, E_);
+    BG_CUDA_CHECK(cudaMemcpyAsync(emb_dev_, h_emb_, n * E_ * sizeof(float), cudaMemcpyHostToDevice, stream_));
+    DeviceMat rows;
+    rows.data = reinterpret_cast<const uint8_t*>(emb_dev_);
+    rows.type = GgmlType::F32;
+    rows.cols = E_;
+    rows.rows = mu_;
+    rows.row_stride = E_ * sizeof(float);
+    embed_tokens(rows, tok_dev_, n, H(s), stream_);
     BG_CUDA_CHECK(cudaMemcpyAsync(pre_ + s * mu_ * kHc, onehot_.data(), n * kHc * sizeof(float), cudaMemcpyHostToDevice, stream_));
     fill_positions(pos_ + s * mu_, n, pos0, 1, stream_);
     // The host arrays above are reused by the next call: let the copies finish.

@@ -43,6 +43,7 @@ private:
     T* dev_alloc(int64_t count);
     DeviceMat dmat(const cpu::MatView& v) const;
     const float* dvec(const float* host_vec) const;
+    void load_dense_image();
     float* H(int64_t slot) { return H_ + slot * mu_ * 4 * E_; }
     void mix(const DeviceMat& fn, const float* base, const float* scale, const float* h, int64_t n, float* out_mix);
     void engram(int64_t l, dsv41::Ubatch& u);
@@ -89,7 +90,10 @@ private:
     // Work buffers for one unit
     float *hflat_, *mixm_, *mixa_, *x_, *y_, *qa_, *q_, *kvb_, *att_, *oa_, *iq_, *iw_, *iscore_, *rlogits_;
     float *pooled_, *erow_, *ekv_, *xg_, *g_, *up_, *h_, *eo_tmp_, *sg_, *su_, *sh_, *logits_;
-    int32_t *bpos_, *tok_dev_, *gather_rows_, *scatter_rows_;
+    int32_t *bpos_, *gather_rows_, *scatter_rows_;
+    int32_t* tok_dev_;   // [mu] 0..mu-1: row i of emb_dev_ is token i of the unit
+    float* emb_dev_;     // [mu][E] embedding rows gathered on the host
+    float* h_emb_ = nullptr;  // pinned [mu][E]
     int32_t* h_rows_ = nullptr;             // page-locked [2][n_ctx*k] gather and scatter rows
     float* h_out_ = nullptr;                // page-locked [max(n_vocab, n_embd)]
     std::vector<float> onehot_;             // [mu][4]

@@ -13,14 +13,20 @@
 
 namespace bg::dsv41 {
 
+namespace {
+uint64_t aligned_up64(uint64_t b) { return (b + 63) & ~uint64_t{63}; }
+}  // namespace
+
 Model::~Model() {
     std::free(dense_);
+    std::free(embd_);
     if (fd_ >= 0) ::close(fd_);
 }
 
-std::unique_ptr<Model> Model::open(const std::string& path) {
+std::unique_ptr<Model> Model::open(const std::string& path, DenseHome home) {
     std::unique_ptr<Model> m(new Model());
     m->path_ = path;
+    m->home_ = home;
     m->reader_ = gguf::Reader::open(path);
     m->hp_ = read_hparams(m->reader_);
     m->roles_ = validate_tensors(m->hp_, m->reader_);
@@ -30,42 +36,76 @@ std::unique_ptr<Model> Model::open(const std::string& path) {
 
     // Classify by the architecture's tensor table: experts and Engram tables stay on disk,
     // tensors the engine skips (MTP layers, the vision bias) are never read, and every other
-    // tensor is loaded. 1-D weights are held as F32 whatever their file type (dequantised here),
-    // so the forward pass reads them as plain floats.
+    // tensor goes into the dense image. 1-D weights are held as F32 whatever their file type
+    // (dequantised here), so the forward pass reads them as plain floats.
+    // Image order: 1-D weights, then the matrices, then the token embedding, so a device holds
+    // one contiguous prefix and the host's vector part is at the same offsets in either home.
     std::map<std::string, TensorClass> cls;
     for (const TensorSpec& spec : tensor_specs(hp, m->roles_)) cls[spec.name] = spec.cls;
-    std::map<std::string, uint64_t> dense_at;  // tensor name -> offset in dense_
+    std::vector<const gguf::TensorInfo*> vectors, matrices;
+    const gguf::TensorInfo* embd = nullptr;
     for (const gguf::TensorInfo& t : m->reader_.tensors()) {
         const auto c = cls.find(t.name);
         if (c == cls.end()) continue;
-        if (c->second == TensorClass::kExperts) { m->expert_bytes_ += t.n_bytes; continue; }
-        if (c->second == TensorClass::kEngramTable) { m->engram_bytes_ += t.n_bytes; continue; }
-        const uint64_t held = c->second == TensorClass::kVector ? t.n_elems * sizeof(float) : t.n_bytes;
-        dense_at[t.name] = m->dense_bytes_;
-        m->dense_bytes_ += (held + 63) & ~uint64_t{63};
+        if (c->second == TensorClass::kExperts) m->expert_bytes_ += t.n_bytes;
+        else if (c->second == TensorClass::kEngramTable) m->engram_bytes_ += t.n_bytes;
+        else if (c->second == TensorClass::kVector) vectors.push_back(&t);
+        else if (t.name == "token_embd.weight") embd = &t;
+        else matrices.push_back(&t);
     }
-    m->dense_ = static_cast<uint8_t*>(std::aligned_alloc(64, std::max<uint64_t>(64, m->dense_bytes_)));
-    if (!m->dense_) fail("model: cannot allocate %llu bytes for dense weights", static_cast<unsigned long long>(m->dense_bytes_));
+    BG_CHECK(embd != nullptr);
+    auto aligned = [](uint64_t b) { return (b + 63) & ~uint64_t{63}; };
+    std::map<std::string, uint64_t> image_at;  // tensor name -> offset in the image
+    uint64_t image_bytes = 0;
+    for (const gguf::TensorInfo* t : vectors) {
+        image_at[t->name] = image_bytes;
+        m->device_tensors_.push_back({t, image_bytes, true});
+        image_bytes += aligned(t->n_elems * sizeof(float));
+    }
+    m->vector_bytes_ = image_bytes;
+    for (const gguf::TensorInfo* t : matrices) {
+        image_at[t->name] = image_bytes;
+        m->device_tensors_.push_back({t, image_bytes, false});
+        image_bytes += aligned(t->n_bytes);
+    }
+    m->device_image_bytes_ = image_bytes;
+    image_at[embd->name] = image_bytes;
+    image_bytes += aligned(embd->n_bytes);
+
+    // Host memory: the whole image, or the vector part plus the embedding on their own.
+    auto host_alloc = [](uint64_t bytes) {
+        auto* p = static_cast<uint8_t*>(std::aligned_alloc(64, std::max<uint64_t>(64, aligned_up64(bytes))));
+        if (!p) fail("model: cannot allocate %llu bytes for dense weights", static_cast<unsigned long long>(bytes));
+        return p;
+    };
+    const bool on_host = home == DenseHome::kHost;
+    m->dense_bytes_ = on_host ? image_bytes : m->vector_bytes_ + aligned(embd->n_bytes);
+    m->dense_ = host_alloc(on_host ? image_bytes : m->vector_bytes_);
+    uint8_t* embd_host = on_host ? m->dense_ + image_at.at(embd->name) : (m->embd_ = host_alloc(embd->n_bytes));
     std::vector<uint8_t> packed;  // a quantized 1-D weight as stored, before dequantisation
-    for (const auto& [name, off] : dense_at) {
-        const gguf::TensorInfo* t = m->reader_.tensor(name);
-        if (cls.at(name) != TensorClass::kVector || t->type == GgmlType::F32) {
-            pread_exact(m->fd_, m->dense_ + off, t->n_bytes, t->file_offset, "model: dense weights");
+    for (const gguf::TensorInfo* t : vectors) {
+        float* out = reinterpret_cast<float*>(m->dense_ + image_at.at(t->name));
+        if (t->type == GgmlType::F32) {
+            pread_exact(m->fd_, out, t->n_bytes, t->file_offset, "model: dense weights");
             continue;
         }
         packed.resize(t->n_bytes);
         pread_exact(m->fd_, packed.data(), t->n_bytes, t->file_offset, "model: dense weights");
         const int64_t cols = t->ne[0];
         const uint64_t rows = t->n_elems / static_cast<uint64_t>(cols), rb = row_bytes(t->type, cols);
-        float* out = reinterpret_cast<float*>(m->dense_ + off);
         for (uint64_t r = 0; r < rows; ++r) dequantize_row(t->type, packed.data() + r * rb, out + r * cols, cols);
     }
+    if (on_host)
+        for (const gguf::TensorInfo* t : matrices)
+            pread_exact(m->fd_, m->dense_ + image_at.at(t->name), t->n_bytes, t->file_offset, "model: dense weights");
+    pread_exact(m->fd_, embd_host, embd->n_bytes, embd->file_offset, "model: token embedding");
 
     auto mat = [&](const std::string& name) -> cpu::MatView {
         const gguf::TensorInfo* t = m->reader_.tensor(name);
         if (!t) return {};
         cpu::MatView v;
-        v.data = m->dense_ + dense_at.at(name);
+        v.image_offset = image_at.at(name);
+        v.data = name == embd->name ? embd_host : (on_host ? m->dense_ + v.image_offset : nullptr);
         v.type = t->type;
         v.cols = t->ne[0];
         v.rows = static_cast<int64_t>(t->n_elems / static_cast<uint64_t>(t->ne[0]));
@@ -76,7 +116,7 @@ std::unique_ptr<Model> Model::open(const std::string& path) {
         const gguf::TensorInfo* t = m->reader_.tensor(name);
         if (!t) return nullptr;
         BG_CHECK(cls.at(name) == TensorClass::kVector);
-        return reinterpret_cast<const float*>(m->dense_ + dense_at.at(name));
+        return reinterpret_cast<const float*>(m->dense_ + image_at.at(name));
     };
     m->token_embd_ = mat("token_embd.weight");
     m->output_ = mat("output.weight");

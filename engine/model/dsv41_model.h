@@ -1,6 +1,7 @@
-// A dsv41 model file opened for inference: validated header, dense weights resident in host
-// memory, and the byte ranges of every routed expert and Engram table left on disk for the
-// expert and Engram providers to fetch.
+// A dsv41 model file opened for inference: validated header, the dense weights laid out in one
+// "dense image" (held in host memory, or left for a device backend to load straight into VRAM),
+// and the byte ranges of every routed expert and Engram table left on disk for the expert and
+// Engram providers to fetch.
 #pragma once
 
 #include <cstdint>
@@ -65,10 +66,25 @@ struct LayerWeights {
     const gguf::TensorInfo* down_exps = nullptr;
 };
 
+// Where the dense weights live. kHost: the whole image in host memory (the CPU backend computes
+// from it). kDevice: the device holds the image and loads it from the file itself
+// (device_tensors()); the host keeps only what it reads: the 1-D weights (a few MB; the router
+// bias also decides the default residency plan) and the token embedding, whose rows are gathered
+// per token on the host as llama.cpp keeps token_embd on the CPU. Nothing is held twice.
+enum class DenseHome { kHost, kDevice };
+
+// A dense tensor in the image: where it is in the file and where it goes in the image.
+struct DenseTensor {
+    const gguf::TensorInfo* info = nullptr;
+    uint64_t image_offset = 0;
+    bool vector = false;  // held as F32 whatever its file type (dequantised at load)
+};
+
 class Model {
 public:
-    // Opens, validates and loads the dense weights. Throws bg::Error on any problem.
-    static std::unique_ptr<Model> open(const std::string& path);
+    // Opens, validates and loads the dense weights that `home` puts in host memory. Throws
+    // bg::Error on any problem.
+    static std::unique_ptr<Model> open(const std::string& path, DenseHome home = DenseHome::kHost);
     ~Model();
     Model(const Model&) = delete;
     Model& operator=(const Model&) = delete;
@@ -92,9 +108,18 @@ public:
     ByteRange engram_row(int64_t layer, uint64_t row) const;
     GgmlType engram_type(int64_t layer) const;
 
+    DenseHome dense_home() const { return home_; }
+    // Host bytes held for dense weights: the whole image (kHost), or the 1-D weights and the
+    // token embedding (kDevice).
     uint64_t dense_bytes() const { return dense_bytes_; }
-    // The host buffer holding every dense tensor (views point into it), dense_bytes() long.
+    // The host buffer of the image: 1-D weights first (at their image offsets in either home),
+    // then, in kHost, every matrix. Vector pointers of LayerWeights point into it.
     const uint8_t* dense_data() const { return dense_; }
+    uint64_t vector_bytes() const { return vector_bytes_; }
+    // Bytes of the image a device holds: everything but the token embedding, which is last.
+    uint64_t device_image_bytes() const { return device_image_bytes_; }
+    // The tensors of that part of the image (vectors and matrices, file order).
+    const std::vector<DenseTensor>& device_tensors() const { return device_tensors_; }
     uint64_t expert_bytes() const { return expert_bytes_; }
     uint64_t engram_bytes() const { return engram_bytes_; }
 
@@ -108,8 +133,11 @@ private:
     std::vector<LayerWeights> layers_;
     cpu::MatView token_embd_, output_;
     const float* output_norm_ = nullptr;
-    uint8_t* dense_ = nullptr;  // all dense tensors, each at a 64-byte aligned offset
-    uint64_t dense_bytes_ = 0, expert_bytes_ = 0, engram_bytes_ = 0;
+    DenseHome home_ = DenseHome::kHost;
+    uint8_t* dense_ = nullptr;  // the image (kHost) or its vector part (kDevice), 64-byte aligned tensors
+    uint8_t* embd_ = nullptr;   // kDevice: the token embedding, held apart from the image
+    uint64_t dense_bytes_ = 0, vector_bytes_ = 0, device_image_bytes_ = 0, expert_bytes_ = 0, engram_bytes_ = 0;
+    std::vector<DenseTensor> device_tensors_;
 };
 
 }  // namespace bg::dsv41

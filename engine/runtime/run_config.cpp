@@ -30,6 +30,7 @@ nlohmann::json RunConfig::to_json() const {
         {"read_size", read_size},
         {"host_budget_mib", host_budget_mib},
         {"vram_budget_mib", vram_budget_mib},
+        {"vram_reserve_mib", vram_reserve_mib},
         {"engram_buffer_kib", engram_buffer_kib},
         {"fidelity", fidelity},
         {"verify_slots", verify_slots},

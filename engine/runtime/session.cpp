@@ -102,7 +102,7 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
     if (cfg.passes < 1) fail("--passes must be >= 1");
     if (cfg.gen < 0) fail("--gen must be >= 0");
 
-    model_ = dsv41::Model::open(cfg.model_path);
+    model_ = dsv41::Model::open(cfg.model_path, device->dense_home());
     const dsv41::HParams& hp = model_->hp();
     prompt_ = cfg.prompt_file.empty()
                   ? random_prompt(cfg.prompt_tokens, cfg.prompt_seed, hp.n_vocab, static_cast<int32_t>(hp.bos_id))
@@ -134,7 +134,22 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
     sc.prefetch = order_ == PrefillOrder::kLayerMajor;
     sc.vram_budget_bytes = cfg.vram_budget_mib * mib;
     sc.host_budget_bytes = cfg.host_budget_mib * mib;
-    sc.device_fixed_bytes = engram_->buffer_bytes() + fwd_->device_bytes();
+    // A GPU's runtime holds device memory beside the engine's allocations (cuBLAS handle,
+    // streams, events): measured now that all of it exists, and taken from the budget as the
+    // fixed reserve, so the device-reported peak stays within --vram-budget.
+    const uint64_t tracked_device_bytes = engram_->buffer_bytes() + fwd_->device_bytes();
+    if (!backend_->device_is_host_addressable()) {
+        vram_reserve_bytes_ = cfg.vram_reserve_mib * mib;
+        const uint64_t used = backend_->device_used_bytes();
+        runtime_device_bytes_ = used > tracked_device_bytes ? used - tracked_device_bytes : 0;
+        if (runtime_device_bytes_ > vram_reserve_bytes_)
+            fail("the CUDA runtime holds %.1f MiB of device memory beside the engine's own %.1f MiB, more than "
+                 "--vram-reserve %llu MiB: give --vram-reserve %llu or more",
+                 runtime_device_bytes_ / 1048576.0, tracked_device_bytes / 1048576.0,
+                 static_cast<unsigned long long>(cfg.vram_reserve_mib),
+                 static_cast<unsigned long long>((runtime_device_bytes_ + mib - 1) / mib));
+    }
+    sc.device_fixed_bytes = tracked_device_bytes + vram_reserve_bytes_;
     sc.host_fixed_bytes = model_->dense_bytes() + fwd_->buffer_bytes() + engram_->buffer_bytes()  // + pinned staging
                           + engram_->timeline().bytes();
     store_ = std::make_unique<TieredExpertStore>(*model_, *backend_, *expert_reader_, plan_, sc);
@@ -167,6 +182,10 @@ nlohmann::json Session::run(bool verbose) {
                          {"host_pool_bytes", store_->host_bytes()},
                          {"engram_buffer_bytes", engram_->buffer_bytes()},
                          {"dense_bytes", model_->dense_bytes()},
+                         {"dense_home", model_->dense_home() == dsv41::DenseHome::kDevice ? "device" : "host"},
+                         {"device_image_bytes", model_->device_image_bytes()},
+                         {"vram_reserve_bytes", vram_reserve_bytes_},
+                         {"runtime_device_bytes", runtime_device_bytes_},
                          {"work_buffer_bytes", fwd_->buffer_bytes()}};
     metrics["model"] = {{"path", cfg_.model_path},
                         {"file_bytes", model_->gguf().file_size()},

@@ -27,6 +27,8 @@ class DeviceFactory {
 public:
     virtual ~DeviceFactory() = default;
     virtual const char* name() const = 0;
+    // Where this device keeps the model's dense weights (dsv41::DenseHome).
+    virtual dsv41::DenseHome dense_home() const { return dsv41::DenseHome::kHost; }
     virtual std::unique_ptr<Backend> make_backend() = 0;
     virtual std::unique_ptr<dsv41::ForwardPass> make_forward(const dsv41::Model& m, cpu::ThreadPool& pool,
                                                              ExpertProvider& experts, EngramStore& engram,
@@ -76,6 +78,8 @@ public:
 
 private:
     RunConfig cfg_;
+    uint64_t vram_reserve_bytes_ = 0;    // of the budget, for the GPU runtime (0 on the CPU)
+    uint64_t runtime_device_bytes_ = 0;  // what the GPU runtime was measured to hold at start-up
     PrefillOrder order_;
     RoutingPolicy routing_;
     std::unique_ptr<dsv41::Model> model_;
