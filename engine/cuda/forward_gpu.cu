@@ -70,7 +70,7 @@ T* GpuForward::dev_alloc(int64_t count) {
 
 DeviceMat GpuForward::dmat(const cpu::MatView& v) const {
     DeviceMat d;
-    if (!v.data) return d;
+    if (v.cols == 0) return d;  // a tensor this layer does not have (the host holds no matrices)
     d.data = d_dense_ + v.image_offset;
     d.type = v.type;
     d.cols = v.cols;
