@@ -10,7 +10,7 @@
 
 namespace bg::cli {
 
-void add_model_prompt_flags(CLI::App* cmd, RunConfig& cfg);
+void add_model_prompt_flags(CLI::App* cmd, RunConfig& cfg, bool model_required);
 
 namespace {
 
@@ -61,7 +61,7 @@ void register_profile(CLI::App& app) {
     auto* cmd = app.add_subcommand("profile", "Write a residency plan from exact routing over a calibration prompt");
     static RunConfig cfg;
     static std::string out;
-    add_model_prompt_flags(cmd, cfg);
+    add_model_prompt_flags(cmd, cfg, true);
     cmd->add_option("--out", out, "Residency plan JSON to write")->required();
     cmd->callback([] { profile(cfg, out); });
 }

@@ -27,9 +27,10 @@ void run(RunConfig cfg) {
 
 }  // namespace
 
-// Flags shared by run and profile.
-void add_model_prompt_flags(CLI::App* cmd, RunConfig& cfg) {
-    cmd->add_option("--model", cfg.model_path, "GGUF model file")->required();
+// Flags shared by run, profile and plan (plan takes --scale in place of --model).
+void add_model_prompt_flags(CLI::App* cmd, RunConfig& cfg, bool model_required) {
+    auto* model = cmd->add_option("--model", cfg.model_path, "GGUF model file");
+    if (model_required) model->required();
     auto* pt = cmd->add_option("--prompt-tokens", cfg.prompt_tokens, "Random prompt length")->capture_default_str();
     cmd->add_option("--prompt-seed", cfg.prompt_seed, "Random prompt seed")->capture_default_str();
     cmd->add_option("--prompt-file", cfg.prompt_file, "File of whitespace-separated token ids")->excludes(pt);
@@ -39,10 +40,8 @@ void add_model_prompt_flags(CLI::App* cmd, RunConfig& cfg) {
     cmd->add_option("--hot", cfg.hot, "Resident experts per layer kept in VRAM (H)")->capture_default_str();
 }
 
-void register_run(CLI::App& app) {
-    auto* cmd = app.add_subcommand("run", "Prefill a prompt (one or more passes), then decode greedily; print token ids and metrics");
-    static RunConfig cfg;
-    add_model_prompt_flags(cmd, cfg);
+// The flags of run beyond the model and prompt (shared with plan, which sizes the same run).
+void add_run_flags(CLI::App* cmd, RunConfig& cfg) {
     cmd->add_option("--gen", cfg.gen, "Tokens to generate")->capture_default_str();
     cmd->add_option("--prefill", cfg.prefill, "token-major (synchronous loads) | layer-major (overlapped)")->capture_default_str();
     cmd->add_option("--passes", cfg.passes, "Prefill passes over the prompt (1 cold, then warm)")->capture_default_str();
@@ -66,6 +65,13 @@ void register_run(CLI::App& app) {
     cmd->add_flag("--fidelity", cfg.fidelity, "Also report top-1 agreement and mean KL of the routing policy against exact");
     cmd->add_flag("--verify-slots", cfg.verify_slots, "After each pass compare every loaded slot with the file");
     cmd->add_option("--metrics-json", cfg.metrics_json, "Write metrics JSON here");
+}
+
+void register_run(CLI::App& app) {
+    auto* cmd = app.add_subcommand("run", "Prefill a prompt (one or more passes), then decode greedily; print token ids and metrics");
+    static RunConfig cfg;
+    add_model_prompt_flags(cmd, cfg, true);
+    add_run_flags(cmd, cfg);
     cmd->callback([] { run(cfg); });
 }
 

@@ -8,6 +8,7 @@ namespace bg::cli {
 void register_info(CLI::App& app);
 void register_make_model(CLI::App& app);
 void register_run(CLI::App& app);
+void register_plan(CLI::App& app);
 void register_probe_disk(CLI::App& app);
 void register_profile(CLI::App& app);
 void register_probe_pcie(CLI::App& app);

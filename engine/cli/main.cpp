@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
     bg::cli::register_info(app);
     bg::cli::register_make_model(app);
     bg::cli::register_run(app);
+    bg::cli::register_plan(app);
     bg::cli::register_probe_disk(app);
     bg::cli::register_profile(app);
     bg::cli::register_probe_pcie(app);

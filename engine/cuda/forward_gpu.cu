@@ -6,6 +6,7 @@
 
 #include "cuda/check.cuh"
 #include "cuda/dequant.cuh"
+#include "model/forward_sizes.h"
 #include "util/check.h"
 #include "util/file_io.h"
 
@@ -271,6 +272,10 @@ GpuForward::GpuForward(const dsv41::Model& m, ExpertProvider& experts, EngramSto
     for (cudaEvent_t& e : release_events_) BG_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     BG_CUDA_CHECK(cudaStreamSynchronize(stream_));
     begin_timeline();
+    // `betelgeuse plan` prints what the forward holds from the same sizing function.
+    const dsv41::ForwardBytes planned = dsv41::gpu_forward_bytes(hp_, roles, cfg_, m.device_image_bytes(), cfg_.plan != nullptr);
+    BG_CHECK(device_bytes_ == planned.device_total() && buffer_bytes() == planned.host);
+    BG_CHECK(mm_->scratch_bytes() == dsv41::kGpuMatmulScratchBytes);
 }
 
 void GpuForward::begin_timeline() {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "model/forward_sizes.h"
 #include "util/check.h"
 
 namespace bg::dsv41 {
@@ -133,6 +134,8 @@ Forward::Forward(const Model& m, cpu::ThreadPool& pool, ExpertProvider& experts,
         ekv_.assign(mu * (kHc + 1) * E, 0.0f);
     }
     tmp_.assign(E, 0.0f);
+    // `betelgeuse plan` prints what the forward will hold from the same sizing function.
+    BG_CHECK(buffer_bytes() == cpu_forward_bytes(hp_, roles, cfg_).host);
 }
 
 void Forward::set_routing(RoutingPolicy p) {
@@ -157,6 +160,13 @@ uint64_t Forward::buffer_bytes() const {
                           &att_scratch_, &rlogits_, &route_scratch_, &xg_, &g_, &up_, &h_, &eo_, &sg_, &su_, &sh_,
                           &erow_val_, &ekv_, &tmp_})
         add(*v);
+    add(mix_a_);
+    add(mix_f_);
+    add(rows_);
+    add(n_rows_);
+    add(erows_);
+    for (const auto* v : {&route_order_, &by_expert_count_, &by_expert_start_, &used_experts_, &used_tokens_}) add(*v);
+    add(by_expert_slot_);
     return b;
 }
 

@@ -42,35 +42,34 @@ std::unique_ptr<Model> Model::open(const std::string& path, DenseHome home) {
     // one contiguous prefix and the host's vector part is at the same offsets in either home.
     std::map<std::string, TensorClass> cls;
     for (const TensorSpec& spec : tensor_specs(hp, m->roles_)) cls[spec.name] = spec.cls;
-    std::vector<const gguf::TensorInfo*> vectors, matrices;
-    const gguf::TensorInfo* embd = nullptr;
+    std::vector<DenseEntry> entries;
+    std::vector<const gguf::TensorInfo*> infos;
     for (const gguf::TensorInfo& t : m->reader_.tensors()) {
         const auto c = cls.find(t.name);
         if (c == cls.end()) continue;
         if (c->second == TensorClass::kExperts) m->expert_bytes_ += t.n_bytes;
         else if (c->second == TensorClass::kEngramTable) m->engram_bytes_ += t.n_bytes;
-        else if (c->second == TensorClass::kVector) vectors.push_back(&t);
-        else if (t.name == "token_embd.weight") embd = &t;
-        else matrices.push_back(&t);
+        else {
+            entries.push_back({t.name, c->second, t.n_elems, t.n_bytes});
+            infos.push_back(&t);
+        }
+    }
+    const DenseLayout layout = dense_layout(entries);
+    std::map<std::string, uint64_t> image_at;  // tensor name -> offset in the image
+    std::vector<const gguf::TensorInfo*> vectors, matrices;
+    const gguf::TensorInfo* embd = nullptr;
+    for (size_t i = 0; i < entries.size(); ++i) {
+        image_at[entries[i].name] = layout.offset[i];
+        if (entries[i].cls == TensorClass::kVector) vectors.push_back(infos[i]);
+        else if (entries[i].name == "token_embd.weight") embd = infos[i];
+        else matrices.push_back(infos[i]);
     }
     BG_CHECK(embd != nullptr);
-    auto aligned = [](uint64_t b) { return (b + 63) & ~uint64_t{63}; };
-    std::map<std::string, uint64_t> image_at;  // tensor name -> offset in the image
-    uint64_t image_bytes = 0;
-    for (const gguf::TensorInfo* t : vectors) {
-        image_at[t->name] = image_bytes;
-        m->device_tensors_.push_back({t, image_bytes, true});
-        image_bytes += aligned(t->n_elems * sizeof(float));
-    }
-    m->vector_bytes_ = image_bytes;
-    for (const gguf::TensorInfo* t : matrices) {
-        image_at[t->name] = image_bytes;
-        m->device_tensors_.push_back({t, image_bytes, false});
-        image_bytes += aligned(t->n_bytes);
-    }
-    m->device_image_bytes_ = image_bytes;
-    image_at[embd->name] = image_bytes;
-    image_bytes += aligned(embd->n_bytes);
+    for (const gguf::TensorInfo* t : vectors) m->device_tensors_.push_back({t, image_at.at(t->name), true});
+    for (const gguf::TensorInfo* t : matrices) m->device_tensors_.push_back({t, image_at.at(t->name), false});
+    m->vector_bytes_ = layout.vector_bytes;
+    m->device_image_bytes_ = layout.device_image_bytes;
+    const uint64_t image_bytes = layout.image_bytes();
 
     // Host memory: the whole image, or the vector part plus the embedding on their own.
     auto host_alloc = [](uint64_t bytes) {
@@ -79,7 +78,7 @@ std::unique_ptr<Model> Model::open(const std::string& path, DenseHome home) {
         return p;
     };
     const bool on_host = home == DenseHome::kHost;
-    m->dense_bytes_ = on_host ? image_bytes : m->vector_bytes_ + aligned(embd->n_bytes);
+    m->dense_bytes_ = layout.host_bytes(home);
     m->dense_ = host_alloc(on_host ? image_bytes : m->vector_bytes_);
     uint8_t* embd_host = on_host ? m->dense_ + image_at.at(embd->name) : (m->embd_ = host_alloc(embd->n_bytes));
     std::vector<uint8_t> packed;  // a quantized 1-D weight as stored, before dequantisation
@@ -165,6 +164,31 @@ std::unique_ptr<Model> Model::open(const std::string& path, DenseHome home) {
         w.expert_type_down = w.down_exps->type;
     }
     return m;
+}
+
+DenseLayout dense_layout(const std::vector<DenseEntry>& entries) {
+    DenseLayout d;
+    d.offset.assign(entries.size(), 0);
+    auto aligned = [](uint64_t b) { return (b + 63) & ~uint64_t{63}; };
+    uint64_t at = 0;
+    for (size_t i = 0; i < entries.size(); ++i)
+        if (entries[i].cls == TensorClass::kVector) {
+            d.offset[i] = at;
+            at += aligned(entries[i].n_elems * sizeof(float));
+        }
+    d.vector_bytes = at;
+    for (size_t i = 0; i < entries.size(); ++i)
+        if (entries[i].cls == TensorClass::kMatrix && entries[i].name != "token_embd.weight") {
+            d.offset[i] = at;
+            at += aligned(entries[i].n_bytes);
+        }
+    d.device_image_bytes = at;
+    for (size_t i = 0; i < entries.size(); ++i)
+        if (entries[i].name == "token_embd.weight") {
+            d.offset[i] = at;
+            d.embedding_bytes = aligned(entries[i].n_bytes);
+        }
+    return d;
 }
 
 ExpertRanges Model::expert_ranges(int64_t layer, int64_t expert) const {

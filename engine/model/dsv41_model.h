@@ -80,6 +80,28 @@ struct DenseTensor {
     bool vector = false;  // held as F32 whatever its file type (dequantised at load)
 };
 
+// Where each dense tensor goes in the dense image: 1-D weights first (as F32), then matrices,
+// then the token embedding, each at a 64-byte aligned offset. Model::open lays its image out
+// with this, and `betelgeuse plan` sizes it from a scale without a file.
+struct DenseEntry {
+    std::string name;
+    TensorClass cls = TensorClass::kMatrix;
+    uint64_t n_elems = 0;
+    uint64_t n_bytes = 0;  // in the file
+};
+struct DenseLayout {
+    std::vector<uint64_t> offset;       // per entry given (experts and Engram tables: unused)
+    uint64_t vector_bytes = 0;          // the 1-D weights
+    uint64_t device_image_bytes = 0;    // 1-D weights and matrices: what a device holds
+    uint64_t embedding_bytes = 0;       // the token embedding as held (aligned)
+    uint64_t image_bytes() const { return device_image_bytes + embedding_bytes; }
+    // Host bytes held in each home.
+    uint64_t host_bytes(DenseHome home) const {
+        return home == DenseHome::kHost ? image_bytes() : vector_bytes + embedding_bytes;
+    }
+};
+DenseLayout dense_layout(const std::vector<DenseEntry>& entries);
+
 class Model {
 public:
     // Opens, validates and loads the dense weights that `home` puts in host memory. Throws

@@ -95,7 +95,9 @@ struct PlannedTensor {
     uint64_t n_rows = 0;
 };
 
-GgmlType type_for(const ModelScale& s, const dsv41::TensorSpec& spec) {
+}  // namespace
+
+GgmlType tensor_type_for(const ModelScale& s, const dsv41::TensorSpec& spec) {
     switch (spec.cls) {
         case dsv41::TensorClass::kVector: return GgmlType::F32;
         case dsv41::TensorClass::kExperts: return s.expert_type;
@@ -105,6 +107,8 @@ GgmlType type_for(const ModelScale& s, const dsv41::TensorSpec& spec) {
     }
     return GgmlType::F32;
 }
+
+namespace {
 
 struct AlignedFree {
     void operator()(uint8_t* p) const { std::free(p); }
@@ -161,7 +165,7 @@ MakeModelResult make_model(const ModelScale& scale_in, const MakeModelConfig& cf
     w.set("betelgeuse.seed", gguf::Value::u64(cfg.seed));
     w.set("betelgeuse.scale", gguf::Value::str(scale.name));
     w.set("betelgeuse.router_bias_skew", gguf::Value::f32(static_cast<float>(scale.router_bias_skew)));
-    for (const dsv41::TensorSpec& sp : specs) w.add_tensor(sp.name, sp.ne, type_for(scale, sp));
+    for (const dsv41::TensorSpec& sp : specs) w.add_tensor(sp.name, sp.ne, tensor_type_for(scale, sp));
 
     std::vector<PlannedTensor> plan;
     for (size_t i = 0; i < specs.size(); ++i) {

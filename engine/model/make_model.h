@@ -33,4 +33,7 @@ void generate_engram_params(ModelScale& s, uint64_t seed);
 
 MakeModelResult make_model(const ModelScale& scale, const MakeModelConfig& cfg);
 
+// The file type make-model gives a tensor of the scale.
+GgmlType tensor_type_for(const ModelScale& s, const dsv41::TensorSpec& spec);
+
 }  // namespace bg

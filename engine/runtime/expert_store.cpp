@@ -83,13 +83,14 @@ TieredExpertStore::TieredExpertStore(const dsv41::Model& m, Backend& backend, io
     T_ = cfg.transient_slots;
     if (plan.n_layer() != L_) fail("store: the residency plan has %lld layers, the model %lld", (long long)plan.n_layer(), (long long)L_);
     if (T_ < 1) fail("store: --transient-slots must be >= 1");
-    for (int64_t l = 0; l < L_; ++l) slot_bytes_ = std::max(slot_bytes_, m.expert_bytes_each(l));
-    slot_bytes_ = (slot_bytes_ + 4095) / 4096 * 4096;
+    uint64_t largest = 0;
+    for (int64_t l = 0; l < L_; ++l) largest = std::max(largest, m.expert_bytes_each(l));
+    slot_bytes_ = slot_bytes_for(largest);
 
     // Budgets, checked before anything is allocated, with what would fit.
-    device_bytes_ = (static_cast<uint64_t>(L_ * H_) + T_) * slot_bytes_;
+    device_bytes_ = device_pool_bytes(L_, H_, T_, slot_bytes_);
     if (cfg.lru_slots < 0) fail("store: --lru-slots must be >= 0");
-    host_bytes_ = (static_cast<uint64_t>(L_ * (S_ - H_)) + T_ + cfg.lru_slots) * slot_bytes_;
+    host_bytes_ = host_pool_bytes(L_, S_, H_, T_, cfg.lru_slots, slot_bytes_);
     const uint64_t dev_need = device_bytes_ + cfg.device_fixed_bytes;
     if (dev_need > cfg.vram_budget_bytes && cfg.vram_budget_bytes < cfg.device_fixed_bytes + slot_bytes_) {
         // Not even one transient slot fits beside the fixed part: no --hot or --transient-slots helps.

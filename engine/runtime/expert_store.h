@@ -89,6 +89,19 @@ public:
     StoreCounters counters() const;
     // The intervals of this pass (since begin_pass) with at least one expert read in flight.
     const Timeline& disk_timeline() const { return disk_timeline_; }
+    // Pool sizes from the shape alone, shared with `betelgeuse plan`: a slot holds the largest
+    // expert rounded up to 4 KiB (O_DIRECT reads land in it); the device pool holds the hot slots
+    // and the transient area, the host pool the other resident slots, the transient staging
+    // slots and the LRU.
+    static uint64_t slot_bytes_for(uint64_t largest_expert_bytes) { return (largest_expert_bytes + 4095) / 4096 * 4096; }
+    static uint64_t device_pool_bytes(int64_t n_layer, int64_t hot, int64_t transient, uint64_t slot) {
+        return (static_cast<uint64_t>(n_layer * hot) + static_cast<uint64_t>(transient)) * slot;
+    }
+    static uint64_t host_pool_bytes(int64_t n_layer, int64_t slots, int64_t hot, int64_t transient, int64_t lru,
+                                    uint64_t slot) {
+        return (static_cast<uint64_t>(n_layer * (slots - hot)) + static_cast<uint64_t>(transient + lru)) * slot;
+    }
+
     uint64_t slot_bytes() const { return slot_bytes_; }
     uint64_t device_bytes() const { return device_bytes_; }
     uint64_t host_bytes() const { return host_bytes_; }

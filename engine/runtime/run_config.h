@@ -40,7 +40,7 @@ struct RunConfig {
     // Of the VRAM budget, set aside at start-up for what the CUDA runtime holds beside the
     // engine's own allocations (cuBLAS handle, streams, events); the run refuses to start when
     // the measured amount exceeds it. Not used on the CPU backend.
-    uint64_t vram_reserve_mib = 256;
+    uint64_t vram_reserve_mib = 160;
     uint64_t engram_buffer_kib = 2048;
     bool fidelity = false;            // also measure the policy's distance from exact routing
     bool verify_slots = false;        // after each pass, compare every loaded slot with the file

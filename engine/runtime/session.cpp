@@ -156,6 +156,15 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
     store_proxy_.bind(store_.get());
     runner_ = std::make_unique<Runner>(*model_, *fwd_);
 
+    // What `betelgeuse plan` says these flags allocate is what was allocated, tier by tier.
+    const bool on_device = !backend_->device_is_host_addressable();
+    memory_ = plan_memory(shape_of(*model_), cfg, on_device, n_prompt, plan_.slots, plan_.hot);
+    const uint64_t live_vram = store_->device_bytes() + engram_->buffer_bytes() + fwd_->device_bytes() + vram_reserve_bytes_;
+    const uint64_t live_host = model_->dense_bytes() + fwd_->buffer_bytes() + store_->host_bytes() +
+                               engram_->buffer_bytes() + store_->disk_timeline().bytes() + engram_->timeline().bytes();
+    BG_CHECK_MSG(live_vram == memory_.total(MemoryTier::kVram) && live_host == memory_.total(MemoryTier::kHost),
+                 "the memory plan and the allocations differ");
+
 }
 
 Session::~Session() = default;
@@ -195,6 +204,7 @@ nlohmann::json Session::run(bool verbose) {
                         {"n_expert", hp.n_expert},
                         {"n_expert_used", hp.n_expert_used},
                         {"expert_bytes_each", model_->expert_bytes_each(0)}};
+    metrics["memory"] = memory_.to_json();
     metrics["residency"] = {{"slots", plan_.slots}, {"hot", plan_.hot}, {"source", plan_.source}};
     metrics["passes"] = nlohmann::json::array();
     const double vram_mib = (store_->device_bytes() + engram_->buffer_bytes() + fwd_->device_bytes()) / 1048576.0;

@@ -14,6 +14,7 @@
 #include "model/dsv41_forward.h"
 #include "runtime/engram_store.h"
 #include "runtime/expert_store.h"
+#include "runtime/memory_plan.h"
 #include "runtime/residency.h"
 #include "runtime/run_config.h"
 #include "runtime/runner.h"
@@ -71,6 +72,9 @@ public:
     dsv41::ForwardPass& forward() { return *fwd_; }
     Runner& runner() { return *runner_; }
     const ResidencyPlan& plan() const { return plan_; }
+    // What this run allocated, by tier: `betelgeuse plan`'s table for the same flags (checked
+    // against the live allocations at start-up).
+    const MemoryPlan& memory() const { return memory_; }
     PrefillOrder order() const { return order_; }
 
     // Logits of every prompt position under the given routing (for fidelity and tests).
@@ -80,6 +84,7 @@ private:
     RunConfig cfg_;
     uint64_t vram_reserve_bytes_ = 0;    // of the budget, for the GPU runtime (0 on the CPU)
     uint64_t runtime_device_bytes_ = 0;  // what the GPU runtime was measured to hold at start-up
+    MemoryPlan memory_;
     PrefillOrder order_;
     RoutingPolicy routing_;
     std::unique_ptr<dsv41::Model> model_;

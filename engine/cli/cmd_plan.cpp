@@ -1,0 +1,83 @@
+// betelgeuse plan: every allocation a run with these flags would make, by tier, against the
+// budgets and the cgroup limit, from a model file's header or from a scale alone (so the
+// published PC's 500 GB profile can be checked without the file). Exits non-zero, naming what
+// would fit, when something does not.
+#include <cstdio>
+#include <string>
+
+#include "cli/commands.h"
+#include "model/scale.h"
+#include "runtime/memory_plan.h"
+#include "runtime/run_config.h"
+#include "runtime/runner.h"
+#include "util/check.h"
+
+namespace bg::cli {
+
+void add_model_prompt_flags(CLI::App* cmd, RunConfig& cfg, bool model_required);
+void add_run_flags(CLI::App* cmd, RunConfig& cfg);
+
+namespace {
+
+struct PlanArgs {
+    RunConfig cfg;
+    std::string scale_path;
+    uint64_t cgroup_mib = 0;
+    bool json = false;
+};
+
+// The largest --hot (VRAM over) or --slots (host over) that fits, with the rest as given.
+std::string what_would_fit(const ModelShape& shape, const RunConfig& cfg, bool cuda, int64_t n_prompt,
+                           uint64_t cgroup_bytes) {
+    std::string out;
+    auto fits = [&](int64_t slots, int64_t hot) {
+        return plan_memory(shape, cfg, cuda, n_prompt, slots, hot, cgroup_bytes).problems().empty();
+    };
+    for (int64_t hot = cfg.hot; hot >= 0; --hot)
+        for (int64_t slots = cfg.slots; slots >= std::max<int64_t>(hot, shape.hp.n_expert_used); --slots)
+            if (fits(slots, hot)) return strf("it would fit --slots %lld --hot %lld", (long long)slots, (long long)hot);
+    return "nothing fits with --hot 0 and the fewest slots routing needs: raise the budgets, or lower --transient-slots, "
+           "--n-ctx or --ubatch";
+}
+
+void plan(const PlanArgs& a) {
+    const RunConfig& cfg = a.cfg;
+    if (a.scale_path.empty() == cfg.model_path.empty()) fail("plan: give --model FILE or --scale FILE (one of them)");
+    const ModelShape shape = a.scale_path.empty() ? shape_of_file(cfg.model_path) : shape_of(load_scale(a.scale_path));
+    // A plan is for the machine the run is meant for: the GPU unless --backend cpu.
+    const bool cuda = cfg.backend != "cpu";
+    const int64_t n_prompt = cfg.prompt_file.empty() ? cfg.prompt_tokens
+                                                     : static_cast<int64_t>(read_prompt_file(cfg.prompt_file, shape.hp.n_vocab).size());
+    const uint64_t cgroup = a.cgroup_mib << 20;
+    const MemoryPlan p = plan_memory(shape, cfg, cuda, n_prompt, cfg.slots, cfg.hot, cgroup);
+    const std::string problems = p.problems();
+    if (a.json) {
+        nlohmann::json j = p.to_json();
+        j["config"] = cfg.to_json();
+        j["would_fit"] = problems.empty() ? "" : what_would_fit(shape, cfg, cuda, n_prompt, cgroup);
+        std::printf("%s\n", j.dump(2).c_str());
+    } else {
+        std::printf("%s", p.table().c_str());
+    }
+    if (!problems.empty())
+        fail("plan: does not fit: %s; %s", problems.substr(0, problems.size() - 1).c_str(),
+             what_would_fit(shape, cfg, cuda, n_prompt, cgroup).c_str());
+}
+
+}  // namespace
+
+void register_plan(CLI::App& app) {
+    auto* cmd = app.add_subcommand("plan",
+                                   "Print every allocation a run would make, by tier, against the budgets (from --model "
+                                   "or --scale); fail naming what would fit");
+    static PlanArgs a;
+    add_model_prompt_flags(cmd, a.cfg, false);
+    add_run_flags(cmd, a.cfg);
+    cmd->add_option("--scale", a.scale_path, "Scale file (scenarios/models/*.json) in place of a model file");
+    cmd->add_option("--cgroup-memory", a.cgroup_mib, "Memory cgroup limit to check the host side against, MiB (0: none)")
+        ->capture_default_str();
+    cmd->add_flag("--json", a.json, "Print the plan as JSON");
+    cmd->callback([] { plan(a); });
+}
+
+}  // namespace bg::cli
