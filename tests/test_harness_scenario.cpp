@@ -260,8 +260,11 @@ TEST_F(Fixture, AblationIsTheMatrixPlusAllThreeWithPinnedTop1) {
                                             "without partition", "without layer-major", "without promotion",
                                             "all three (pinned-top1)"}));
     EXPECT_EQ(c[0].count(), 0) << "the baseline runs first";
-    for (size_t i = 0; i + 1 < c.size(); ++i)
-        if (c[i].partition) EXPECT_EQ(c[i].rule, bgh::PartitionRule::kResidentOnly) << bgh::changes_name(c[i]);
+    for (size_t i = 0; i + 1 < c.size(); ++i) {
+        if (c[i].partition) {
+            EXPECT_EQ(c[i].rule, bgh::PartitionRule::kResidentOnly) << bgh::changes_name(c[i]);
+        }
+    }
     EXPECT_EQ(c.back(), (bgh::Changes{true, true, true, bgh::PartitionRule::kPinnedTop1}));
     EXPECT_EQ(bgh::change_flags(c.back())[1], "pinned-top1");
 }

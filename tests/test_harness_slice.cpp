@@ -142,7 +142,11 @@ TEST(HarnessSlice, ScenariosValidateWithThePublishedPCsBudgetsPerLayer) {
         EXPECT_FALSE(sc.swap);
         EXPECT_TRUE(sc.warnings.empty());
         EXPECT_EQ(sc.prompt_tokens, std::string(name) == "seed-4a-4b" || std::string(name) == "decode" ? 64 : 500);
-        if (sc.mode == "run" && sc.changes.partition) EXPECT_EQ(sc.changes.rule, bgh::PartitionRule::kResidentOnly);
-        if (std::string(name) == "seed-500-baseline") EXPECT_EQ(sc.repetitions, 1);
+        if (sc.mode == "run" && sc.changes.partition) {
+            EXPECT_EQ(sc.changes.rule, bgh::PartitionRule::kResidentOnly);
+        }
+        if (std::string(name) == "seed-500-baseline") {
+            EXPECT_EQ(sc.repetitions, 1);
+        }
     }
 }
