@@ -35,7 +35,8 @@ uint64_t bytes_of(const bg::ModelScale& s, const bg::dsv41::TensorSpec& t) {
 
 // What the device holds per layer: every tensor of the layer but its experts and Engram table
 // (those stream from disk), in bytes.
-uint64_t layer_dense_bytes(const bg::ModelScale& s) {
+uint64_t layer_dense_bytes(bg::ModelScale s) {
+    bg::generate_engram_params(s, 1);  // the Engram tensors' shapes come from the drawn parameters
     uint64_t b = 0;
     for (const auto& t : bg::dsv41::tensor_specs(s.hp, s.roles()))
         if (t.name.rfind("blk.", 0) == 0 && t.cls != bg::dsv41::TensorClass::kExperts &&
