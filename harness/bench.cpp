@@ -83,6 +83,7 @@ json scenario_json(const Scenario& s) {
         j["baseline_reference"] = s.baseline_reference;
     }
     if (s.source.contains("published")) j["published"] = s.source["published"];
+    if (s.derive_layers > 0) j["derive_layers"] = s.derive_layers;
     return j;
 }
 

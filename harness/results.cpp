@@ -11,7 +11,9 @@
 #include <filesystem>
 
 #include "ablate.h"
+#include "derive.h"
 #include "report.h"
+#include "scenario.h"
 #include "util/file_io.h"
 
 namespace bgh {
@@ -247,6 +249,17 @@ std::string run_lines(const json& r, const json& cfg) {
     return md;
 }
 
+// Which partition rule ran, in words: the two rules differ in what a warm pass reads from disk.
+std::string partition_line(const json& cfg) {
+    const Changes c = changes_from_json(cfg.value("changes", json::object()));
+    if (!c.partition) return "Partition: off (`--routing exact`, the model's own top-k over all experts).\n\n";
+    if (c.rule == PartitionRule::kPinnedTop1)
+        return "Partition rule: **pinned-top1** (ours, beyond the seed): rank 1 is the exact argmax over all experts, read "
+               "from disk when not resident; ranks 2-k among the layer's S resident experts.\n\n";
+    return "Partition rule: **resident-only** (the seed's): every one of the k experts is chosen among the layer's S "
+           "resident experts, in exact score order.\n\n";
+}
+
 // "4a" where the scenario labels its passes, else "pass 2": how the lines under a table name a pass.
 std::string pass_name(const json& r, int64_t p) {
     const json labels = r["scenario"].value("pass_labels", json::array());
@@ -450,6 +463,7 @@ std::string render_markdown(const json& r, const std::string& svg_name) {
         md += ablation_markdown(ablation_rows(r)) + "\n";
         md += "Cold is pass 1 (slots empty, page cache dropped); warm is pass " + std::to_string(sc.value("passes", int64_t(1))) +
               ". Speed-ups are over the baseline row of this run.\n\n";
+        md += derived_ablation_markdown(r);
         if (!svg_name.empty()) md += "![Prefill tok/s, cold and warm, per configuration](" + svg_name + ")\n\n";
         md += changes_legend_markdown() + "\n";
         if (!configs.empty()) md += cgroup_line(r, configs[0]);
@@ -459,7 +473,8 @@ std::string render_markdown(const json& r, const std::string& svg_name) {
         md += "Configuration **" + cfg.value("name", "?") + "**: `" + join_args(cfg.value("change_flags", json::array())) + "`";
         if (show_published(r) && sc["published"].contains("source"))
             md += "; seed figures from " + sc["published"]["source"].get<std::string>();
-        md += "\n\n" + seed_table(r, cfg) + "\n" + run_lines(r, cfg) + baseline_line(r, cfg) + targets_line(r, cfg);
+        md += "\n\n" + partition_line(cfg) + seed_table(r, cfg) + "\n" + run_lines(r, cfg) + baseline_line(r, cfg) +
+              targets_line(r, cfg) + derived_markdown(r, cfg);
     }
     md += "\n" + machine_line(r.value("machine", json::object()));
     std::string cmds;

@@ -259,8 +259,18 @@ const std::map<std::string, std::string>& reserved_flags() {
 ScenarioError::ScenarioError(const std::vector<std::string>& p)
     : std::runtime_error(join(p, "\n")), problems(p) {}
 
+const char* partition_rule_name(PartitionRule r) {
+    return r == PartitionRule::kPinnedTop1 ? "pinned-top1" : "resident-only";
+}
+
+std::optional<PartitionRule> parse_partition_rule(const std::string& name) {
+    if (name == "resident-only") return PartitionRule::kResidentOnly;
+    if (name == "pinned-top1") return PartitionRule::kPinnedTop1;
+    return std::nullopt;
+}
+
 std::vector<std::string> change_flags(const Changes& c) {
-    std::vector<std::string> f = {"--routing", c.partition ? "pinned-top1" : "exact"};
+    std::vector<std::string> f = {"--routing", c.partition ? partition_rule_name(c.rule) : "exact"};
     if (c.layer_major) f.insert(f.end(), {"--prefill", "layer-major", "--ubatch", "16"});
     else f.insert(f.end(), {"--prefill", "token-major", "--ubatch", "3"});
     if (c.promotion) f.push_back("--promote");
@@ -268,25 +278,44 @@ std::vector<std::string> change_flags(const Changes& c) {
 }
 
 std::string changes_name(const Changes& c) {
+    const std::string rule = c.partition && c.rule == PartitionRule::kPinnedTop1 ? " (pinned-top1)" : "";
     if (c.count() == 0) return "baseline";
-    if (c.count() == 3) return "all three";
+    if (c.count() == 3) return "all three" + rule;
     const char* names[3] = {"partition", "layer-major", "promotion"};
     const bool on[3] = {c.partition, c.layer_major, c.promotion};
     for (int i = 0; i < 3; ++i) {
-        if (c.count() == 1 && on[i]) return std::string(names[i]) + " only";
-        if (c.count() == 2 && !on[i]) return std::string("without ") + names[i];
+        if (c.count() == 1 && on[i]) return std::string(names[i]) + " only" + rule;
+        if (c.count() == 2 && !on[i]) return std::string("without ") + names[i] + rule;
     }
     return "?";
 }
 
 json changes_to_json(const Changes& c) {
-    return {{"partition", c.partition}, {"layer_major", c.layer_major}, {"promotion", c.promotion}};
+    json j = {{"partition", c.partition}, {"layer_major", c.layer_major}, {"promotion", c.promotion}};
+    if (c.partition) j["partition_rule"] = partition_rule_name(c.rule);
+    return j;
+}
+
+Changes changes_from_json(const json& j) {
+    Changes c;
+    if (!j.is_object()) return c;
+    c.partition = j.value("partition", false);
+    c.layer_major = j.value("layer_major", false);
+    c.promotion = j.value("promotion", false);
+    if (c.partition) {
+        const auto r = j.contains("partition_rule") && j["partition_rule"].is_string()
+                           ? parse_partition_rule(j["partition_rule"].get<std::string>())
+                           : std::optional<PartitionRule>(PartitionRule::kPinnedTop1);
+        c.rule = r.value_or(PartitionRule::kPinnedTop1);
+    }
+    return c;
 }
 
 std::vector<Changes> Scenario::configurations() const {
     if (mode == "ablation") {
         return {{false, false, false}, {true, false, false}, {false, true, false}, {false, false, true},
-                {true, true, true},    {false, true, true},  {true, false, true},  {true, true, false}};
+                {true, true, true},    {false, true, true},  {true, false, true},  {true, true, false},
+                {true, true, true, PartitionRule::kPinnedTop1}};
     }
     std::vector<Changes> v = {changes};
     if (baseline_reference && changes.count() > 0) v.push_back(Changes{});
@@ -367,6 +396,10 @@ Scenario parse_scenario(const std::string& text, const std::string& path) {
         s.changes.partition = ch.boolean("partition", true).value_or(false);
         s.changes.layer_major = ch.boolean("layer_major", true).value_or(false);
         s.changes.promotion = ch.boolean("promotion", true).value_or(false);
+        if (auto r = ch.string("partition_rule", false, {"resident-only", "pinned-top1"})) {
+            if (!s.changes.partition) ch.problem("partition_rule", "only meaningful with changes.partition true");
+            else s.changes.rule = *parse_partition_rule(*r);
+        }
         ch.finish();
         s.baseline_reference = top.boolean("baseline_reference").value_or(true);
     }
@@ -438,6 +471,8 @@ Scenario parse_scenario(const std::string& text, const std::string& path) {
     }
     s.decode_tokens = top.integer("decode_tokens", 0, 1 << 20).value_or(s.decode_tokens);
     s.repetitions = top.integer("repetitions", 1, 1000).value_or(s.repetitions);
+
+    s.derive_layers = top.integer("derive_layers", 1, 4096).value_or(0);
 
     Obj tol = top.object("tolerances");
     s.speed_ratio_tolerance = tol.number("speed_ratio", 0.0, 1.0).value_or(s.speed_ratio_tolerance);

@@ -20,12 +20,22 @@ struct ScenarioError : std::runtime_error {
     std::vector<std::string> problems;
 };
 
+// How the partition chooses a token's k experts (SPEC §2.1). The seed's rule picks all k among
+// the layer's resident experts, so a warm pass reads nothing from disk; ours keeps the exact
+// rank 1 wherever it lies, at the price of disk reads, and is measured beside it.
+enum class PartitionRule { kResidentOnly, kPinnedTop1 };
+const char* partition_rule_name(PartitionRule r);  // the engine's --routing value
+std::optional<PartitionRule> parse_partition_rule(const std::string& name);
+
 // The seed's three data-movement changes. Their mapping onto engine flags lives in one place
 // (change_flags) so the scenarios, the ablation and the documentation cannot drift apart.
 struct Changes {
-    bool partition = false;    // change 1: --routing pinned-top1 (off: --routing exact)
+    bool partition = false;    // change 1: --routing resident-only (off: --routing exact)
     bool layer_major = false;  // change 2: --prefill layer-major --ubatch 16 (off: token-major, ubatch 3)
     bool promotion = false;    // change 3: --promote
+    // Only meaningful with partition on; kept at the seed's rule otherwise, so that equal
+    // configurations compare equal.
+    PartitionRule rule = PartitionRule::kResidentOnly;
     bool operator==(const Changes&) const = default;
     int count() const { return int(partition) + int(layer_major) + int(promotion); }
 };
@@ -33,9 +43,13 @@ struct Changes {
 // Engine flags for a set of changes, in a fixed order.
 std::vector<std::string> change_flags(const Changes& c);
 // "baseline", "partition only", "without promotion", "all three", ...: the name a configuration
-// is known by in results, tables and compare.
+// is known by in results, tables and compare; " (pinned-top1)" follows when the partition uses
+// our rule instead of the seed's.
 std::string changes_name(const Changes& c);
 nlohmann::json changes_to_json(const Changes& c);
+// The inverse, for results written by any version: before "partition_rule" was recorded every
+// partition ran pinned-top1, so that is what its absence means.
+Changes changes_from_json(const nlohmann::json& j);
 
 // A published figure: one number, or a range [low, high].
 struct Figure {
@@ -93,13 +107,19 @@ struct Scenario {
     bool baseline_reference = true;  // also run the baseline configuration in the same run
     double speed_ratio_tolerance = 0.25;   // allowed relative drop of a speed ratio in compare
 
+    // The slice profile's model has a few of the real model's layers: its per-layer figures are
+    // shown with those of a model of this many layers derived from them (harness/derive.h).
+    // 0: no derivation.
+    int64_t derive_layers = 0;
+
     std::optional<Published> published;
     std::vector<std::string> warnings;  // legal but probably not meant; printed and recorded
     nlohmann::json source;           // the file's JSON as read, kept in every result
 
     // The configurations a run of this scenario measures, in order: for mode "run" the
     // scenario's changes (plus the baseline when baseline_reference), for "ablation" the whole
-    // matrix: baseline, each change alone, all three, each left out of all three.
+    // matrix: baseline, each change alone, all three, each left out of all three, then all
+    // three with pinned-top1 in place of resident-only (the price of keeping the exact rank 1).
     std::vector<Changes> configurations() const;
     std::string pass_label(int64_t pass) const;  // "4a" when labelled, else the pass number
 };

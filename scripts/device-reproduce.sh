@@ -12,8 +12,20 @@
 #   ablation   harness: scenarios/device/ablation (the longest part: about 9 minutes on an H200)
 #   500        harness: scenarios/device/seed-500-baseline and seed-500-optimized
 #   500opt     harness: scenarios/device/seed-500-optimized alone (its baseline runs beside it)
-# Harness results land in results/device/, engine measurements in measurements/device/; both come
-# back as one archive under $OUT
+# The slice profile (full width, 5 layers, 39.9 GB; models/slice.gguf is generated there on first
+# use, outside every carried folder, by the harness from scenarios/models/slice.json):
+#   slice-model     make-model for the slice alone (about a minute on 16 cores)
+#   slice-4a4b      harness: scenarios/slice/seed-4a-4b
+#   slice-decode    harness: scenarios/slice/decode
+#   slice-500       harness: scenarios/slice/seed-500-baseline and seed-500-optimized (one repetition each)
+#   slice-ablation  harness: scenarios/slice/ablation (nine configurations, one repetition)
+#   slice-fidelity  engine: resident-only and pinned-top1 against exact, 64 and 500 tokens -> measurements/slice/
+# Suggested calls (estimates from the 4-layer measurement of issue 13, not timed): --run slice-model
+# slice-4a4b slice-decode slice-500 (the 500-token baseline reads about 160 GB on demand), then
+# --run slice-ablation slice-fidelity; a call cut at its limit still brings back every part that
+# finished, and a fresh machine regenerates the model first (about a minute).
+# Harness results land in results/<profile>/, engine measurements in measurements/<profile>/;
+# each profile comes back as one archive under $OUT
 # (the device tool returns at most 8 files, two folders deep).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -23,7 +35,7 @@ if [ "${1:-}" = "--stage" ]; then exec bash scripts/device-stage.sh "${2:-build}
 [ "${1:-}" = "--run" ] || { echo "usage: $0 --stage [BUILD] | --run PART..." >&2; exit 2; }
 shift
 out=${OUT:-device-out}
-mkdir -p "$out" results/device
+mkdir -p "$out" results/device results/slice
 export LD_LIBRARY_PATH="$PWD/$stage${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 bin=$stage/betelgeuse
 harness=$stage/betelgeuse-harness
@@ -31,12 +43,22 @@ status=0
 log=$out/device-reproduce.log
 note() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$log"; }
 
-harness_run() {  # run|ablate scenario
-  note "harness $1 $2"
-  "$harness" "$1" "scenarios/device/$2.json" --out results --quiet 2>&1 | tail -n 25 | tee -a "$log" || status=1
+harness_run() {  # run|ablate scenario [profile]
+  local profile=${3:-device}
+  note "harness $1 $profile/$2"
+  "$harness" "$1" "scenarios/$profile/$2.json" --out results --quiet 2>&1 | tail -n 25 | tee -a "$log" || status=1
   local md
-  md=$(ls -1 "results/device/$2"/*.md 2>/dev/null | sort | tail -1)
-  [ -n "$md" ] && cat "$md" | tee -a "$log" >/dev/null && grep -E "^\| |Hardware use|  - |Same-run|Decode" "$md"
+  md=$(ls -1 "results/$profile/$2"/*.md 2>/dev/null | sort | tail -1)
+  [ -n "$md" ] && cat "$md" | tee -a "$log" >/dev/null && grep -E "^\| |Hardware use|  - |Same-run|Decode|Partition" "$md"
+}
+
+slice_model() {  # the harness would generate it too; done first so its time is logged on its own
+  [ -f models/slice.gguf ] && return 0
+  note "make-model slice"
+  mkdir -p models
+  df -h . | tail -1 | tee -a "$log"
+  "$bin" make-model --scale scenarios/models/slice.json --out models/slice.gguf --seed 1 2>&1 | tail -n 1 | tee -a "$log" \
+    || status=1
 }
 
 for part in "$@"; do
@@ -58,6 +80,27 @@ for part in "$@"; do
     500) harness_run run seed-500-baseline; harness_run run seed-500-optimized ;;
     500opt) harness_run run seed-500-optimized ;;
     ablation) harness_run ablate ablation ;;
+    slice-model) slice_model ;;
+    slice-4a4b) slice_model; harness_run run seed-4a-4b slice ;;
+    slice-decode) slice_model; harness_run run decode slice ;;
+    slice-500) slice_model; harness_run run seed-500-baseline slice; harness_run run seed-500-optimized slice ;;
+    slice-ablation) slice_model; harness_run ablate ablation slice ;;
+    slice-fidelity)
+      # Fidelity is a property of the model and the rule, not of the tiers: no scenario, the engine
+      # alone, with the slice scenarios' budgets.
+      slice_model
+      mkdir -p measurements/slice/fidelity
+      nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > measurements/slice/fidelity/machine.txt
+      for n in 64 500; do
+        for pol in resident-only pinned-top1; do
+          note "slice fidelity $pol $n tokens"
+          "$bin" run --backend cuda --model models/slice.gguf --prompt-tokens $n --prompt-seed 1 \
+            --vram-budget 3068 --host-budget 2875 --routing $pol --prefill layer-major --ubatch 16 --promote \
+            --passes 1 --gen 1 --fidelity --metrics-json "measurements/slice/fidelity/$pol-$n.json" 2>&1 \
+            | grep -E "^fidelity|^pass" | tee -a "$log" || status=1
+        done
+      done
+      ;;
     fidelity)
       [ -f models/device.gguf ] || "$bin" make-model --scale scenarios/models/device.json --out models/device.gguf --seed 1 2>&1 | tail -n 1
       mkdir -p measurements/device/fidelity
@@ -82,7 +125,10 @@ for part in "$@"; do
     *) echo "unknown part $part" >&2; status=2 ;;
   esac
   # After every part, so a call cut at its time limit still brings back what finished.
-  tar czf "$out/results-device.tgz" results/device $(ls -d measurements/device 2>/dev/null) 2>/dev/null
+  case "$part" in
+    slice-*) tar czf "$out/results-slice.tgz" results/slice $(ls -d measurements/slice 2>/dev/null) 2>/dev/null ;;
+    *) tar czf "$out/results-device.tgz" results/device $(ls -d measurements/device 2>/dev/null) 2>/dev/null ;;
+  esac
 done
 ls -la "$out"
 exit $status

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "ablate.h"
+#include "derive.h"
 #include "harness/harness_fixture.h"
 #include "report.h"
 #include "results.h"
@@ -152,8 +153,8 @@ TEST(HarnessResults, AblationWritesItsTableAndAnSvgTheMarkdownLinks) {
     ASSERT_FALSE(path.empty()) << e.out;
     const json r = bghtest::read_json(path);
     EXPECT_EQ(r["scenario"]["mode"], "ablation");
-    ASSERT_EQ(r["configurations"].size(), 8u);
-    ASSERT_EQ(r["ablation"].size(), 8u);
+    ASSERT_EQ(r["configurations"].size(), 9u);
+    ASSERT_EQ(r["ablation"].size(), 9u);
     EXPECT_EQ(r["ablation"][0]["configuration"], "baseline");
     EXPECT_DOUBLE_EQ(r["ablation"][0]["speedup_warm"].get<double>(), 1.0);
     for (const auto& row : r["ablation"]) {
@@ -166,11 +167,21 @@ TEST(HarnessResults, AblationWritesItsTableAndAnSvgTheMarkdownLinks) {
     EXPECT_EQ(svg.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\"", 0), 0u);
     EXPECT_NE(svg.find("</svg>"), std::string::npos);
     for (const char* name : {"baseline", "partition only", "layer-major only", "promotion only", "all three", "without partition",
-                             "without layer-major", "without promotion"})
+                             "without layer-major", "without promotion", "all three (pinned-top1)"})
         EXPECT_NE(svg.find(std::string(">") + name + "<"), std::string::npos) << name;
+    // The extra row: all three with pinned-top1, its speed-up over the same baseline, the rule named.
+    const json& extra = r["ablation"][8];
+    EXPECT_EQ(extra["configuration"], "all three (pinned-top1)");
+    EXPECT_EQ(extra["changes"]["partition_rule"], "pinned-top1");
+    EXPECT_DOUBLE_EQ(extra["speedup_cold"].get<double>(),
+                     extra["prefill_tok_s_cold"].get<double>() / r["ablation"][0]["prefill_tok_s_cold"].get<double>());
+    EXPECT_EQ(r["configurations"][8]["change_flags"][1], "pinned-top1");
+    EXPECT_EQ(r["configurations"][4]["change_flags"][1], "resident-only");
     const std::string md = bghtest::read_text(stem + ".md");
     EXPECT_NE(md.find("](" + bghtest::fs::path(stem).filename().string() + ".svg)"), std::string::npos) << md;
     EXPECT_NE(md.find("| configuration | partition | layer-major | promotion | prefill cold | prefill warm |"), std::string::npos);
+    EXPECT_NE(md.find("| all three | resident-only | ✓ | ✓ |"), std::string::npos) << md;
+    EXPECT_NE(md.find("| all three (pinned-top1) | pinned-top1 | ✓ | ✓ |"), std::string::npos) << md;
     EXPECT_EQ(md, bgh::render_markdown(r, bghtest::fs::path(stem).filename().string() + ".svg"));
     EXPECT_EQ(bgh::render_ablation_svg(r), svg);
 }
@@ -242,4 +253,52 @@ TEST(HarnessResults, MarkdownStatesHardwareUseAgainstTheSameRunsProbes) {
     EXPECT_NE(md.find("4a: disk 1.80 GB/s = 90 % of raw sequential (target ≥ 90 %)"), std::string::npos) << md;
     EXPECT_NE(md.find("PCIe 44.0 GB/s = 80 % of pinned (target ≥ 85 %)"), std::string::npos) << md;
     EXPECT_NE(md.find("GPU busy 93 % of the time no disk read was in flight"), std::string::npos) << md;
+}
+
+// The slice profile's per-layer figures and the deeper model derived from them: plain arithmetic,
+// labelled as derived, with the seed's published figures beside.
+TEST(HarnessResults, DerivedFiguresScalePerLayerFiguresToTheDerivedDepth) {
+    const auto f = bgh::derive_layers(64, 2000.0, 5e9, 6e9, 500.0, 5, 40);
+    ASSERT_TRUE(f);
+    EXPECT_DOUBLE_EQ(f->ms_per_layer, 400.0);
+    EXPECT_DOUBLE_EQ(f->disk_bytes_per_layer, 1e9);
+    EXPECT_DOUBLE_EQ(f->pcie_bytes_per_layer, 1.2e9);
+    EXPECT_DOUBLE_EQ(f->disk_wait_ms_per_layer, 100.0);
+    EXPECT_DOUBLE_EQ(f->derived_ms, 16000.0);
+    EXPECT_DOUBLE_EQ(f->derived_tok_s, 4.0);  // 64 tokens in 16 s
+    EXPECT_DOUBLE_EQ(f->derived_disk_wait_ms, 4000.0);
+    EXPECT_FALSE(bgh::derive_layers(64, 0.0, 0, 0, 0, 5, 40));
+    EXPECT_FALSE(bgh::derive_layers(64, 10.0, 0, 0, 0, 0, 40));
+
+    auto pass = [](int p, const char* state, double ms, double disk) {
+        return json{{"pass", p}, {"state", state}, {"runs", 1},
+                    {"metrics", {{"prefill_tok_s", {{"median", 64000.0 / ms}}}, {"prefill_ms", {{"median", ms}}},
+                                 {"prompt_tokens", {{"median", 64}}}, {"experts.disk_bytes", {{"median", disk}}},
+                                 {"pcie_bytes", {{"median", 2e9}}}, {"disk_wait_ms", {{"median", 50.0}}}}}};
+    };
+    json r = {{"format", bgh::kResultFormat},
+              {"status", "complete"},
+              {"scenario", {{"name", "seed-4a-4b"}, {"profile", "slice"}, {"mode", "run"}, {"passes", 2},
+                            {"repetitions", 1}, {"pass_labels", {"4a", "4b"}}, {"derive_layers", 40},
+                            {"hardware", {{"vram_budget_mib", 2048}, {"host_budget_mib", 2048}}},
+                            {"published", {{"passes", {{{"prefill_tok_s", 6.83}}, {{"prefill_tok_s", 61.8}}}}}}}},
+              {"configurations", {{{"name", "all three"}, {"change_flags", json::array()},
+                                   {"changes", {{"partition", true}, {"layer_major", true}, {"promotion", true},
+                                                {"partition_rule", "resident-only"}}},
+                                   {"summary", {{"passes", {pass(1, "cold", 1000.0, 5e9), pass(2, "warm", 100.0, 0.0)}}}},
+                                   {"runs", {{{"metrics", {{"model", {{"n_layer", 5}}}}}}}}}}},
+              {"machine", json::object()}};
+    const std::string md = bgh::render_markdown(r, "");
+    EXPECT_NE(md.find("Partition rule: **resident-only** (the seed's)"), std::string::npos) << md;
+    EXPECT_NE(md.find("DERIVED, not measured"), std::string::npos) << md;
+    // Cold: 1000 ms over 5 layers = 200 ms a layer; 40 layers 8 s for 64 tokens = 8 tok/s.
+    EXPECT_NE(md.find("| 4a | cold | 200.0 ms | 1,000.0 MB | 400.0 MB | 10.0 ms | **8.00 tok/s** (derived) | **400 ms** (derived) | "
+                      "6.83 tok/s |"),
+              std::string::npos)
+        << md;
+    EXPECT_NE(md.find("| 4b | warm | 20.0 ms | 0.0 MB | 400.0 MB | 10.0 ms | **80.00 tok/s** (derived)"), std::string::npos) << md;
+    EXPECT_EQ(md.find("(seed 6.83"), std::string::npos) << "the 5-layer table itself shows no seed figure";
+
+    r["scenario"].erase("derive_layers");
+    EXPECT_EQ(bgh::render_markdown(r, "").find("derived"), std::string::npos);
 }

@@ -2,6 +2,7 @@
 // scenarios validate, and the three changes map onto the engine flags the documentation states.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 
 #include "harness/harness_fixture.h"
@@ -205,37 +206,80 @@ TEST_F(Fixture, HostBudgetAboveTheCgroupIsAWarning) {
 TEST_F(Fixture, ChangesMapOntoTheDocumentedEngineFlags) {
     using V = std::vector<std::string>;
     EXPECT_EQ(bgh::change_flags({false, false, false}), (V{"--routing", "exact", "--prefill", "token-major", "--ubatch", "3"}));
+    // The seed's partition rule (SPEC §2.1): every one of the k experts among the resident ones.
     EXPECT_EQ(bgh::change_flags({true, true, true}),
-              (V{"--routing", "pinned-top1", "--prefill", "layer-major", "--ubatch", "16", "--promote"}));
+              (V{"--routing", "resident-only", "--prefill", "layer-major", "--ubatch", "16", "--promote"}));
+    EXPECT_EQ(bgh::change_flags({true, false, false, bgh::PartitionRule::kPinnedTop1}),
+              (V{"--routing", "pinned-top1", "--prefill", "token-major", "--ubatch", "3"}));
     const bgh::Scenario s = parse(with(valid(), {{"engine", {{"extra_args", {"--verify-slots"}}}}}));
     const auto a = bgh::engine_args(s, s.changes, "/tmp/m.json");
     std::string line;
     for (const auto& x : a) line += " " + x;
     line += " ";
-    for (const char* f : {" --routing pinned-top1 ", " --prefill token-major --ubatch 3 ", " --promote ", " --passes 2 ",
+    for (const char* f : {" --routing resident-only ", " --prefill token-major --ubatch 3 ", " --promote ", " --passes 2 ",
                           " --gen 8 ", " --prompt-tokens 64 ", " --prompt-seed 3 ", " --host-budget 256 ",
                           " --vram-budget 64 ", " --verify-slots ", " --metrics-json /tmp/m.json "})
         EXPECT_NE(line.find(f), std::string::npos) << f << " in " << line;
 }
 
-TEST_F(Fixture, AblationIsTheFullMatrixOfEightDistinctConfigurations) {
+TEST_F(Fixture, PartitionRuleIsTheSeedsUnlessTheScenarioAsksForPinnedTop1) {
+    EXPECT_EQ(parse(valid()).changes.rule, bgh::PartitionRule::kResidentOnly);
+    const bgh::Scenario p = parse(with(valid(), {{"changes", {{"partition_rule", "pinned-top1"}}}}));
+    EXPECT_EQ(p.changes.rule, bgh::PartitionRule::kPinnedTop1);
+    EXPECT_EQ(bgh::changes_name(p.changes), "without layer-major (pinned-top1)");
+    const auto a = bgh::engine_args(p, p.changes, "/tmp/m.json");
+    EXPECT_NE(std::find(a.begin(), a.end(), "pinned-top1"), a.end());
+    EXPECT_EQ(std::find(a.begin(), a.end(), "resident-only"), a.end());
+
+    EXPECT_TRUE(has(problems(with(valid(), {{"changes", {{"partition_rule", "top1"}}}})),
+                    "changes.partition_rule: must be one of resident-only, pinned-top1"));
+    EXPECT_TRUE(has(problems(with(valid(), {{"changes", {{"partition", false}, {"partition_rule", "pinned-top1"}}}})),
+                    "changes.partition_rule: only meaningful with changes.partition true"));
+}
+
+TEST_F(Fixture, ChangesRoundTripThroughResultJsonAndOldResultsMeanPinnedTop1) {
+    for (const bgh::Changes& c : parse(with(valid(), {{"changes", nullptr}, {"mode", "ablation"}})).configurations())
+        EXPECT_EQ(bgh::changes_from_json(bgh::changes_to_json(c)), c) << bgh::changes_name(c);
+    // Results written before the rule was recorded ran every partition with pinned-top1.
+    const bgh::Changes old = bgh::changes_from_json({{"partition", true}, {"layer_major", true}, {"promotion", true}});
+    EXPECT_EQ(old.rule, bgh::PartitionRule::kPinnedTop1);
+    EXPECT_EQ(bgh::changes_to_json({true, true, true})["partition_rule"], "resident-only");
+    EXPECT_FALSE(bgh::changes_to_json({false, true, true}).contains("partition_rule"));
+}
+
+TEST_F(Fixture, AblationIsTheMatrixPlusAllThreeWithPinnedTop1) {
     json j = valid();
     j.erase("changes");
     j["mode"] = "ablation";
     const bgh::Scenario s = parse(j);
     const auto c = s.configurations();
-    ASSERT_EQ(c.size(), 8u);
+    ASSERT_EQ(c.size(), 9u);
     std::set<std::string> names;
     for (const auto& x : c) names.insert(bgh::changes_name(x));
     EXPECT_EQ(names, (std::set<std::string>{"baseline", "partition only", "layer-major only", "promotion only", "all three",
-                                            "without partition", "without layer-major", "without promotion"}));
+                                            "without partition", "without layer-major", "without promotion",
+                                            "all three (pinned-top1)"}));
     EXPECT_EQ(c[0].count(), 0) << "the baseline runs first";
+    for (size_t i = 0; i + 1 < c.size(); ++i) {
+        if (c[i].partition) {
+            EXPECT_EQ(c[i].rule, bgh::PartitionRule::kResidentOnly) << bgh::changes_name(c[i]);
+        }
+    }
+    EXPECT_EQ(c.back(), (bgh::Changes{true, true, true, bgh::PartitionRule::kPinnedTop1}));
+    EXPECT_EQ(bgh::change_flags(c.back())[1], "pinned-top1");
+}
+
+TEST_F(Fixture, DeriveLayersIsAPositiveLayerCount) {
+    EXPECT_EQ(parse(valid()).derive_layers, 0);
+    EXPECT_EQ(parse(with(valid(), {{"derive_layers", 40}})).derive_layers, 40);
+    EXPECT_TRUE(has(problems(with(valid(), {{"derive_layers", 0}})), "derive_layers: must be between 1 and 4096"));
+    EXPECT_TRUE(has(problems(with(valid(), {{"derive_layers", "40"}})), "derive_layers: must be an integer"));
 }
 
 TEST(HarnessScenarios, EveryShippedScenarioValidates) {
     const std::string root = std::string(BG_SOURCE_DIR) + "/scenarios";
     std::set<std::string> seen;
-    for (const char* profile : {"ci", "device", "rtx3060"}) {
+    for (const char* profile : {"ci", "device", "rtx3060", "slice"}) {
         for (const char* name : {"seed-4a-4b", "seed-500-baseline", "seed-500-optimized", "ablation", "decode"}) {
             const std::string path = root + "/" + profile + "/" + name + ".json";
             SCOPED_TRACE(path);
@@ -249,6 +293,13 @@ TEST(HarnessScenarios, EveryShippedScenarioValidates) {
             EXPECT_FALSE(s.swap);
             EXPECT_TRUE(s.warnings.empty());
         }
+    }
+    // The residency study asks what the resident set holds, which only a rule that may leave it
+    // (pinned-top1) can show: with resident-only a warm pass reads nothing from disk by construction.
+    for (const char* name : {"bias-plan", "lru-2000", "profiled-other-prompt", "profiled-same-prompt"}) {
+        const bgh::Scenario s = bgh::load_scenario(root + "/ci/residency-4b-" + name + ".json");
+        EXPECT_TRUE(s.changes.partition) << name;
+        EXPECT_EQ(s.changes.rule, bgh::PartitionRule::kPinnedTop1) << name;
     }
     // The seed's figures beside ours, for the profiles that stand for the published PC.
     const bgh::Scenario r = bgh::load_scenario(root + "/rtx3060/seed-4a-4b.json");

@@ -46,7 +46,7 @@ struct DeviceMat {
 // (each call waits for the previous call's use of the scratch), but calls are cheapest on one.
 class MatmulContext {
 public:
-    static constexpr uint64_t kDefaultScratchBytes = uint64_t{256} << 20;
+    static constexpr uint64_t kDefaultScratchBytes = uint64_t{128} << 20;
     // On the current device. Aborts when there is no device or memory runs out.
     explicit MatmulContext(uint64_t scratch_bytes = kDefaultScratchBytes);
     ~MatmulContext();

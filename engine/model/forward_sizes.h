@@ -32,6 +32,6 @@ ForwardBytes gpu_forward_bytes(const HParams& hp, const std::vector<LayerRoles>&
                                uint64_t device_image_bytes, bool has_plan);
 
 // The GPU matmul context's dequantisation scratch (cuda::MatmulContext::kDefaultScratchBytes).
-constexpr uint64_t kGpuMatmulScratchBytes = uint64_t{256} << 20;
+constexpr uint64_t kGpuMatmulScratchBytes = uint64_t{128} << 20;
 
 }  // namespace bg::dsv41
