@@ -513,6 +513,35 @@ TEST(GgufGetters, ConvertAndReject) {
     error_of([&] { r.get_arr_str("s"); }, "has type string, expected array of string");
 }
 
+// Counts llama.cpp reads with get_key_or_arr: a scalar of any integer type, or one equal value
+// per layer.
+TEST(GgufGetters, ScalarOrUniformArray) {
+    Writer w;
+    w.set("u32", Value::u32(7));
+    w.set("i64", Value::i64(7));
+    w.set("same", Value::array_u32({7, 7, 7}));
+    w.set("same64", Value::array_u64({7, 7}));
+    w.set("varies", Value::array_u32({7, 7, 8}));
+    w.set("empty", Value::array_u32({}));
+    w.set("neg", Value::array_i32({-1, -1}));
+    w.set("floats", Value::array_f32({7.0f}));
+    w.set("s", Value::str("7"));
+    Bytes image = w.header_bytes();
+    Reader r = Reader::parse(image.data(), image.size());
+
+    EXPECT_EQ(r.get_u64_or_uniform_arr("u32"), 7u);
+    EXPECT_EQ(r.get_u64_or_uniform_arr("i64"), 7u);
+    EXPECT_EQ(r.get_u64_or_uniform_arr("same"), 7u);
+    EXPECT_EQ(r.get_u64_or_uniform_arr("same64"), 7u);
+    error_of([&] { r.get_u64_or_uniform_arr("varies"); },
+             "key 'varies' varies per layer (7 at element 0, 8 at element 2)");
+    error_of([&] { r.get_u64_or_uniform_arr("empty"); }, "key 'empty' is an empty array");
+    error_of([&] { r.get_u64_or_uniform_arr("neg"); }, "key 'neg' element 0 value -1 does not fit in uint64");
+    error_of([&] { r.get_u64_or_uniform_arr("floats"); }, "has type array of float32, expected array of uint64");
+    error_of([&] { r.get_u64_or_uniform_arr("s"); }, "key 's' has type string, expected uint64 or array of uint64");
+    error_of([&] { r.get_u64_or_uniform_arr("nope"); }, "missing key 'nope'");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Writer validation
 

@@ -27,9 +27,14 @@ std::string shown(const std::string& s) {
     return out;
 }
 
-int64_t get_pos(const gguf::Reader& r, const char* suffix, int64_t max_value = (1ll << 40)) {
+// Counts llama.cpp reads with get_key_or_arr (one value or one per layer) are read alike here;
+// the engine needs the same value for every layer.
+enum class Stored { kScalar, kScalarOrPerLayer };
+
+int64_t get_pos(const gguf::Reader& r, const char* suffix, int64_t max_value = (1ll << 40),
+                Stored stored = Stored::kScalar) {
     const std::string k = key(suffix);
-    const uint64_t v = r.get_u64(k);
+    const uint64_t v = stored == Stored::kScalar ? r.get_u64(k) : r.get_u64_or_uniform_arr(k);
     if (v == 0 || v > static_cast<uint64_t>(max_value))
         fail("model: key '%s' = %llu is out of range [1, %lld]", k.c_str(),
              static_cast<unsigned long long>(v), static_cast<long long>(max_value));
@@ -78,8 +83,8 @@ HParams read_hparams(const gguf::Reader& r) {
     hp.n_layer = get_pos(r, "block_count", 4096);
     hp.n_embd = get_pos(r, "embedding_length", 1 << 20);
     hp.n_ctx_train = get_opt_u(r, "context_length", 1 << 20);
-    hp.n_head = get_pos(r, "attention.head_count", 4096);
-    if (r.find(key("attention.head_count_kv")) && r.get_u64(key("attention.head_count_kv")) != 1)
+    hp.n_head = get_pos(r, "attention.head_count", 4096, Stored::kScalarOrPerLayer);
+    if (r.find(key("attention.head_count_kv")) && r.get_u64_or_uniform_arr(key("attention.head_count_kv")) != 1)
         fail("model: key '%s' must be 1 (one shared latent kv head)",
              key("attention.head_count_kv").c_str());
     hp.head_dim = get_pos(r, "attention.key_length", 1 << 16);
@@ -95,8 +100,8 @@ HParams read_hparams(const gguf::Reader& r) {
         fail("model: attention.head_count %lld is not a multiple of attention.output_group_count %lld",
              (long long)hp.n_head, (long long)hp.o_groups);
     hp.n_expert = get_pos(r, "expert_count", 1 << 16);
-    hp.n_expert_used = get_pos(r, "expert_used_count", hp.n_expert);
-    hp.n_ff_exp = get_pos(r, "expert_feed_forward_length", 1 << 20);
+    hp.n_expert_used = get_pos(r, "expert_used_count", hp.n_expert, Stored::kScalarOrPerLayer);
+    hp.n_ff_exp = get_pos(r, "expert_feed_forward_length", 1 << 20, Stored::kScalarOrPerLayer);
     hp.n_expert_shared = get_opt_u(r, "expert_shared_count", 0);
     if (hp.n_expert_shared > 1) fail("model: expert_shared_count %lld > 1 is not supported", (long long)hp.n_expert_shared);
     hp.expert_weights_scale = get_opt_f(r, "expert_weights_scale", 1.0f);
@@ -189,6 +194,10 @@ void write_hparams(const HParams& hp, gguf::Writer& w) {
     w.set("general.architecture", Value::str(kArch));
     auto u32 = [&](const char* k, int64_t v) { w.set(key(k), Value::u32(static_cast<uint32_t>(v))); };
     auto f32 = [&](const char* k, float v) { w.set(key(k), Value::f32(v)); };
+    // Each key's type is the one llama.cpp's loader reads it with (engine/model/GGUF_KEYS.md);
+    // its get_key refuses any other type, so test_model_gguf_keys pins every type written here.
+    // Without a vocabulary in the file llama.cpp takes the vocabulary size from this key.
+    u32("vocab_size", hp.n_vocab);
     u32("block_count", hp.n_layer);
     u32("context_length", hp.n_ctx_train);
     u32("embedding_length", hp.n_embd);
@@ -237,7 +246,8 @@ void write_hparams(const HParams& hp, gguf::Writer& w) {
         w.set(key("engram.primes"), Value::array_u64(hp.engram_primes));
         w.set(key("engram.offsets"), Value::array_u64(hp.engram_offsets));
         w.set(key("engram.token_map"), Value::array_u32(hp.engram_token_map));
-        w.set(key("engram.pad_id"), Value::u64(hp.engram_pad_id));
+        BG_CHECK(hp.engram_pad_id <= UINT32_MAX);  // a compressed token id, like the token map's
+        u32("engram.pad_id", static_cast<int64_t>(hp.engram_pad_id));
     }
     w.set("tokenizer.ggml.bos_token_id", Value::u32(hp.bos_id));
 }
