@@ -180,6 +180,7 @@ std::map<std::string, std::string> doc_table() {
         const size_t col = line.find('|', key_end) + 1;
         std::string written_as = line.substr(col, line.find('|', col) - col);
         written_as = written_as.substr(written_as.find_first_not_of(' '));
+        written_as.erase(written_as.find_last_not_of(' ') + 1);
         rows[key] = written_as;
     }
     return rows;
