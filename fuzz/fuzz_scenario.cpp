@@ -249,7 +249,7 @@ void check_accepted(const bgh::Scenario& s, const std::string& text) {
 
     // The configurations, their names and command lines.
     const std::vector<bgh::Changes> configs = s.configurations();
-    if (s.mode == "ablation" ? configs.size() != 8 : (configs.empty() || configs.front() != s.changes))
+    if (s.mode == "ablation" ? configs.size() != 9 : (configs.empty() || configs.front() != s.changes))
         finding("configurations", s.mode.c_str());
     for (const bgh::Changes& c : configs) {
         if (bgh::changes_name(c) == "?") finding("changes_name", "unnamed configuration");

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "gguf/gguf_json.h"
 #include "util/check.h"
 
 namespace {
@@ -511,6 +512,94 @@ TEST(GgufGetters, ConvertAndReject) {
     error_of([&] { r.get_arr_u64("as"); }, "has type array of string, expected array of uint64");
     error_of([&] { r.get_arr_f32("ai32"); }, "has type array of int32, expected array of float32");
     error_of([&] { r.get_arr_str("s"); }, "has type string, expected array of string");
+}
+
+// Counts llama.cpp reads with get_key_or_arr: a scalar of any integer type, or one equal value
+// per layer.
+TEST(GgufGetters, ScalarOrUniformArray) {
+    Writer w;
+    w.set("u32", Value::u32(7));
+    w.set("i64", Value::i64(7));
+    w.set("same", Value::array_u32({7, 7, 7}));
+    w.set("same64", Value::array_u64({7, 7}));
+    w.set("varies", Value::array_u32({7, 7, 8}));
+    w.set("empty", Value::array_u32({}));
+    w.set("neg", Value::array_i32({-1, -1}));
+    w.set("floats", Value::array_f32({7.0f}));
+    w.set("s", Value::str("7"));
+    Bytes image = w.header_bytes();
+    Reader r = Reader::parse(image.data(), image.size());
+
+    EXPECT_EQ(r.get_u64_or_uniform_arr("u32"), 7u);
+    EXPECT_EQ(r.get_u64_or_uniform_arr("i64"), 7u);
+    EXPECT_EQ(r.get_u64_or_uniform_arr("same"), 7u);
+    EXPECT_EQ(r.get_u64_or_uniform_arr("same64"), 7u);
+    error_of([&] { r.get_u64_or_uniform_arr("varies"); },
+             "key 'varies' varies per layer (7 at element 0, 8 at element 2)");
+    error_of([&] { r.get_u64_or_uniform_arr("empty"); }, "key 'empty' is an empty array");
+    error_of([&] { r.get_u64_or_uniform_arr("neg"); }, "key 'neg' element 0 value -1 does not fit in uint64");
+    error_of([&] { r.get_u64_or_uniform_arr("floats"); }, "has type array of float32, expected array of uint64");
+    error_of([&] { r.get_u64_or_uniform_arr("s"); }, "key 's' has type string, expected uint64 or array of uint64");
+    error_of([&] { r.get_u64_or_uniform_arr("nope"); }, "missing key 'nope'");
+}
+
+// ---------------------------------------------------------------------------------------------
+// info --json
+
+TEST(GgufJson, EveryKeyTypeValueAndTensor) {
+    Writer w;
+    w.set("u64", Value::u64(std::numeric_limits<uint64_t>::max()));
+    w.set("i8", Value::i8(-5));
+    w.set("f32", Value::f32(1e-6f));
+    w.set("b", Value::boolean(true));
+    w.set("s", Value::str("text"));
+    std::vector<uint32_t> long_array(bg::gguf::kJsonListedElems + 1);
+    for (size_t i = 0; i < long_array.size(); ++i) long_array[i] = static_cast<uint32_t>(i * 3);
+    w.set("short", Value::array_u32(std::vector<uint32_t>(long_array.begin(), long_array.end() - 1)));
+    w.set("long", Value::array_u32(long_array));
+    w.set("nested", Value::array(ValueType::ARRAY, {Value::array_i32({-1, 2})}));
+    w.add_tensor("t0", {32, 2}, GgmlType::Q8_0);
+    w.add_tensor("t1", {3}, GgmlType::F32);
+    Bytes image = w.header_bytes();
+    image.resize(w.total_size(), 0);
+    const nlohmann::json j = bg::gguf::header_json(Reader::parse(image.data(), image.size()));
+
+    EXPECT_EQ(j["version"], 3);
+    EXPECT_EQ(j["alignment"], 32);
+    EXPECT_EQ(j["data_offset"], w.data_offset());
+    const nlohmann::json& m = j["metadata"];
+    ASSERT_EQ(m.size(), 8u);
+    EXPECT_EQ(m[0], (nlohmann::json{{"key", "u64"}, {"type", "uint64"}, {"value", std::numeric_limits<uint64_t>::max()}}));
+    EXPECT_EQ(m[1]["value"], -5);
+    EXPECT_EQ(m[2]["type"], "float32");
+    EXPECT_EQ(m[2]["value"].get<double>(), static_cast<double>(1e-6f));  // the float's exact value
+    EXPECT_EQ(m[3]["value"], true);
+    EXPECT_EQ(m[4]["value"], "text");
+    EXPECT_EQ(m[5]["elem_type"], "uint32");
+    EXPECT_EQ(m[5]["count"], bg::gguf::kJsonListedElems);
+    EXPECT_EQ(m[5]["value"].size(), bg::gguf::kJsonListedElems);
+    EXPECT_FALSE(m[5].contains("first"));
+    EXPECT_EQ(m[6]["count"], bg::gguf::kJsonListedElems + 1);
+    EXPECT_FALSE(m[6].contains("value"));
+    EXPECT_EQ(m[6]["first"], (nlohmann::json{0, 3, 6, 9, 12, 15, 18, 21}));
+    EXPECT_EQ(m[7]["elem_type"], "array");
+    EXPECT_EQ(m[7]["value"][0], (nlohmann::json{{"elem_type", "int32"}, {"count", 2}, {"value", {-1, 2}}}));
+    const nlohmann::json& t = j["tensors"];
+    ASSERT_EQ(t.size(), 2u);
+    EXPECT_EQ(t[0], (nlohmann::json{{"name", "t0"}, {"shape", {32, 2}}, {"type", "q8_0"}, {"type_id", 8}, {"offset", 0},
+                                    {"file_offset", w.data_offset()}, {"bytes", 68}}));
+    EXPECT_EQ(t[1]["offset"], 96);  // 68 rounded up to the alignment
+    EXPECT_FALSE(bg::gguf::header_json(Reader::parse(image.data(), image.size()), false).contains("tensors"));
+}
+
+// A string may hold any bytes; the JSON replaces what is not UTF-8 instead of failing.
+TEST(GgufJson, InvalidUtf8IsReplaced) {
+    Writer w;
+    w.set("bad\xff", Value::str(std::string("a\xc3(b", 4)));
+    Bytes image = w.header_bytes();
+    const nlohmann::json j = bg::gguf::header_json(Reader::parse(image.data(), image.size()));
+    const std::string text = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    EXPECT_NE(text.find("\"value\":\"a\xef\xbf\xbd(b\""), std::string::npos) << text;
 }
 
 // ---------------------------------------------------------------------------------------------

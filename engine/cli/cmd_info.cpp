@@ -3,6 +3,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "gguf/gguf_json.h"
 #include "model/dsv41_model.h"
 #include "util/check.h"
 
@@ -89,15 +90,27 @@ void print_info(const std::string& path, bool tensors) {
                     (unsigned long long)t.file_offset, (unsigned long long)t.n_bytes);
 }
 
+// The header only, through the GGUF reader: any well-formed GGUF file prints, a deepseek41 model
+// or not. Invalid UTF-8 in a string is replaced rather than refused (the reader keeps bytes).
+void print_info_json(const std::string& path, bool tensors) {
+    const gguf::Reader r = gguf::Reader::open(path);
+    const std::string text =
+        gguf::header_json(r, tensors).dump(1, ' ', false, nlohmann::json::error_handler_t::replace);
+    std::printf("%s\n", text.c_str());
+}
+
 }  // namespace
 
 void register_info(CLI::App& app) {
     auto* cmd = app.add_subcommand("info", "Print a model's hyper-parameters, tensor table and bytes per tier");
     static std::string path;
     static bool no_tensors = false;
+    static bool as_json = false;
     cmd->add_option("model", path, "GGUF model file")->required();
     cmd->add_flag("--no-tensors", no_tensors, "Omit the tensor table");
-    cmd->callback([] { print_info(path, !no_tensors); });
+    cmd->add_flag("--json", as_json,
+                  "Print the GGUF metadata (keys, types, values; long arrays summarised) and the tensor table as JSON");
+    cmd->callback([] { as_json ? print_info_json(path, !no_tensors) : print_info(path, !no_tensors); });
 }
 
 }  // namespace bg::cli

@@ -25,9 +25,11 @@ public:
     std::vector<std::vector<uint64_t>> counts;
 };
 
-void profile(const RunConfig& cfg, const std::string& out) {
+void profile(RunConfig cfg, const std::string& out) {
     auto model = dsv41::Model::open(cfg.model_path);
     const auto& hp = model->hp();
+    cfg.resolve_residency_defaults(hp.n_expert, hp.n_expert_used);
+    if (!cfg.residency_defaults.empty()) std::fprintf(stderr, "profile: %s\n", cfg.residency_defaults.c_str());
     const std::vector<int32_t> prompt = cfg.prompt_file.empty()
         ? random_prompt(cfg.prompt_tokens, cfg.prompt_seed, hp.n_vocab, static_cast<int32_t>(hp.bos_id))
         : read_prompt_file(cfg.prompt_file, hp.n_vocab);

@@ -3,6 +3,7 @@
 
 #include "cli/commands.h"
 #include "cli/device_pick.h"
+#include "model/dsv41.h"
 #include "runtime/session.h"
 #include "util/check.h"
 #include "util/file_io.h"
@@ -13,6 +14,10 @@ namespace {
 
 void run(RunConfig cfg) {
     DeviceFactory* device = pick_device(cfg);
+    // The start-up print shows S and H as the run uses them, so defaults that follow the model
+    // are resolved from its header here (Session resolves them alike when used directly).
+    const dsv41::HParams hp = dsv41::read_hparams(gguf::Reader::open(cfg.model_path));
+    cfg.resolve_residency_defaults(hp.n_expert, hp.n_expert_used);
     std::fputs(cfg.describe().c_str(), stderr);
     Session s(cfg, device);
     const nlohmann::json metrics = s.run(true);
@@ -36,8 +41,9 @@ void add_model_prompt_flags(CLI::App* cmd, RunConfig& cfg, bool model_required) 
     cmd->add_option("--prompt-file", cfg.prompt_file, "File of whitespace-separated token ids")->excludes(pt);
     cmd->add_option("--threads", cfg.threads, "CPU threads (0: all cores)")->capture_default_str();
     cmd->add_option("--ubatch", cfg.ubatch, "Tokens per unit of work")->capture_default_str();
-    cmd->add_option("--slots", cfg.slots, "Resident experts per layer (S)")->capture_default_str();
-    cmd->add_option("--hot", cfg.hot, "Resident experts per layer kept in VRAM (H)")->capture_default_str();
+    cmd->add_option("--slots", cfg.slots,
+                    "Resident experts per layer (S; default min(20, experts per layer), at least the experts per token)");
+    cmd->add_option("--hot", cfg.hot, "Resident experts per layer kept in VRAM (H; default round(S x 5/20), at least 1)");
 }
 
 // The flags of run beyond the model and prompt (shared with plan, which sizes the same run).

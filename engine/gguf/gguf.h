@@ -114,6 +114,10 @@ public:
     float get_f32(const std::string& key) const;
     bool get_bool(const std::string& key) const;
     std::string get_str(const std::string& key) const;
+    // A count that may be stored once or once per layer (llama.cpp's get_key_or_arr keys, e.g.
+    // attention.head_count): a scalar integer, or a non-empty integer array whose elements are
+    // all equal; anything else throws bg::Error naming the key.
+    uint64_t get_u64_or_uniform_arr(const std::string& key) const;
     std::vector<uint64_t> get_arr_u64(const std::string& key) const;
     std::vector<int64_t> get_arr_i64(const std::string& key) const;
     std::vector<float> get_arr_f32(const std::string& key) const;

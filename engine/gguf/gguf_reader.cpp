@@ -639,6 +639,22 @@ std::string Reader::get_str(const std::string& key) const {
     return v.s;
 }
 
+uint64_t Reader::get_u64_or_uniform_arr(const std::string& key) const {
+    const Value& v = need(*this, key);
+    if (v.type != ValueType::ARRAY) {
+        if (!is_integer(v.type)) wrong_type(key, v, "uint64 or array of uint64");
+        return get_u64(key);
+    }
+    const std::vector<uint64_t> all = get_arr_u64(key);
+    if (all.empty()) fail("gguf: key '%s' is an empty array, expected one value per layer", printable(key).c_str());
+    for (size_t j = 1; j < all.size(); ++j)
+        if (all[j] != all[0])
+            fail("gguf: key '%s' varies per layer (%llu at element 0, %llu at element %zu); only one value "
+                 "for every layer is supported",
+                 printable(key).c_str(), static_cast<ull>(all[0]), static_cast<ull>(all[j]), j);
+    return all[0];
+}
+
 std::vector<uint64_t> Reader::get_arr_u64(const std::string& key) const {
     const Value& v = need_array(*this, key, is_integer, "array of uint64");
     std::vector<uint64_t> out;

@@ -50,6 +50,20 @@ public:
                  static_cast<long long>(max_value));
         return static_cast<int64_t>(v);
     }
+    // A count llama.cpp reads with get_key_or_arr (one value, or one per layer): the engine
+    // needs one value for every main layer, so an array's first n_layer values must agree.
+    int64_t uniform_pos(const char* suffix, int64_t max_value, int64_t n_layer) {
+        const std::string k = arch(suffix);
+        const gguf::Value* v = r_.find(k);
+        if (!v || v->type != gguf::ValueType::ARRAY) return pos(suffix, max_value);
+        const std::vector<uint64_t> a = first_n(r_.get_arr_u64(k), k, n_layer);
+        for (uint64_t x : a)
+            if (x != a[0]) fail("model: key '%s' differs between layers, which is not supported", k.c_str());
+        if (a[0] < 1 || a[0] > static_cast<uint64_t>(max_value))
+            fail("model: key '%s' = %llu is out of range [1, %lld]", k.c_str(), (unsigned long long)a[0],
+                 (long long)max_value);
+        return static_cast<int64_t>(a[0]);
+    }
     int64_t opt_u(const char* suffix, int64_t def) {
         const std::string k = arch(suffix);
         return r_.find(k) ? static_cast<int64_t>(r_.get_u64(k)) : def;
@@ -126,8 +140,8 @@ HParams read_hparams(const gguf::Reader& r) {
         hp.n_layer = hp.n_layer_all - nextn;
     hp.n_embd = k.pos("embedding_length", 1 << 20);
     hp.n_ctx_train = k.opt_u("context_length", 1 << 20);
-    hp.n_head = k.pos("attention.head_count", 4096);
-    if (k.find("attention.head_count_kv") && r.get_u64(k.arch("attention.head_count_kv")) != 1)
+    hp.n_head = k.uniform_pos("attention.head_count", 4096, hp.n_layer);
+    if (k.find("attention.head_count_kv") && k.uniform_pos("attention.head_count_kv", 4096, hp.n_layer) != 1)
         fail("model: key '%s' must be 1 (one shared latent kv head)", k.arch("attention.head_count_kv").c_str());
     hp.head_dim = k.pos("attention.key_length", 1 << 16);
     if (k.find("attention.value_length") &&
@@ -142,8 +156,8 @@ HParams read_hparams(const gguf::Reader& r) {
         fail("model: attention.head_count %lld is not a multiple of attention.output_group_count %lld",
              (long long)hp.n_head, (long long)hp.o_groups);
     hp.n_expert = k.pos("expert_count", 1 << 16);
-    hp.n_expert_used = k.pos("expert_used_count", hp.n_expert);
-    hp.n_ff_exp = k.pos("expert_feed_forward_length", 1 << 20);
+    hp.n_expert_used = k.uniform_pos("expert_used_count", hp.n_expert, hp.n_layer);
+    hp.n_ff_exp = k.uniform_pos("expert_feed_forward_length", 1 << 20, hp.n_layer);
     hp.n_expert_shared = k.opt_u("expert_shared_count", 0);
     if (hp.n_expert_shared > 1) fail("model: expert_shared_count %lld > 1 is not supported", (long long)hp.n_expert_shared);
     hp.expert_weights_scale = k.opt_f("expert_weights_scale", 1.0f);
@@ -253,6 +267,10 @@ void write_hparams(const HParams& hp, gguf::Writer& w) {
     w.set("general.architecture", Value::str(kArch));
     auto u32 = [&](const char* k, int64_t v) { w.set(key(k), Value::u32(static_cast<uint32_t>(v))); };
     auto f32 = [&](const char* k, float v) { w.set(key(k), Value::f32(v)); };
+    // Each key's type is the one llama.cpp's loader reads it with (engine/model/GGUF_KEYS.md);
+    // its get_key refuses any other type, so test_model_gguf_keys pins every type written here.
+    // Without a vocabulary in the file llama.cpp takes the vocabulary size from this key.
+    u32("vocab_size", hp.n_vocab);
     u32("block_count", hp.n_layer);
     u32("context_length", hp.n_ctx_train);
     u32("embedding_length", hp.n_embd);
@@ -301,7 +319,8 @@ void write_hparams(const HParams& hp, gguf::Writer& w) {
         w.set(key("engram.primes"), Value::array_u64(hp.engram_primes));
         w.set(key("engram.offsets"), Value::array_u64(hp.engram_offsets));
         w.set(key("engram.token_map"), Value::array_u32(hp.engram_token_map));
-        w.set(key("engram.pad_id"), Value::u64(hp.engram_pad_id));
+        BG_CHECK(hp.engram_pad_id <= UINT32_MAX);  // a compressed token id, like the token map's
+        u32("engram.pad_id", static_cast<int64_t>(hp.engram_pad_id));
     }
     w.set("tokenizer.ggml.bos_token_id", Value::u32(hp.bos_id));
 }

@@ -160,6 +160,10 @@ MakeModelResult make_model(const ModelScale& scale_in, const MakeModelConfig& cf
 
     gguf::Writer w;
     dsv41::write_hparams(scale.hp, w);
+    // The tokenizer: llama.cpp refuses a file without tokenizer.ggml.model; "none" says the file
+    // carries no vocabulary (llama.cpp then sizes it from deepseek41.vocab_size). A writer of a
+    // real tokenizer sets its keys after this one (Writer::set replaces the value).
+    w.set("tokenizer.ggml.model", gguf::Value::str("none"));
     w.set("general.name", gguf::Value::str("betelgeuse synthetic dsv41 (" + scale.name + ")"));
     w.set("general.type", gguf::Value::str("model"));
     w.set("betelgeuse.seed", gguf::Value::u64(cfg.seed));

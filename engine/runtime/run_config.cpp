@@ -1,8 +1,27 @@
 #include "runtime/run_config.h"
 
+#include <algorithm>
+
 #include "util/check.h"
 
 namespace bg {
+
+void RunConfig::resolve_residency_defaults(int64_t n_expert, int64_t n_expert_used) {
+    constexpr int64_t kSeedSlots = 20, kSeedHot = 5;
+    std::string note;
+    if (slots == kFromModel) {
+        slots = std::max(n_expert_used, std::min(kSeedSlots, n_expert));
+        note = strf("S = min(%lld, %lld experts per layer) = %lld", (long long)kSeedSlots, (long long)n_expert,
+                    (long long)slots);
+        if (slots > std::min(kSeedSlots, n_expert)) note += strf(" raised to the %lld experts per token", (long long)slots);
+    }
+    if (hot == kFromModel) {
+        hot = std::max<int64_t>(1, (slots * kSeedHot + kSeedSlots / 2) / kSeedSlots);
+        note += strf("%sH = round(S x %lld/%lld) = %lld", note.empty() ? "" : ", ", (long long)kSeedHot,
+                     (long long)kSeedSlots, (long long)hot);
+    }
+    if (!note.empty()) residency_defaults = note + " (not given on the command line)";
+}
 
 nlohmann::json RunConfig::to_json() const {
     return {
@@ -22,6 +41,7 @@ nlohmann::json RunConfig::to_json() const {
         {"residency", residency},
         {"slots", slots},
         {"hot", hot},
+        {"residency_defaults", residency_defaults},
         {"promote", promote},
         {"transient_slots", transient_slots},
         {"lru_slots", lru_slots},

@@ -12,6 +12,9 @@
 namespace bg {
 
 struct RunConfig {
+    // --slots and --hot left at this value follow the model: see resolve_residency_defaults.
+    static constexpr int64_t kFromModel = -1;
+
     std::string model_path;
     int64_t prompt_tokens = 64;
     uint64_t prompt_seed = 1;
@@ -27,8 +30,9 @@ struct RunConfig {
     // Tiered store
     std::string routing = "exact";    // exact | pinned-top1 | resident-only
     std::string residency;            // plan file from `betelgeuse profile`; "" = highest bias
-    int64_t slots = 20;               // S resident experts per layer
-    int64_t hot = 5;                  // H of them in VRAM
+    int64_t slots = kFromModel;       // S resident experts per layer
+    int64_t hot = kFromModel;         // H of them in VRAM
+    std::string residency_defaults;   // how S and H followed the model, when they did
     bool promote = false;             // end-of-pass promotion of the H most-used into VRAM
     int64_t transient_slots = 32;
     int64_t lru_slots = 0;            // host LRU cache for non-resident experts
@@ -46,6 +50,14 @@ struct RunConfig {
     bool verify_slots = false;        // after each pass, compare every loaded slot with the file
     std::string metrics_json;         // where to write the metrics ("" = none)
     io::FaultPlan faults;             // injected disk faults (tests and fault drills)
+
+    // Replaces S and H left at kFromModel by defaults that fit any model, with n_expert experts
+    // per layer of which n_expert_used are routed per token. The seed's S = 20, H = 5 were made
+    // for 384 experts; a model with fewer keeps all of them resident and H in the same ratio:
+    //   S = min(20, n_expert), but at least n_expert_used (a token's experts must fit)
+    //   H = round(S * 5 / 20), at least 1 (one VRAM slot per layer keeps the device tier in use)
+    // and says so in residency_defaults. Values given on the command line are kept.
+    void resolve_residency_defaults(int64_t n_expert, int64_t n_expert_used);
 
     nlohmann::json to_json() const;
     std::string describe() const;     // the start-up table

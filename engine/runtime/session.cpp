@@ -107,7 +107,8 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
     prompt_ = cfg.prompt_file.empty()
                   ? random_prompt(cfg.prompt_tokens, cfg.prompt_seed, hp.n_vocab, static_cast<int32_t>(hp.bos_id))
                   : read_prompt_file(cfg.prompt_file, hp.n_vocab);
-    plan_ = cfg.residency.empty() ? plan_from_bias(*model_, cfg.slots, cfg.hot) : load_plan(cfg.residency, *model_);
+    cfg_.resolve_residency_defaults(hp.n_expert, hp.n_expert_used);
+    plan_ = cfg.residency.empty() ? plan_from_bias(*model_, cfg_.slots, cfg_.hot) : load_plan(cfg.residency, *model_);
 
     backend_ = device->make_backend();
     pool_ = std::make_unique<cpu::ThreadPool>(cfg.threads);
