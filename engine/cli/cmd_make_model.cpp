@@ -1,7 +1,10 @@
+#include <sys/stat.h>
+
 #include <cstdio>
 
 #include "cli/commands.h"
 #include "model/make_model.h"
+#include "tokenizer/hf_import.h"
 
 namespace bg::cli {
 
@@ -12,13 +15,39 @@ void register_make_model(CLI::App& app) {
     cmd->add_option("--out", cfg.out_path, "Output GGUF path")->required();
     cmd->add_option("--seed", cfg.seed, "Seed: the same seed gives the same bytes")->capture_default_str();
     cmd->add_option("--threads", cfg.threads, "Worker threads (0: all cores)")->capture_default_str();
+    // The vocabulary setup-deps installs with npm, found through the source tree this binary
+    // was built from.
+    static std::string tokenizer_dir = tok::npm_tokenizer_dir(BG_PROJECT_ROOT);
+    static bool no_tokenizer = false;
+    cmd->add_option("--tokenizer", tokenizer_dir, "Folder with tokenizer.json and tokenizer_config.json to embed")
+        ->capture_default_str();
+    cmd->add_flag("--no-tokenizer", no_tokenizer, "Embed no tokenizer");
     cmd->callback([] {
         const ModelScale s = load_scale(cfg.scale_path);
+        struct stat st;
+        const bool have = ::stat((tokenizer_dir + "/tokenizer.json").c_str(), &st) == 0;
+        if (no_tokenizer) {
+            cfg.tokenizer_dir.clear();
+        } else if (!have) {
+            std::fprintf(stderr, "make-model: no tokenizer at %s (scripts/setup-deps.sh installs it): the model "
+                                 "gets none and runs on token ids only\n", tokenizer_dir.c_str());
+            cfg.tokenizer_dir.clear();
+        } else if (s.hp.n_vocab < tok::kDeepSeekVocabRows) {
+            std::fprintf(stderr, "make-model: scale %s has %lld vocabulary rows, fewer than DeepSeek's %lld: the model "
+                                 "gets no tokenizer and runs on token ids only\n", s.name.c_str(), (long long)s.hp.n_vocab,
+                         (long long)tok::kDeepSeekVocabRows);
+            cfg.tokenizer_dir.clear();
+        } else {
+            cfg.tokenizer_dir = tokenizer_dir;
+        }
         std::fprintf(stderr, "make-model: scale %s (%s), seed %llu -> %s\n", s.name.c_str(), cfg.scale_path.c_str(),
                      (unsigned long long)cfg.seed, cfg.out_path.c_str());
         const MakeModelResult r = make_model(s, cfg);
         std::fprintf(stderr, "make-model: wrote %.3f GB in %.1f s (%.0f MB/s)\n", r.file_bytes / 1e9, r.seconds,
                      r.file_bytes / 1e6 / std::max(r.seconds, 1e-3));
+        if (r.tokenizer_tokens > 0)
+            std::fprintf(stderr, "make-model: embedded the DeepSeek-V3 tokenizer (%lld tokens) from %s\n",
+                         (long long)r.tokenizer_tokens, cfg.tokenizer_dir.c_str());
     });
 }
 

@@ -4,6 +4,7 @@
 #include "cpu/thread_pool.h"
 #include "model/dsv41_forward.h"
 #include "runtime/providers.h"
+#include "runtime/prompt.h"
 #include "runtime/residency.h"
 #include "runtime/run_config.h"
 #include "runtime/runner.h"
@@ -28,9 +29,8 @@ public:
 void profile(const RunConfig& cfg, const std::string& out) {
     auto model = dsv41::Model::open(cfg.model_path);
     const auto& hp = model->hp();
-    const std::vector<int32_t> prompt = cfg.prompt_file.empty()
-        ? random_prompt(cfg.prompt_tokens, cfg.prompt_seed, hp.n_vocab, static_cast<int32_t>(hp.bos_id))
-        : read_prompt_file(cfg.prompt_file, hp.n_vocab);
+    const std::unique_ptr<tok::Tokenizer> tokenizer = load_tokenizer(*model);
+    const std::vector<int32_t> prompt = build_prompt(cfg, *model, tokenizer.get());
     cpu::ThreadPool pool(cfg.threads);
     PreadExpertProvider experts(*model);
     PreadEngramProvider engram(*model);

@@ -11,5 +11,6 @@ void register_run(CLI::App& app);
 void register_probe_disk(CLI::App& app);
 void register_profile(CLI::App& app);
 void register_probe_pcie(CLI::App& app);
+void register_tokenize(CLI::App& app);
 
 }  // namespace bg::cli

@@ -1,4 +1,4 @@
-// betelgeuse: the engine's command line (info, make-model, run).
+// betelgeuse: the engine's command line (info, make-model, run, tokenize, profile, probes).
 #include <unistd.h>
 
 #include <chrono>
@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
     bg::cli::register_probe_disk(app);
     bg::cli::register_profile(app);
     bg::cli::register_probe_pcie(app);
+    bg::cli::register_tokenize(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

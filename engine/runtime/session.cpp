@@ -103,10 +103,9 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
     if (cfg.gen < 0) fail("--gen must be >= 0");
 
     model_ = dsv41::Model::open(cfg.model_path);
-    const dsv41::HParams& hp = model_->hp();
-    prompt_ = cfg.prompt_file.empty()
-                  ? random_prompt(cfg.prompt_tokens, cfg.prompt_seed, hp.n_vocab, static_cast<int32_t>(hp.bos_id))
-                  : read_prompt_file(cfg.prompt_file, hp.n_vocab);
+    tokenizer_ = load_tokenizer(*model_);
+    prompt_ = build_prompt(cfg, *model_, tokenizer_.get());
+    sampler_ = std::make_unique<Sampler>(cfg.sampling);
     plan_ = cfg.residency.empty() ? plan_from_bias(*model_, cfg.slots, cfg.hot) : load_plan(cfg.residency, *model_);
 
     backend_ = device->make_backend();
@@ -153,7 +152,7 @@ std::vector<float> Session::all_logits(RoutingPolicy policy) {
     return all;
 }
 
-nlohmann::json Session::run(bool verbose) {
+nlohmann::json Session::run(bool verbose, const std::function<void(int32_t)>& on_token) {
     const dsv41::HParams& hp = model_->hp();
     const int64_t n_prompt = static_cast<int64_t>(prompt_.size());
     nlohmann::json metrics;
@@ -266,7 +265,7 @@ nlohmann::json Session::run(bool verbose) {
     begin_timelines();
     const double b0 = fwd_->device_busy_ms();
     const double t_dec_ms = now_ms();
-    generated_ = runner_->decode(logits, cfg_.gen);
+    generated_ = runner_->decode(logits, cfg_.gen, sampler_.get(), on_token);
     const double t_dec_end_ms = now_ms();
     const double dec_ms = t_dec_end_ms - t_dec_ms;
     // The first generated token comes from the prefill's logits: decode speed counts the

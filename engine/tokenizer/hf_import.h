@@ -10,6 +10,9 @@
 
 namespace bg::tok {
 
+// Embedding rows of DeepSeek-V3 and the V4 family: the package's 128,815 ids padded up to this.
+constexpr int64_t kDeepSeekVocabRows = 129280;
+
 // Where setup-deps installs the package's tokenizer files, under the project root.
 std::string npm_tokenizer_dir(const std::string& project_root);
 

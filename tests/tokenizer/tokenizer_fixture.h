@@ -22,7 +22,7 @@ inline std::string project_root() {
 
 inline std::string npm_dir() { return project_root() + "/third_party/npm"; }
 
-constexpr int64_t kDeepSeekVocab = 129280;
+constexpr int64_t kDeepSeekVocab = bg::tok::kDeepSeekVocabRows;
 
 inline const bg::tok::Tokenizer& deepseek_tokenizer() {
     static const std::unique_ptr<bg::tok::Tokenizer> t = [] {
