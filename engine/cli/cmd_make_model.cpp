@@ -1,4 +1,5 @@
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
 
@@ -8,6 +9,28 @@
 
 namespace bg::cli {
 
+namespace {
+
+bool has_tokenizer(const std::string& dir) {
+    struct stat st;
+    return ::stat((dir + "/tokenizer.json").c_str(), &st) == 0;
+}
+
+std::string default_tokenizer_dir() {
+    const std::string in_tree = tok::npm_tokenizer_dir(BG_PROJECT_ROOT);
+    if (has_tokenizer(in_tree)) return in_tree;
+    char exe[4096];
+    const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        std::string beside(exe, static_cast<size_t>(n));
+        beside = beside.substr(0, beside.rfind('/')) + "/tokenizer";
+        if (has_tokenizer(beside)) return beside;
+    }
+    return in_tree;
+}
+
+}  // namespace
+
 void register_make_model(CLI::App& app) {
     auto* cmd = app.add_subcommand("make-model", "Write a deterministic random-weight dsv41 GGUF at a given scale");
     static MakeModelConfig cfg;
@@ -16,16 +39,16 @@ void register_make_model(CLI::App& app) {
     cmd->add_option("--seed", cfg.seed, "Seed: the same seed gives the same bytes")->capture_default_str();
     cmd->add_option("--threads", cfg.threads, "Worker threads (0: all cores)")->capture_default_str();
     // The vocabulary setup-deps installs with npm, found through the source tree this binary
-    // was built from.
-    static std::string tokenizer_dir = tok::npm_tokenizer_dir(BG_PROJECT_ROOT);
+    // was built from; a binary staged for another machine (scripts/device-stage.sh) finds a copy
+    // in tokenizer/ beside itself.
+    static std::string tokenizer_dir = default_tokenizer_dir();
     static bool no_tokenizer = false;
     cmd->add_option("--tokenizer", tokenizer_dir, "Folder with tokenizer.json and tokenizer_config.json to embed")
         ->capture_default_str();
     cmd->add_flag("--no-tokenizer", no_tokenizer, "Embed no tokenizer");
     cmd->callback([] {
         const ModelScale s = load_scale(cfg.scale_path);
-        struct stat st;
-        const bool have = ::stat((tokenizer_dir + "/tokenizer.json").c_str(), &st) == 0;
+        const bool have = has_tokenizer(tokenizer_dir);
         if (no_tokenizer) {
             cfg.tokenizer_dir.clear();
         } else if (!have) {
