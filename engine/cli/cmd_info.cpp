@@ -18,7 +18,12 @@ std::string shape(const std::vector<int64_t>& ne) {
 }
 
 std::string tokenizer_line(const gguf::Reader& r) {
-    const std::optional<tok::Vocab> v = tok::Vocab::from_gguf(r);
+    std::optional<tok::Vocab> v;
+    try {
+        v = tok::Vocab::from_gguf(r);
+    } catch (const Error& e) {
+        return strf("unusable (%s); runs on token ids only", e.what());
+    }
     if (!v) return "none (runs on token ids only)";
     int64_t control = 0, user = 0, unused = 0;
     for (tok::TokenType t : v->types) {

@@ -103,7 +103,13 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
     if (cfg.gen < 0) fail("--gen must be >= 0");
 
     model_ = dsv41::Model::open(cfg.model_path);
-    tokenizer_ = load_tokenizer(*model_);
+    // A tokenizer this engine cannot use matters only to text: ids still run.
+    try {
+        tokenizer_ = load_tokenizer(*model_);
+    } catch (const Error& e) {
+        if (!cfg.prompt_text.empty() || !cfg.prompt_text_file.empty()) throw;
+        std::fprintf(stderr, "%s; running on token ids\n", e.what());
+    }
     prompt_ = build_prompt(cfg, *model_, tokenizer_.get());
     sampler_ = std::make_unique<Sampler>(cfg.sampling);
     plan_ = cfg.residency.empty() ? plan_from_bias(*model_, cfg.slots, cfg.hot) : load_plan(cfg.residency, *model_);
