@@ -108,7 +108,8 @@ void check_rejected(const bgh::ScenarioError& e) {
 // The flags engine_args sets from the scenario's own keys (extra_args may not repeat them).
 const std::set<std::string>& harness_flags() {
     static const std::set<std::string> f = {
-        "--model", "--metrics-json", "--passes", "--gen", "--prompt-tokens", "--prompt-seed", "--prompt-file",
+        "--model", "-m", "--metrics-json", "--passes", "--gen", "-n", "--prompt-tokens", "--prompt-seed", "--file", "-f",
+        "--prompt", "-p", "--prompt-ids",
         "--prefill", "--ubatch", "--routing", "--promote", "--slots", "--hot", "--transient-slots", "--lru-slots",
         "--io", "--queue-depth", "--read-size", "--host-budget", "--vram-budget", "--threads", "--residency",
         "--engram-buffer", "--backend"};
@@ -157,7 +158,7 @@ json canon(const bgh::Scenario& s) {
               {"changes", bgh::changes_to_json(s.changes)},
               {"engine", {e.slots, e.hot, e.transient_slots, e.lru_slots, e.io, e.queue_depth, e.read_size_bytes,
                           e.threads, e.engram_buffer_kib, e.backend, e.residency_path, e.extra_args}},
-              {"prompt", {s.prompt_tokens, s.prompt_seed, s.prompt_file}},
+              {"prompt", {s.prompt_tokens, s.prompt_seed, s.prompt_text_file, s.prompt_ids_file}},
               {"passes", {s.passes, s.pass_labels, s.decode_tokens, s.repetitions, s.baseline_reference}},
               {"tolerance", s.speed_ratio_tolerance},
               {"warnings", s.warnings}};
@@ -199,10 +200,12 @@ void check_accepted(const bgh::Scenario& s, const std::string& text) {
     if (e.backend != "" && e.backend != "auto" && e.backend != "cpu" && e.backend != "cuda")
         finding("accepted engine.backend", e.backend.c_str());
     if (!e.residency_path.empty() && !abs_path(e.residency_path)) finding("accepted engine.residency", "not absolute");
-    if (s.prompt_file.empty()) {
+    if (s.prompt_text_file.empty() && s.prompt_ids_file.empty()) {
         in_range(s.prompt_tokens, 1, 1 << 20, "prompt.tokens");
     } else {
-        if (!abs_path(s.prompt_file)) finding("accepted prompt.file", "not absolute");
+        if (!s.prompt_text_file.empty() && !s.prompt_ids_file.empty()) finding("accepted prompt", "both a text and an ids file");
+        for (const std::string* f : {&s.prompt_text_file, &s.prompt_ids_file})
+            if (!f->empty() && !abs_path(*f)) finding("accepted prompt file", "not absolute");
         if (s.prompt_tokens != 0) finding("accepted prompt", "both a file and a token count");
     }
     in_range(static_cast<int64_t>(s.prompt_seed), 0, INT64_MAX, "prompt.seed");
@@ -224,7 +227,7 @@ void check_accepted(const bgh::Scenario& s, const std::string& text) {
     }
     for (const std::string& w : s.warnings) check_line(w, "scenario warning");
     // The OS reads a path or an argument only up to a NUL: it would name another file.
-    for (const std::string* p : {&s.model_path, &s.model_scale_path, &e.residency_path, &s.prompt_file, &s.name})
+    for (const std::string* p : {&s.model_path, &s.model_scale_path, &e.residency_path, &s.prompt_text_file, &s.prompt_ids_file, &s.name})
         if (p->find('\0') != std::string::npos) finding("accepted path or name holds a NUL", p->c_str());
     for (const std::string& a : e.extra_args)
         if (a.find('\0') != std::string::npos) finding("accepted engine.extra_args holds a NUL", a.c_str());

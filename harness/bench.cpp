@@ -58,8 +58,9 @@ std::string temp_dir() {
 }  // namespace
 
 json scenario_json(const Scenario& s) {
-    json prompt = s.prompt_file.empty() ? json{{"tokens", s.prompt_tokens}, {"seed", s.prompt_seed}}
-                                        : json{{"file", s.prompt_file}};
+    json prompt = !s.prompt_text_file.empty()  ? json{{"text_file", s.prompt_text_file}}
+                  : !s.prompt_ids_file.empty() ? json{{"ids_file", s.prompt_ids_file}}
+                                               : json{{"tokens", s.prompt_tokens}, {"seed", s.prompt_seed}};
     json j = {{"name", s.name},
               {"profile", s.profile},
               {"mode", s.mode},
@@ -181,7 +182,7 @@ BenchOutcome run_bench(const Scenario& s, const BenchOptions& o) {
             json partial_passes = json::array(), partial_decode;
             progress.start_run(s.name, cname + ", repetition " + std::to_string(rep) + "/" + std::to_string(s.repetitions) +
                                            " (run " + std::to_string(seq) + "/" + std::to_string(total) + ")",
-                               s.passes, s.prompt_file.empty() ? s.prompt_tokens : 0, s.decode_tokens);
+                               s.passes, s.prompt_text_file.empty() && s.prompt_ids_file.empty() ? s.prompt_tokens : 0, s.decode_tokens);
             ChildResult cr;
             try {
                 cr = run_child(

@@ -53,7 +53,7 @@ json portable_command(const json& cmd) {
     for (const auto& a : cmd) {
         const std::string s = a.get<std::string>();
         out.push_back(mask ? json("<path>") : a);
-        mask = s == "--model" || s == "--metrics-json" || s == "--prompt-file" || s == "--residency";
+        mask = s == "--model" || s == "--metrics-json" || s == "--file" || s == "--prompt-ids" || s == "--residency";
         if (out.size() == 1) out[0] = "<engine>";
     }
     return out;

@@ -239,10 +239,13 @@ std::optional<Figure> figure(Obj& o, const std::string& key) {
 // the scenario behind its back.
 const std::map<std::string, std::string>& reserved_flags() {
     static const std::map<std::string, std::string> m = {
-        {"--model", "model.path"},          {"--metrics-json", "the harness"},
-        {"--passes", "passes"},             {"--gen", "decode_tokens"},
+        {"--model", "model.path"},          {"-m", "model.path"},
+        {"--metrics-json", "the harness"},
+        {"--passes", "passes"},             {"--gen", "decode_tokens"},          {"-n", "decode_tokens"},
         {"--prompt-tokens", "prompt.tokens"}, {"--prompt-seed", "prompt.seed"},
-        {"--prompt-file", "prompt.file"},   {"--prefill", "changes.layer_major"},
+        {"--file", "prompt.text_file"},     {"-f", "prompt.text_file"},
+        {"--prompt", "prompt"},             {"-p", "prompt"},
+        {"--prompt-ids", "prompt.ids_file"}, {"--prefill", "changes.layer_major"},
         {"--ubatch", "changes.layer_major"}, {"--routing", "changes.partition"},
         {"--promote", "changes.promotion"}, {"--slots", "engine.slots"},
         {"--hot", "engine.hot"},            {"--transient-slots", "engine.transient_slots"},
@@ -449,14 +452,17 @@ Scenario parse_scenario(const std::string& text, const std::string& path) {
     en.finish();
 
     Obj pr = top.object("prompt", true);
-    const bool has_file = pr.has("file"), has_tokens = pr.has("tokens");
-    if (pr.valid() && has_file == has_tokens) pr.problem("", "give either \"tokens\" (with an optional \"seed\") or \"file\"");
+    const int sources = pr.has("tokens") + pr.has("text_file") + pr.has("ids_file");
+    if (pr.valid() && sources != 1)
+        pr.problem("", "give one of \"tokens\" (with an optional \"seed\"), \"text_file\" or \"ids_file\"");
     s.prompt_tokens = pr.integer("tokens", 1, 1 << 20).value_or(0);
     s.prompt_seed = pr.integer("seed", 0, INT64_MAX).value_or(1);
-    if (auto f = pr.string("file")) {
-        s.prompt_file = resolve(dir, *f);
-        if (!is_file(s.prompt_file)) pr.problem("file", "no prompt file at " + path_text(s.prompt_file));
-        if (pr.has("seed")) pr.problem("seed", "only meaningful with prompt.tokens");
+    for (auto [key, dst] : {std::pair{"text_file", &s.prompt_text_file}, {"ids_file", &s.prompt_ids_file}}) {
+        if (auto f = pr.string(key)) {
+            *dst = resolve(dir, *f);
+            if (!is_file(*dst)) pr.problem(key, "no prompt file at " + path_text(*dst));
+            if (pr.has("seed")) pr.problem("seed", "only meaningful with prompt.tokens");
+        }
     }
     pr.finish();
 
@@ -525,10 +531,12 @@ Scenario load_scenario(const std::string& path) {
 std::vector<std::string> engine_args(const Scenario& s, const Changes& c, const std::string& metrics_json_path) {
     const EngineOptions& e = s.engine;
     std::vector<std::string> a = {"run", "--model", s.model_path};
-    if (s.prompt_file.empty())
-        a.insert(a.end(), {"--prompt-tokens", std::to_string(s.prompt_tokens), "--prompt-seed", std::to_string(s.prompt_seed)});
+    if (!s.prompt_text_file.empty())
+        a.insert(a.end(), {"--file", s.prompt_text_file});
+    else if (!s.prompt_ids_file.empty())
+        a.insert(a.end(), {"--prompt-ids", s.prompt_ids_file});
     else
-        a.insert(a.end(), {"--prompt-file", s.prompt_file});
+        a.insert(a.end(), {"--prompt-tokens", std::to_string(s.prompt_tokens), "--prompt-seed", std::to_string(s.prompt_seed)});
     a.insert(a.end(), {"--passes", std::to_string(s.passes), "--gen", std::to_string(s.decode_tokens)});
     const auto cf = change_flags(c);
     a.insert(a.end(), cf.begin(), cf.end());

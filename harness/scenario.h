@@ -96,9 +96,10 @@ struct Scenario {
     Changes changes;
     EngineOptions engine;
 
-    int64_t prompt_tokens = 0;       // used when prompt_file is empty
+    int64_t prompt_tokens = 0;       // random ids, used when neither file below is set
     uint64_t prompt_seed = 1;
-    std::string prompt_file;         // absolute
+    std::string prompt_text_file;    // absolute: a file of text (the model's tokenizer reads it)
+    std::string prompt_ids_file;     // absolute: a file of token ids
 
     int64_t passes = 2;
     std::vector<std::string> pass_labels;  // one per pass, or empty

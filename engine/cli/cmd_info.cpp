@@ -5,6 +5,8 @@
 #include "cli/commands.h"
 #include "gguf/gguf_json.h"
 #include "model/dsv41_model.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/vocab.h"
 #include "util/check.h"
 
 namespace bg::cli {
@@ -37,6 +39,36 @@ void print_ignored(const dsv41::Model& m) {
     for (const std::string& t : tensors) std::printf("  %s\n", t.c_str());
 }
 
+std::string tokenizer_line(const gguf::Reader& r) {
+    std::optional<tok::Vocab> v;
+    try {
+        v = tok::Vocab::from_gguf(r);
+    } catch (const Error& e) {
+        return strf("unusable (%s); runs on token ids only", e.what());
+    }
+    if (!v) return "none (runs on token ids only)";
+    int64_t control = 0, user = 0, unused = 0;
+    for (tok::TokenType t : v->types) {
+        control += t == tok::TokenType::kControl;
+        user += t == tok::TokenType::kUserDefined;
+        unused += t == tok::TokenType::kUnused;
+    }
+    std::string chat = "none";
+    if (!v->chat_template.empty()) {
+        try {
+            chat = tok::chat_format_name(tok::detect_chat_format(v->chat_template));
+        } catch (const Error&) {
+            chat = "not recognised";
+        }
+        chat += strf(" (%zu bytes)", v->chat_template.size());
+    }
+    return strf("%s, pre %s, %zu tokens (%lld control, %lld user-defined, %lld unused), %zu merges, bos %lld, eos %lld, "
+                "pad %lld, add bos %s; chat template %s",
+                v->model.c_str(), v->pre.c_str(), v->tokens.size(), (long long)control, (long long)user, (long long)unused,
+                v->merges.size(), (long long)v->bos_id, (long long)v->eos_id, (long long)v->pad_id,
+                v->add_bos ? "yes" : "no", chat.c_str());
+}
+
 void print_info(const std::string& path, bool tensors) {
     auto m = dsv41::Model::open(path);
     const dsv41::HParams& hp = m->hp();
@@ -47,6 +79,7 @@ void print_info(const std::string& path, bool tensors) {
     std::printf("layers           %lld, hidden %lld, vocab %lld", (long long)hp.n_layer, (long long)hp.n_embd, (long long)hp.n_vocab);
     if (hp.n_layer_all > hp.n_layer) std::printf(" (+%lld next-n layers, not run)", (long long)(hp.n_layer_all - hp.n_layer));
     std::printf("\n");
+    std::printf("tokenizer        %s\n", tokenizer_line(m->gguf()).c_str());
     std::printf("attention        %lld heads x %lld (rope %lld), q_lora %lld, output %lld groups x %lld, window %lld\n",
                 (long long)hp.n_head, (long long)hp.head_dim, (long long)hp.rope_dims, (long long)hp.q_lora_rank,
                 (long long)hp.o_groups, (long long)hp.o_lora_rank, (long long)hp.sliding_window);

@@ -1,9 +1,36 @@
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdio>
 
 #include "cli/commands.h"
 #include "model/make_model.h"
+#include "tokenizer/hf_import.h"
 
 namespace bg::cli {
+
+namespace {
+
+bool has_tokenizer(const std::string& dir) {
+    struct stat st;
+    return ::stat((dir + "/tokenizer.json").c_str(), &st) == 0;
+}
+
+}  // namespace
+
+// Where make-model finds the tokenizer it embeds (plan tokenizes a scale's text prompt with it).
+std::string default_tokenizer_dir() {
+    const std::string in_tree = tok::npm_tokenizer_dir(BG_PROJECT_ROOT);
+    if (has_tokenizer(in_tree)) return in_tree;
+    char exe[4096];
+    const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        std::string beside(exe, static_cast<size_t>(n));
+        beside = beside.substr(0, beside.rfind('/')) + "/tokenizer";
+        if (has_tokenizer(beside)) return beside;
+    }
+    return in_tree;
+}
 
 void register_make_model(CLI::App& app) {
     auto* cmd = app.add_subcommand("make-model", "Write a deterministic random-weight dsv41 GGUF at a given scale");
@@ -12,13 +39,39 @@ void register_make_model(CLI::App& app) {
     cmd->add_option("--out", cfg.out_path, "Output GGUF path")->required();
     cmd->add_option("--seed", cfg.seed, "Seed: the same seed gives the same bytes")->capture_default_str();
     cmd->add_option("--threads", cfg.threads, "Worker threads (0: all cores)")->capture_default_str();
+    // The vocabulary setup-deps installs with npm, found through the source tree this binary
+    // was built from; a binary staged for another machine (scripts/device-stage.sh) finds a copy
+    // in tokenizer/ beside itself.
+    static std::string tokenizer_dir = default_tokenizer_dir();
+    static bool no_tokenizer = false;
+    cmd->add_option("--tokenizer", tokenizer_dir, "Folder with tokenizer.json and tokenizer_config.json to embed")
+        ->capture_default_str();
+    cmd->add_flag("--no-tokenizer", no_tokenizer, "Embed no tokenizer");
     cmd->callback([] {
         const ModelScale s = load_scale(cfg.scale_path);
+        const bool have = has_tokenizer(tokenizer_dir);
+        if (no_tokenizer) {
+            cfg.tokenizer_dir.clear();
+        } else if (!have) {
+            std::fprintf(stderr, "make-model: no tokenizer at %s (scripts/setup-deps.sh installs it): the model "
+                                 "gets none and runs on token ids only\n", tokenizer_dir.c_str());
+            cfg.tokenizer_dir.clear();
+        } else if (s.hp.n_vocab < tok::kDeepSeekVocabRows) {
+            std::fprintf(stderr, "make-model: scale %s has %lld vocabulary rows, fewer than DeepSeek's %lld: the model "
+                                 "gets no tokenizer and runs on token ids only\n", s.name.c_str(), (long long)s.hp.n_vocab,
+                         (long long)tok::kDeepSeekVocabRows);
+            cfg.tokenizer_dir.clear();
+        } else {
+            cfg.tokenizer_dir = tokenizer_dir;
+        }
         std::fprintf(stderr, "make-model: scale %s (%s), seed %llu -> %s\n", s.name.c_str(), cfg.scale_path.c_str(),
                      (unsigned long long)cfg.seed, cfg.out_path.c_str());
         const MakeModelResult r = make_model(s, cfg);
         std::fprintf(stderr, "make-model: wrote %.3f GB in %.1f s (%.0f MB/s)\n", r.file_bytes / 1e9, r.seconds,
                      r.file_bytes / 1e6 / std::max(r.seconds, 1e-3));
+        if (r.tokenizer_tokens > 0)
+            std::fprintf(stderr, "make-model: embedded the DeepSeek-V3 tokenizer (%lld tokens) from %s\n",
+                         (long long)r.tokenizer_tokens, cfg.tokenizer_dir.c_str());
     });
 }
 

@@ -8,14 +8,17 @@
 #include "cli/commands.h"
 #include "model/scale.h"
 #include "runtime/memory_plan.h"
+#include "runtime/prompt.h"
+#include "tokenizer/hf_import.h"
+#include "tokenizer/tokenizer.h"
 #include "runtime/run_config.h"
-#include "runtime/runner.h"
 #include "util/check.h"
 
 namespace bg::cli {
 
 void add_model_prompt_flags(CLI::App* cmd, RunConfig& cfg, bool model_required);
 void add_run_flags(CLI::App* cmd, RunConfig& cfg);
+std::string default_tokenizer_dir();
 
 namespace {
 
@@ -46,8 +49,16 @@ void plan(const PlanArgs& a) {
     const ModelShape shape = a.scale_path.empty() ? shape_of_file(cfg.model_path) : shape_of(load_scale(a.scale_path));
     // A plan is for the machine the run is meant for: the GPU unless --backend cpu.
     const bool cuda = cfg.backend != "cpu";
-    const int64_t n_prompt = cfg.prompt_file.empty() ? cfg.prompt_tokens
-                                                     : static_cast<int64_t>(read_prompt_file(cfg.prompt_file, shape.hp.n_vocab).size());
+    // The prompt as the run would build it: a text prompt through the tokenizer the model file
+    // carries, or, for a scale, the one make-model would embed in it.
+    std::unique_ptr<tok::Tokenizer> tokenizer;
+    if (!cfg.prompt_text.empty() || !cfg.prompt_text_file.empty()) {
+        std::optional<tok::Vocab> v;
+        if (a.scale_path.empty()) v = tok::Vocab::from_gguf(gguf::Reader::open(cfg.model_path));
+        else v = tok::import_hf_tokenizer(default_tokenizer_dir(), shape.hp.n_vocab);
+        if (v) tokenizer = std::make_unique<tok::Tokenizer>(std::move(*v));
+    }
+    const int64_t n_prompt = static_cast<int64_t>(build_prompt(cfg, shape.hp, tokenizer.get()).size());
     const uint64_t cgroup = a.cgroup_mib << 20;
     const MemoryPlan p = plan_memory(shape, cfg, cuda, n_prompt, cfg.slots, cfg.hot, cgroup);
     const std::string problems = p.problems();

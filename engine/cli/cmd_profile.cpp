@@ -4,6 +4,7 @@
 #include "cpu/thread_pool.h"
 #include "model/dsv41_forward.h"
 #include "runtime/providers.h"
+#include "runtime/prompt.h"
 #include "runtime/residency.h"
 #include "runtime/run_config.h"
 #include "runtime/runner.h"
@@ -30,9 +31,8 @@ void profile(RunConfig cfg, const std::string& out) {
     const auto& hp = model->hp();
     cfg.resolve_residency_defaults(hp.n_expert, hp.n_expert_used);
     if (!cfg.residency_defaults.empty()) std::fprintf(stderr, "profile: %s\n", cfg.residency_defaults.c_str());
-    const std::vector<int32_t> prompt = cfg.prompt_file.empty()
-        ? random_prompt(cfg.prompt_tokens, cfg.prompt_seed, hp.n_vocab, static_cast<int32_t>(hp.bos_id))
-        : read_prompt_file(cfg.prompt_file, hp.n_vocab);
+    const std::unique_ptr<tok::Tokenizer> tokenizer = load_tokenizer(*model);
+    const std::vector<int32_t> prompt = build_prompt(cfg, *model, tokenizer.get());
     cpu::ThreadPool pool(cfg.threads);
     PreadExpertProvider experts(*model);
     PreadEngramProvider engram(*model);

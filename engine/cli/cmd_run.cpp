@@ -5,12 +5,19 @@
 #include "cli/device_pick.h"
 #include "model/dsv41.h"
 #include "runtime/session.h"
+#include "tokenizer/stream_decoder.h"
 #include "util/check.h"
 #include "util/file_io.h"
 
 namespace bg::cli {
 
 namespace {
+
+std::string id_line(const std::vector<int32_t>& ids) {
+    std::string line;
+    for (int32_t t : ids) line += strf("%s%d", line.empty() ? "" : " ", t);
+    return line;
+}
 
 void run(RunConfig cfg) {
     DeviceFactory* device = pick_device(cfg);
@@ -20,10 +27,29 @@ void run(RunConfig cfg) {
     cfg.resolve_residency_defaults(hp.n_expert, hp.n_expert_used);
     std::fputs(cfg.describe().c_str(), stderr);
     Session s(cfg, device);
-    const nlohmann::json metrics = s.run(true);
-    std::string line;
-    for (int32_t t : s.generated()) line += strf("%s%d", line.empty() ? "" : " ", t);
-    std::printf("%s\n", line.c_str());
+    std::fprintf(stderr, "prompt: %zu tokens\n", s.prompt().size());
+    // With a tokenizer the answer streams to stdout as text while it is generated (--show-ids
+    // adds the ids after it); without one, the ids are the output.
+    const tok::Tokenizer* tokenizer = s.tokenizer();
+    if (!tokenizer) std::fprintf(stderr, "the model carries no tokenizer: the output is token ids\n");
+    std::unique_ptr<tok::StreamDecoder> text;
+    if (tokenizer) text = std::make_unique<tok::StreamDecoder>(*tokenizer);
+    auto on_token = [&](int32_t id) {
+        if (!text) return;
+        const std::string part = text->push(id);
+        std::fwrite(part.data(), 1, part.size(), stdout);
+        std::fflush(stdout);
+    };
+    const nlohmann::json metrics = s.run(true, on_token);
+    if (text) {
+        const std::string rest = text->finish();
+        std::fwrite(rest.data(), 1, rest.size(), stdout);
+        std::printf("\n");
+        if (cfg.show_ids) std::printf("%s\n", id_line(s.generated()).c_str());
+    } else {
+        std::printf("%s\n", id_line(s.generated()).c_str());
+    }
+    std::fflush(stdout);
     if (!cfg.metrics_json.empty()) {
         write_file_atomic(cfg.metrics_json, metrics.dump(2) + "\n");
         std::fprintf(stderr, "metrics written to %s\n", cfg.metrics_json.c_str());
@@ -34,11 +60,17 @@ void run(RunConfig cfg) {
 
 // Flags shared by run, profile and plan (plan takes --scale in place of --model).
 void add_model_prompt_flags(CLI::App* cmd, RunConfig& cfg, bool model_required) {
-    auto* model = cmd->add_option("--model", cfg.model_path, "GGUF model file");
+    auto* model = cmd->add_option("-m,--model", cfg.model_path, "GGUF model file");
     if (model_required) model->required();
-    auto* pt = cmd->add_option("--prompt-tokens", cfg.prompt_tokens, "Random prompt length")->capture_default_str();
+    auto* text = cmd->add_option("-p,--prompt", cfg.prompt_text, "Prompt text (through the model's tokenizer)");
+    auto* file = cmd->add_option("-f,--file", cfg.prompt_text_file, "File of prompt text")->excludes(text);
+    auto* ids = cmd->add_option("--prompt-ids", cfg.prompt_ids_file, "File of whitespace-separated token ids")
+                    ->excludes(text)->excludes(file);
+    cmd->add_option("--prompt-tokens", cfg.prompt_tokens, "Random prompt of this many token ids (when no prompt is given)")
+        ->capture_default_str()->excludes(text)->excludes(file)->excludes(ids);
     cmd->add_option("--prompt-seed", cfg.prompt_seed, "Random prompt seed")->capture_default_str();
-    cmd->add_option("--prompt-file", cfg.prompt_file, "File of whitespace-separated token ids")->excludes(pt);
+    cmd->add_flag("--chat", cfg.chat, "Wrap the text prompt in the model's chat format (tokenizer.chat_template)");
+    cmd->add_option("--system", cfg.system, "System message of the chat (with --chat)");
     cmd->add_option("--threads", cfg.threads, "CPU threads (0: all cores)")->capture_default_str();
     cmd->add_option("--ubatch", cfg.ubatch, "Tokens per unit of work")->capture_default_str();
     cmd->add_option("--slots", cfg.slots,
@@ -48,7 +80,13 @@ void add_model_prompt_flags(CLI::App* cmd, RunConfig& cfg, bool model_required) 
 
 // The flags of run beyond the model and prompt (shared with plan, which sizes the same run).
 void add_run_flags(CLI::App* cmd, RunConfig& cfg) {
-    cmd->add_option("--gen", cfg.gen, "Tokens to generate")->capture_default_str();
+    cmd->add_option("-n,--gen", cfg.gen, "Tokens to generate (generation does not stop at end-of-sentence)")->capture_default_str();
+    cmd->add_flag("--show-ids", cfg.show_ids, "Also print the generated token ids");
+    cmd->add_option("--temp", cfg.sampling.temp, "Sampling temperature (0: greedy)")->capture_default_str();
+    cmd->add_option("--top-k", cfg.sampling.top_k, "Keep the k most likely tokens (0: all; with --temp > 0)")->capture_default_str();
+    cmd->add_option("--top-p", cfg.sampling.top_p, "Keep the most likely tokens up to this probability mass (1: all)")->capture_default_str();
+    cmd->add_option("--min-p", cfg.sampling.min_p, "Keep tokens at least this fraction as likely as the best (0: all)")->capture_default_str();
+    cmd->add_option("--seed", cfg.sampling.seed, "Sampling seed")->capture_default_str();
     cmd->add_option("--prefill", cfg.prefill, "token-major (synchronous loads) | layer-major (overlapped)")->capture_default_str();
     cmd->add_option("--passes", cfg.passes, "Prefill passes over the prompt (1 cold, then warm)")->capture_default_str();
     cmd->add_option("--backend", cfg.backend, "auto | cpu | cuda")->capture_default_str();
@@ -74,7 +112,7 @@ void add_run_flags(CLI::App* cmd, RunConfig& cfg) {
 }
 
 void register_run(CLI::App& app) {
-    auto* cmd = app.add_subcommand("run", "Prefill a prompt (one or more passes), then decode greedily; print token ids and metrics");
+    auto* cmd = app.add_subcommand("run", "Prefill a prompt (one or more passes), then generate; print the text (or token ids) and metrics");
     static RunConfig cfg;
     add_model_prompt_flags(cmd, cfg, true);
     add_run_flags(cmd, cfg);

@@ -12,5 +12,6 @@ void register_plan(CLI::App& app);
 void register_probe_disk(CLI::App& app);
 void register_profile(CLI::App& app);
 void register_probe_pcie(CLI::App& app);
+void register_tokenize(CLI::App& app);
 
 }  // namespace bg::cli

@@ -1,4 +1,4 @@
-// betelgeuse: the engine's command line (info, make-model, run).
+// betelgeuse: the engine's command line (info, make-model, run, plan, tokenize, profile, probes).
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
     bg::cli::register_probe_disk(app);
     bg::cli::register_profile(app);
     bg::cli::register_probe_pcie(app);
+    bg::cli::register_tokenize(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "gguf/gguf.h"
+#include "tokenizer/hf_import.h"
 #include "util/check.h"
 #include "util/rng.h"
 
@@ -169,6 +170,12 @@ MakeModelResult make_model(const ModelScale& scale_in, const MakeModelConfig& cf
     w.set("betelgeuse.seed", gguf::Value::u64(cfg.seed));
     w.set("betelgeuse.scale", gguf::Value::str(scale.name));
     w.set("betelgeuse.router_bias_skew", gguf::Value::f32(static_cast<float>(scale.router_bias_skew)));
+    int64_t tokenizer_tokens = 0;
+    if (!cfg.tokenizer_dir.empty()) {
+        const tok::Vocab v = tok::import_hf_tokenizer(cfg.tokenizer_dir, scale.hp.n_vocab);
+        v.write_gguf(w);
+        tokenizer_tokens = static_cast<int64_t>(v.tokens.size());
+    }
     for (const dsv41::TensorSpec& sp : specs) w.add_tensor(sp.name, sp.ne, tensor_type_for(scale, sp));
 
     std::vector<PlannedTensor> plan;
@@ -280,6 +287,7 @@ MakeModelResult make_model(const ModelScale& scale_in, const MakeModelConfig& cf
         fail("make-model: cannot rename '%s' to '%s': %s", tmp.c_str(), cfg.out_path.c_str(), std::strerror(errno));
     MakeModelResult res;
     res.file_bytes = total;
+    res.tokenizer_tokens = tokenizer_tokens;
     res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return res;
 }

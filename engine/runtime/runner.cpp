@@ -42,13 +42,6 @@ std::vector<int32_t> read_prompt_file(const std::string& path, int64_t n_vocab) 
     return p;
 }
 
-int32_t argmax(const float* x, int64_t n) {
-    int64_t best = 0;
-    for (int64_t i = 1; i < n; ++i)
-        if (x[i] > x[best]) best = i;
-    return static_cast<int32_t>(best);
-}
-
 Runner::Runner(const dsv41::Model& m, dsv41::ForwardPass& fwd) : m_(m), fwd_(fwd) {}
 
 void Runner::prefill(const std::vector<int32_t>& prompt, PrefillOrder order, int64_t ubatch,
@@ -97,14 +90,16 @@ void Runner::prefill(const std::vector<int32_t>& prompt, PrefillOrder order, int
     n_past_ = n;
 }
 
-std::vector<int32_t> Runner::decode(std::vector<float>& logits, int64_t n_gen) {
+std::vector<int32_t> Runner::decode(std::vector<float>& logits, int64_t n_gen, Sampler* sampler,
+                                    const std::function<void(int32_t)>& on_token) {
     const int64_t L = m_.hp().n_layer, V = m_.hp().n_vocab;
     std::vector<int32_t> out;
     if (units_.empty()) units_.resize(1);
     dsv41::Ubatch& u = units_[0];
     for (int64_t g = 0; g < n_gen; ++g) {
-        const int32_t t = argmax(logits.data(), V);
+        const int32_t t = sampler ? sampler->sample(logits.data(), V) : argmax(logits.data(), V);
         out.push_back(t);
+        if (on_token) on_token(t);
         if (g + 1 == n_gen) break;
         if (n_past_ >= fwd_.config().n_ctx) fail("decode: context of %lld tokens is full", (long long)fwd_.config().n_ctx);
         fwd_.embed(u, &t, 1, n_past_);

@@ -5,7 +5,10 @@
 #include <string>
 #include <vector>
 
+#include <functional>
+
 #include "model/dsv41_forward.h"
+#include "runtime/sampler.h"
 
 namespace bg {
 
@@ -28,9 +31,11 @@ public:
     void prefill(const std::vector<int32_t>& prompt, PrefillOrder order, int64_t ubatch,
                  std::vector<float>* last_logits, std::vector<float>* all_logits = nullptr);
 
-    // Greedy decoding after prefill: n_gen tokens, the first taken from `logits` (the prompt's
-    // last logits), each later one from a one-token step. `logits` is updated in place.
-    std::vector<int32_t> decode(std::vector<float>& logits, int64_t n_gen);
+    // Decoding after prefill: n_gen tokens, the first taken from `logits` (the prompt's last
+    // logits), each later one from a one-token step. `logits` is updated in place. Greedy
+    // without a sampler; `on_token` (when set) sees each token as soon as it is chosen.
+    std::vector<int32_t> decode(std::vector<float>& logits, int64_t n_gen, Sampler* sampler = nullptr,
+                                const std::function<void(int32_t)>& on_token = {});
 
     int64_t n_past() const { return n_past_; }
 
@@ -41,7 +46,5 @@ private:
     std::vector<dsv41::Ubatch*> unit_ptrs_;
     int64_t n_past_ = 0;
 };
-
-int32_t argmax(const float* x, int64_t n);
 
 }  // namespace bg

@@ -104,9 +104,15 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
 
     model_ = dsv41::Model::open(cfg.model_path, device->dense_home());
     const dsv41::HParams& hp = model_->hp();
-    prompt_ = cfg.prompt_file.empty()
-                  ? random_prompt(cfg.prompt_tokens, cfg.prompt_seed, hp.n_vocab, static_cast<int32_t>(hp.bos_id))
-                  : read_prompt_file(cfg.prompt_file, hp.n_vocab);
+    // A tokenizer this engine cannot use matters only to text: ids still run.
+    try {
+        tokenizer_ = load_tokenizer(*model_);
+    } catch (const Error& e) {
+        if (!cfg.prompt_text.empty() || !cfg.prompt_text_file.empty()) throw;
+        std::fprintf(stderr, "%s; running on token ids\n", e.what());
+    }
+    prompt_ = build_prompt(cfg, *model_, tokenizer_.get());
+    sampler_ = std::make_unique<Sampler>(cfg.sampling);
     cfg_.resolve_residency_defaults(hp.n_expert, hp.n_expert_used);
     plan_ = cfg.residency.empty() ? plan_from_bias(*model_, cfg_.slots, cfg_.hot) : load_plan(cfg.residency, *model_);
 
@@ -178,7 +184,7 @@ std::vector<float> Session::all_logits(RoutingPolicy policy) {
     return all;
 }
 
-nlohmann::json Session::run(bool verbose) {
+nlohmann::json Session::run(bool verbose, const std::function<void(int32_t)>& on_token) {
     const dsv41::HParams& hp = model_->hp();
     const int64_t n_prompt = static_cast<int64_t>(prompt_.size());
     nlohmann::json metrics;
@@ -296,7 +302,7 @@ nlohmann::json Session::run(bool verbose) {
     begin_timelines();
     const double b0 = fwd_->device_busy_ms();
     const double t_dec_ms = now_ms();
-    generated_ = runner_->decode(logits, cfg_.gen);
+    generated_ = runner_->decode(logits, cfg_.gen, sampler_.get(), on_token);
     const double t_dec_end_ms = now_ms();
     const double dec_ms = t_dec_end_ms - t_dec_ms;
     // The first generated token comes from the prefill's logits: decode speed counts the

@@ -16,6 +16,7 @@
 #include "runtime/expert_store.h"
 #include "runtime/memory_plan.h"
 #include "runtime/residency.h"
+#include "runtime/prompt.h"
 #include "runtime/run_config.h"
 #include "runtime/runner.h"
 
@@ -61,11 +62,12 @@ public:
     ~Session();
 
     // The passes, then decoding; the metrics object (config echoed). Prints a line per pass to
-    // stderr when `verbose`.
-    nlohmann::json run(bool verbose);
+    // stderr when `verbose`; `on_token` sees each generated token as it is chosen.
+    nlohmann::json run(bool verbose, const std::function<void(int32_t)>& on_token = {});
 
     const std::vector<int32_t>& prompt() const { return prompt_; }
     const std::vector<int32_t>& generated() const { return generated_; }
+    const tok::Tokenizer* tokenizer() const { return tokenizer_.get(); }  // null: the model has none
     const dsv41::Model& model() const { return *model_; }
     TieredExpertStore& store() { return *store_; }
     EngramStore& engram() { return *engram_; }
@@ -97,6 +99,8 @@ private:
     std::unique_ptr<TieredExpertStore> store_;
     std::unique_ptr<dsv41::ForwardPass> fwd_;
     std::unique_ptr<Runner> runner_;
+    std::unique_ptr<tok::Tokenizer> tokenizer_;
+    std::unique_ptr<Sampler> sampler_;
     std::vector<int32_t> prompt_, generated_;
 };
 

@@ -1,0 +1,127 @@
+// Sampling: greedy at temperature 0, reproducible with a seed, and top-k / top-p / min-p keep
+// exactly the tokens their definitions keep, on hand-made logits.
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "runtime/sampler.h"
+#include "util/check.h"
+
+namespace {
+
+using bg::Sampler;
+using bg::SamplingConfig;
+
+std::set<int32_t> kept(const SamplingConfig& c, const std::vector<float>& logits) {
+    std::set<int32_t> ids;
+    for (const bg::Candidate& x : Sampler(c).filter(logits.data(), static_cast<int64_t>(logits.size()))) ids.insert(x.id);
+    return ids;
+}
+
+SamplingConfig only(int64_t top_k, double top_p, double min_p) {
+    SamplingConfig c;
+    c.temp = 1.0;
+    c.top_k = top_k;
+    c.top_p = top_p;
+    c.min_p = min_p;
+    return c;
+}
+
+// Logits whose softmax is exactly the given probabilities.
+std::vector<float> logits_of(const std::vector<double>& p) {
+    std::vector<float> l;
+    for (double x : p) l.push_back(static_cast<float>(std::log(x)));
+    return l;
+}
+
+TEST(Sampler, TemperatureZeroIsGreedy) {
+    const std::vector<float> logits = {0.1f, 2.5f, -1.0f, 2.5f, 0.7f};
+    SamplingConfig c;  // the default: temp 0
+    Sampler s(c);
+    EXPECT_TRUE(s.greedy());
+    for (int i = 0; i < 5; ++i) EXPECT_EQ(s.sample(logits.data(), 5), 1) << "the first of the equal best";
+    EXPECT_EQ(bg::argmax(logits.data(), 5), 1);
+}
+
+TEST(Sampler, SameSeedSameTokensOtherSeedOthers) {
+    std::vector<float> logits(1000);
+    for (size_t i = 0; i < logits.size(); ++i) logits[i] = static_cast<float>(std::sin(i * 0.37) * 2.0);
+    SamplingConfig c;
+    c.temp = 1.5;
+    c.top_k = 0;
+    c.top_p = 1.0;
+    c.min_p = 0.0;
+    auto draw = [&](uint64_t seed) {
+        c.seed = seed;
+        Sampler s(c);
+        std::vector<int32_t> out;
+        for (int i = 0; i < 64; ++i) out.push_back(s.sample(logits.data(), 1000));
+        return out;
+    };
+    EXPECT_EQ(draw(7), draw(7));
+    EXPECT_NE(draw(7), draw(8));
+    const std::vector<int32_t> a = draw(7);
+    EXPECT_GT(std::set<int32_t>(a.begin(), a.end()).size(), 10u) << "a flat distribution gives many tokens";
+}
+
+TEST(Sampler, TopKKeepsTheKHighest) {
+    const std::vector<float> logits = {1.0f, 5.0f, 3.0f, 3.0f, -2.0f, 4.0f};
+    EXPECT_EQ(kept(only(3, 1.0, 0.0), logits), (std::set<int32_t>{1, 5, 2})) << "of the tied 3.0s the lower id";
+    EXPECT_EQ(kept(only(1, 1.0, 0.0), logits), (std::set<int32_t>{1}));
+    EXPECT_EQ(kept(only(0, 1.0, 0.0), logits).size(), 6u) << "0: no limit";
+    EXPECT_EQ(kept(only(100, 1.0, 0.0), logits).size(), 6u);
+}
+
+TEST(Sampler, TopPKeepsTheFewestReachingTheMass) {
+    const std::vector<float> l = logits_of({0.05, 0.4, 0.3, 0.15, 0.1});
+    // (Thresholds stay off the exact sums: the logits are floats.)
+    EXPECT_EQ(kept(only(0, 0.39, 0.0), l), (std::set<int32_t>{1}));
+    EXPECT_EQ(kept(only(0, 0.5, 0.0), l), (std::set<int32_t>{1, 2}));
+    EXPECT_EQ(kept(only(0, 0.69, 0.0), l), (std::set<int32_t>{1, 2})) << "0.4 + 0.3 reaches 0.69";
+    EXPECT_EQ(kept(only(0, 0.71, 0.0), l), (std::set<int32_t>{1, 2, 3}));
+    EXPECT_EQ(kept(only(0, 0.96, 0.0), l), (std::set<int32_t>{0, 1, 2, 3, 4}));
+    EXPECT_EQ(kept(only(0, 0.0, 0.0), l), (std::set<int32_t>{1})) << "at least one token";
+    // After top-k the mass is taken over the survivors: 0.4 / 0.7 of the two left.
+    EXPECT_EQ(kept(only(2, 0.55, 0.0), l), (std::set<int32_t>{1}));
+    EXPECT_EQ(kept(only(2, 0.6, 0.0), l), (std::set<int32_t>{1, 2}));
+}
+
+TEST(Sampler, MinPKeepsTokensNearTheBest) {
+    const std::vector<float> l = logits_of({0.05, 0.4, 0.3, 0.15, 0.1});
+    // Relative to the best (0.4): 0.125, 1, 0.75, 0.375, 0.25.
+    EXPECT_EQ(kept(only(0, 1.0, 0.3), l), (std::set<int32_t>{1, 2, 3}));
+    EXPECT_EQ(kept(only(0, 1.0, 0.76), l), (std::set<int32_t>{1}));
+    EXPECT_EQ(kept(only(0, 1.0, 0.2), l), (std::set<int32_t>{1, 2, 3, 4}));
+    EXPECT_EQ(kept(only(0, 1.0, 1.0), l), (std::set<int32_t>{1}));
+}
+
+TEST(Sampler, DrawsOnlyKeptTokensInProportion) {
+    const std::vector<float> l = logits_of({0.05, 0.4, 0.3, 0.15, 0.1});
+    SamplingConfig c = only(3, 1.0, 0.0);
+    c.seed = 11;
+    Sampler s(c);
+    std::vector<int> count(5, 0);
+    const int n = 20000;
+    for (int i = 0; i < n; ++i) ++count[s.sample(l.data(), 5)];
+    EXPECT_EQ(count[0] + count[4], 0) << "outside the top 3";
+    // Renormalised over {0.4, 0.3, 0.15}: 0.47, 0.35, 0.18.
+    EXPECT_NEAR(count[1] / double(n), 0.4 / 0.85, 0.02);
+    EXPECT_NEAR(count[2] / double(n), 0.3 / 0.85, 0.02);
+    EXPECT_NEAR(count[3] / double(n), 0.15 / 0.85, 0.02);
+}
+
+TEST(Sampler, BadValuesAreErrors) {
+    SamplingConfig c;
+    c.temp = -1;
+    EXPECT_THROW(Sampler{c}, bg::Error);
+    c = SamplingConfig{};
+    c.top_p = 1.5;
+    EXPECT_THROW(Sampler{c}, bg::Error);
+    c = SamplingConfig{};
+    c.min_p = -0.1;
+    EXPECT_THROW(Sampler{c}, bg::Error);
+}
+
+}  // namespace
