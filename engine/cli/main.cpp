@@ -1,5 +1,4 @@
 // betelgeuse: the engine's command line (info, make-model, run, plan, tokenize, profile, probes).
-#include <stdlib.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -13,10 +12,6 @@
 #include "util/check.h"
 
 int main(int argc, char** argv) {
-    // Load every CUDA kernel when the context is made rather than at its first launch, so the
-    // device memory the runtime takes is all there at start-up, where the VRAM budget's reserve
-    // for it is measured (a user's own setting wins).
-    ::setenv("CUDA_MODULE_LOADING", "EAGER", 0);
     CLI::App app{"betelgeuse: an inference engine and benchmark for SSD-resident Mixture-of-Experts models "
                  "(DeepSeek-V4.1-Flash, GGUF)"};
     app.require_subcommand(1);

@@ -50,8 +50,9 @@ struct RunConfig {
     uint64_t host_budget_mib = 12288;
     uint64_t vram_budget_mib = 12288;
     // Of the VRAM budget, set aside at start-up for what the CUDA runtime holds beside the
-    // engine's own allocations (cuBLAS handle, streams, events); the run refuses to start when
-    // the measured amount exceeds it. Not used on the CPU backend.
+    // engine's own allocations (cuBLAS handle, streams, events, and the kernels it loads on
+    // their first launch); the run refuses to start when what it holds at start-up exceeds it.
+    // Not used on the CPU backend.
     uint64_t vram_reserve_mib = 160;
     uint64_t engram_buffer_kib = 2048;
     bool fidelity = false;            // also measure the policy's distance from exact routing
