@@ -105,4 +105,16 @@ TEST(MemoryPlan, TooSmallABudgetNamesWhatWouldFit) {
     EXPECT_NE(out.find("it would fit --slots 18 --hot 3"), std::string::npos) << out;
 }
 
+// Without --slots and --hot the plan takes the run's defaults (the seed's 20 and 5 on the real
+// model), not an unset value.
+TEST(MemoryPlan, DefaultSlotsFollowTheModel) {
+    std::string out;
+    const int rc = run_command(bghtest::engine_bin() + " plan --json --scale '" +
+                                   bgtest::source_path("scenarios/models/full.json") + "' --transient-slots 12",
+                               &out);
+    ASSERT_EQ(rc, 0) << out;
+    EXPECT_NE(out.find("hot expert slots (40 layers x 5 x 17.9 MiB)"), std::string::npos) << out;
+    EXPECT_NE(out.find("host expert slots (40 layers x 15)"), std::string::npos) << out;
+}
+
 }  // namespace

@@ -44,9 +44,11 @@ std::string what_would_fit(const ModelShape& shape, const RunConfig& cfg, bool c
 }
 
 void plan(const PlanArgs& a) {
-    const RunConfig& cfg = a.cfg;
+    RunConfig cfg = a.cfg;
     if (a.scale_path.empty() == cfg.model_path.empty()) fail("plan: give --model FILE or --scale FILE (one of them)");
     const ModelShape shape = a.scale_path.empty() ? shape_of_file(cfg.model_path) : shape_of(load_scale(a.scale_path));
+    // S and H as the run would resolve them when not given.
+    cfg.resolve_residency_defaults(shape.hp.n_expert, shape.hp.n_expert_used);
     // A plan is for the machine the run is meant for: the GPU unless --backend cpu.
     const bool cuda = cfg.backend != "cpu";
     // The prompt as the run would build it: a text prompt through the tokenizer the model file
