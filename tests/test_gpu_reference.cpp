@@ -37,15 +37,7 @@ TEST(GpuReference, CudaForwardAgreesWithReferenceOnEveryKeyVariant) {
         const std::vector<float> got = gpu.all_logits(bg::RoutingPolicy::kExact);
         const auto want = ref.logits(prompt);
         ASSERT_EQ(got.size(), prompt.size() * static_cast<size_t>(V));
-        double worst = 0;
-        for (size_t t = 0; t < prompt.size(); ++t) {
-            double scale = 0, diff = 0;
-            for (int64_t i = 0; i < V; ++i) {
-                scale = std::max(scale, std::fabs(want[t][i]));
-                diff = std::max(diff, std::fabs(want[t][i] - got[t * V + i]));
-            }
-            worst = std::max(worst, diff / std::max(scale, 1e-30));
-        }
+        const double worst = ref::max_rel_diff(want, got, V);
         std::printf("%-32s max rel diff %.3g\n", v.name.c_str(), worst);
         EXPECT_LT(worst, 2e-3);
         gpu.run(false);

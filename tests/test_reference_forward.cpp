@@ -44,21 +44,6 @@ std::string variant(const std::string& tag, const std::function<void(bgtest::Ggu
     return dst;
 }
 
-// Largest |a - b| over one position relative to the largest |a| there, maximised over positions.
-double max_rel(const std::vector<std::vector<double>>& ref, const std::vector<float>& eng, int64_t n_vocab) {
-    double worst = 0;
-    for (size_t t = 0; t < ref.size(); ++t) {
-        double scale = 0, diff = 0;
-        for (int64_t v = 0; v < n_vocab; ++v) {
-            scale = std::max(scale, std::fabs(ref[t][v]));
-            diff = std::max(diff, std::fabs(ref[t][v] - eng[t * n_vocab + v]));
-        }
-        worst = std::max(worst, diff / std::max(scale, 1e-30));
-        if (std::getenv("BG_REF_VERBOSE")) std::printf("pos %zu rel %.3g\n", t, diff / std::max(scale, 1e-30));
-    }
-    return worst;
-}
-
 // Greedy tokens of a 24-token prompt + 8 generated, then the logits of every position of that
 // sequence, engine (CPU, layer-major prefill) against the reference. Returns the max relative
 // difference.
@@ -89,7 +74,7 @@ double compare_with_reference(const std::string& path, ref::SwigluForm form) {
     const auto ref_logits = ref.logits(seq);
     EXPECT_EQ(all.size(), seq.size() * static_cast<size_t>(n_vocab));
     if (all.size() != seq.size() * static_cast<size_t>(n_vocab)) return INFINITY;
-    return max_rel(ref_logits, all, n_vocab);
+    return ref::max_rel_diff(ref_logits, all, n_vocab);
 }
 
 // Tolerance 1e-5 relative: float32 accumulation against double (measured 4.6e-7 on the tiny

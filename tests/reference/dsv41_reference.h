@@ -7,6 +7,8 @@
 // Plain loops in double, clarity over speed: meant for the tiny synthetic models.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -120,5 +122,21 @@ private:
     std::vector<Layer> layers_;
     mutable std::map<std::tuple<int64_t, int, int64_t>, Mat> expert_cache_;
 };
+
+// How far an engine's logits ([positions][n_vocab], row-major) are from the reference's: per
+// position the largest absolute difference relative to the largest reference logit, maximised
+// over positions.
+inline double max_rel_diff(const std::vector<std::vector<double>>& want, const std::vector<float>& got, int64_t n_vocab) {
+    double worst = 0;
+    for (size_t t = 0; t < want.size(); ++t) {
+        double scale = 0, diff = 0;
+        for (int64_t v = 0; v < n_vocab; ++v) {
+            scale = std::max(scale, std::fabs(want[t][v]));
+            diff = std::max(diff, std::fabs(want[t][v] - got[t * n_vocab + v]));
+        }
+        worst = std::max(worst, diff / std::max(scale, 1e-30));
+    }
+    return worst;
+}
 
 }  // namespace ref
