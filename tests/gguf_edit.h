@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -104,7 +105,11 @@ public:
                                          std::to_string(data[i].size()));
             ptrs.push_back(data[i].data());
         }
-        w.write_file(dst, ptrs);
+        // Tests running side by side may write the same variant: each writes its own file and
+        // renames it into place, so a reader never sees one half written.
+        const std::string tmp = dst + ".tmp." + std::to_string(::getpid());
+        w.write_file(tmp, ptrs);
+        if (std::rename(tmp.c_str(), dst.c_str()) != 0) throw std::runtime_error("gguf_edit: cannot rename " + tmp);
     }
 
 private:
