@@ -1,13 +1,12 @@
 // betelgeuse tokenize: a model's tokenizer on a text, as llama.cpp's llama-tokenize shows it.
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "cli/commands.h"
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
 #include "util/check.h"
+#include "util/file_io.h"
 
 namespace bg::cli {
 
@@ -34,13 +33,7 @@ std::string shown(const std::string& bytes) {
 void tokenize(const TokenizeArgs& a) {
     if (a.text.empty() == a.file.empty()) fail("tokenize: give the text or -f FILE (one of them)");
     std::string text = a.text;
-    if (!a.file.empty()) {
-        std::ifstream f(a.file, std::ios::binary);
-        if (!f) fail("tokenize: cannot open '%s'", a.file.c_str());
-        std::stringstream ss;
-        ss << f.rdbuf();
-        text = ss.str();
-    }
+    if (!a.file.empty()) text = read_file(a.file, "tokenize");
     const gguf::Reader r = gguf::Reader::open(a.model);
     std::optional<tok::Vocab> v = tok::Vocab::from_gguf(r);
     if (!v) fail("tokenize: '%s' carries no tokenizer (tokenizer.ggml.model)", a.model.c_str());

@@ -1,13 +1,12 @@
 #include "model/scale.h"
 
-#include <fstream>
 #include <functional>
 #include <map>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "util/check.h"
+#include "util/file_io.h"
 
 namespace bg {
 
@@ -206,11 +205,7 @@ ModelScale parse_scale(const std::string& text, const std::string& origin) {
 }
 
 ModelScale load_scale(const std::string& path) {
-    std::ifstream f(path);
-    if (!f) fail("scale: cannot open '%s'", path.c_str());
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return parse_scale(ss.str(), path);
+    return parse_scale(read_file(path, "scale"), path);
 }
 
 }  // namespace bg

@@ -1,11 +1,10 @@
 #include "runtime/prompt.h"
 
-#include <fstream>
-#include <sstream>
 
 #include "runtime/runner.h"
 #include "tokenizer/chat_template.h"
 #include "util/check.h"
+#include "util/file_io.h"
 
 namespace bg {
 
@@ -38,11 +37,7 @@ std::vector<int32_t> build_prompt(const RunConfig& cfg, const dsv41::HParams& hp
              cfg.model_path.c_str());
     std::string s = cfg.prompt_text;
     if (!cfg.prompt_text_file.empty()) {
-        std::ifstream f(cfg.prompt_text_file, std::ios::binary);
-        if (!f) fail("prompt: cannot open '%s'", cfg.prompt_text_file.c_str());
-        std::stringstream ss;
-        ss << f.rdbuf();
-        s = ss.str();
+        s = read_file(cfg.prompt_text_file, "prompt");
         if (s.empty()) fail("prompt: '%s' is empty", cfg.prompt_text_file.c_str());
     }
     if (!cfg.system.empty() && !cfg.chat) fail("prompt: --system needs --chat");

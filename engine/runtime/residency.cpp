@@ -1,9 +1,7 @@
 #include "runtime/residency.h"
 
 #include <algorithm>
-#include <fstream>
 #include <numeric>
-#include <sstream>
 
 #include "util/check.h"
 #include "util/file_io.h"
@@ -73,13 +71,10 @@ ResidencyPlan plan_from_counts(const dsv41::Model& m, const std::vector<std::vec
 }
 
 ResidencyPlan load_plan(const std::string& path, const dsv41::Model& m) {
-    std::ifstream f(path);
-    if (!f) fail("residency: cannot open '%s'", path.c_str());
-    std::stringstream ss;
-    ss << f.rdbuf();
+    const std::string text = read_file(path, "residency");
     nlohmann::json j;
     try {
-        j = nlohmann::json::parse(ss.str());
+        j = nlohmann::json::parse(text);
     } catch (const nlohmann::json::exception& e) {
         fail("residency: '%s' is not valid JSON: %s", path.c_str(), e.what());
     }

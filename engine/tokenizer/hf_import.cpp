@@ -1,13 +1,12 @@
 #include "tokenizer/hf_import.h"
 
-#include <fstream>
 #include <map>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "tokenizer/pre_tokenizer.h"
 #include "util/check.h"
+#include "util/file_io.h"
 
 namespace bg::tok {
 
@@ -16,11 +15,7 @@ namespace {
 using json = nlohmann::json;
 
 json read_json(const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) fail("tokenizer import: cannot open '%s'", path.c_str());
-    std::stringstream ss;
-    ss << f.rdbuf();
-    json j = json::parse(ss.str(), nullptr, false);
+    json j = json::parse(read_file(path, "tokenizer import"), nullptr, false);
     if (j.is_discarded() || !j.is_object()) fail("tokenizer import: '%s' is not a JSON object", path.c_str());
     return j;
 }

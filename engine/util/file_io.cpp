@@ -29,7 +29,18 @@ void pread_exact(int fd, void* dst, uint64_t bytes, uint64_t offset, const char*
 
 #include <fcntl.h>
 
+#include <fstream>
+#include <sstream>
+
 namespace bg {
+
+std::string read_file(const std::string& path, const char* what) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) fail("%s: cannot open '%s'", what, path.c_str());
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+}
 
 void write_file_atomic(const std::string& path, const std::string& text) {
     const std::string tmp = path + ".tmp." + std::to_string(::getpid());
