@@ -3,6 +3,7 @@
 # (10 minutes). Binaries are built here and staged; the model is generated there on first use.
 #   here:   bash scripts/device-reproduce.sh --stage [BUILD]      # scripts/device-stage.sh: -> .device-bin/ (carried)
 #   there:  bash scripts/device-reproduce.sh --run PART...        # carry [".device-bin"]
+#   there:  bash scripts/device-reproduce.sh --background PART... # then, next call: --wait SECONDS
 # Parts:
 #   check      machine description, GPU tests, raw probes
 #   4a4b       harness: scenarios/device/seed-4a-4b
@@ -18,6 +19,7 @@
 #   slice-4a4b      harness: scenarios/slice/seed-4a-4b
 #   slice-decode    harness: scenarios/slice/decode
 #   slice-500       harness: scenarios/slice/seed-500-baseline and seed-500-optimized (one repetition each)
+#   slice-500-baseline  harness: scenarios/slice/seed-500-baseline alone (about 5 minutes on an H200)
 #   slice-ablation  harness: scenarios/slice/ablation (nine configurations, one repetition)
 #   slice-fidelity  engine: resident-only and pinned-top1 against exact, 64 and 500 tokens -> measurements/slice/
 # Suggested calls (estimates from the 4-layer measurement of issue 13, not timed): --run slice-model
@@ -32,6 +34,29 @@ cd "$(dirname "$0")/.."
 stage=.device-bin
 
 if [ "${1:-}" = "--stage" ]; then exec bash scripts/device-stage.sh "${2:-build}"; fi
+# Parts longer than one call (the slice ablation: two token-major configurations read about 160 GB
+# each on the 500-token prompt, about 13 minutes in all) run in a process session of their own,
+# which outlives the call while the machine stays warm; the next call, made within the machine's
+# idle time, waits for it with --wait and brings back what it wrote.
+bg=/tmp/betelgeuse-background
+if [ "${1:-}" = "--background" ]; then
+  shift
+  rm -rf "$bg" && mkdir -p "$bg/out"
+  setsid bash -c 'OUT="$1/out" bash scripts/device-reproduce.sh --run "${@:2}" > "$1/log" 2>&1; echo $? > "$1/rc"' \
+    _ "$bg" "$@" < /dev/null > /dev/null 2>&1 &
+  echo "background: parts $* started (pid $!); collect with --wait SECONDS"
+  exit 0
+fi
+if [ "${1:-}" = "--wait" ]; then
+  deadline=$(( $(date +%s) + ${2:-540} ))
+  [ -d "$bg" ] || { echo "--wait: nothing runs in the background here (a fresh machine?)" >&2; exit 2; }
+  while [ ! -f "$bg/rc" ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
+  out=${OUT:-device-out}; mkdir -p "$out"
+  cp "$bg"/out/* "$out/" 2>/dev/null
+  grep -E "^== |^\| |Same-run|^fidelity" "$bg/log" | tail -n 60
+  if [ -f "$bg/rc" ]; then echo "background finished, rc $(cat "$bg/rc")"; exit "$(cat "$bg/rc")"; fi
+  echo "background still running; call --wait again within the machine's idle time"; exit 3
+fi
 [ "${1:-}" = "--run" ] || { echo "usage: $0 --stage [BUILD] | --run PART..." >&2; exit 2; }
 shift
 out=${OUT:-device-out}
@@ -84,6 +109,7 @@ for part in "$@"; do
     slice-4a4b) slice_model; harness_run run seed-4a-4b slice ;;
     slice-decode) slice_model; harness_run run decode slice ;;
     slice-500) slice_model; harness_run run seed-500-baseline slice; harness_run run seed-500-optimized slice ;;
+    slice-500-baseline) slice_model; harness_run run seed-500-baseline slice ;;
     slice-ablation) slice_model; harness_run ablate ablation slice ;;
     slice-fidelity)
       # Fidelity is a property of the model and the rule, not of the tiers: no scenario, the engine
@@ -95,9 +121,10 @@ for part in "$@"; do
         for pol in resident-only pinned-top1; do
           note "slice fidelity $pol $n tokens"
           "$bin" run --backend cuda --model models/slice.gguf --prompt-tokens $n --prompt-seed 1 \
-            --vram-budget 3068 --host-budget 2875 --routing $pol --prefill layer-major --ubatch 16 --promote \
+            --vram-budget 3068 --host-budget 2875 --slots 20 --hot 5 --transient-slots 12 --lru-slots 0 \
+            --routing $pol --prefill layer-major --ubatch 16 --promote \
             --passes 1 --gen 1 --fidelity --metrics-json "measurements/slice/fidelity/$pol-$n.json" 2>&1 \
-            | grep -E "^fidelity|^pass" | tee -a "$log" || status=1
+            | grep -E "^fidelity|^pass|error" | tee -a "$log" || status=1
         done
       done
       ;;
@@ -111,7 +138,7 @@ for part in "$@"; do
           "$bin" run --backend cuda --model models/device.gguf --prompt-tokens $n --prompt-seed 1 \
             --vram-budget 2048 --host-budget 2048 --routing $pol --prefill layer-major --ubatch 16 --promote \
             --passes 1 --gen 1 --fidelity --metrics-json "measurements/device/fidelity/$pol-$n.json" 2>&1 \
-            | grep -E "^fidelity|^pass" | tee -a "$log" || status=1
+            | grep -E "^fidelity|^pass|error" | tee -a "$log" || status=1
         done
       done
       ;;
