@@ -10,6 +10,8 @@
 #   decode     harness: scenarios/device/decode
 #   fidelity   engine: pinned-top1 and resident-only against exact (64 and 500 tokens) -> measurements/
 #   probes     engine: pinned-copy probes from one device-scale expert to 256 MiB -> measurements/
+#   bench      bench_gpu: kernel micro-benchmarks with same-run probes -> measurements/device/bench/
+#   drop-models  removes models/*.gguf (the 64 GiB disk holds the device scale or the slice, not both)
 #   ablation   harness: scenarios/device/ablation (the longest part: about 9 minutes on an H200)
 #   500        harness: scenarios/device/seed-500-baseline and seed-500-optimized
 #   500opt     harness: scenarios/device/seed-500-optimized alone (its baseline runs beside it)
@@ -142,6 +144,16 @@ for part in "$@"; do
         done
       done
       ;;
+    bench)
+      # Micro-benchmarks of the GPU kernels, with the device-memory and pinned-copy probes of the
+      # same run, as Google Benchmark's JSON beside the console table.
+      mkdir -p measurements/device/bench
+      nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > measurements/device/bench/machine.txt
+      note "bench_gpu"
+      "$stage/bench_gpu" --benchmark_min_time=0.2 --benchmark_out=measurements/device/bench/bench_gpu.json --benchmark_out_format=json 2>&1 \
+        | tee measurements/device/bench/bench_gpu.txt | tail -n 60 || status=1
+      ;;
+    drop-models) note "removing generated models (the disk holds the device scale or the slice, not both)"; rm -f models/*.gguf ;;
     probes)
       mkdir -p measurements/device/probes
       nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > measurements/device/probes/machine.txt
