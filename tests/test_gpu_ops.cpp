@@ -21,7 +21,7 @@
 #include "cuda/check.cuh"
 #include "cuda/dequant.cuh"
 #include "cuda/ops.cuh"
-#include "runtime/routing.h"
+#include "cpu/routing.h"
 #include "tensor/ggml_types.h"
 
 using namespace bg;

@@ -1,5 +1,5 @@
 // CUDA kernels of the dsv41 forward pass, each behind a host launcher with the semantics of the
-// CPU op it mirrors (engine/cpu/ops.h, engine/runtime/routing.h); tests/test_gpu_ops.cpp holds
+// CPU op it mirrors (engine/cpu/ops.h, engine/cpu/routing.h); tests/test_gpu_ops.cpp holds
 // every launcher to its CPU counterpart on random inputs.
 //
 // Conventions shared by every launcher:
@@ -19,8 +19,9 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include "backend/ops.h"
 #include "cpu/ops.h"
-#include "runtime/routing.h"
+#include "cpu/routing.h"
 #include "tensor/ggml_types.h"
 
 namespace bg::cuda {
@@ -110,12 +111,11 @@ void swiglu(const float* gate, const float* up, int64_t n, float limit, cpu::Swi
 // ---------------------------------------------------------------------------------------------
 // mHC (4 residual copies) and Engram
 
-// Layout of one token's mix in a float array [n][kMixWidth]; the same bytes as cpu::HcMix, so a
-// device array of HcMix can be read with these offsets and vice versa.
-constexpr int kMixPre = 0;     // pre[c]       at kMixPre + c
-constexpr int kMixPost = 4;    // post[d]      at kMixPost + d
-constexpr int kMixComb = 8;    // comb[d][c]   at kMixComb + 4*d + c   (dst d, src c)
-constexpr int kMixWidth = 24;
+// A mix array [n][kMixWidth] as backend/ops.h lays it out (the bytes of cpu::HcMix).
+using bg::kMixComb;
+using bg::kMixPost;
+using bg::kMixPre;
+using bg::kMixWidth;
 
 // mix[t] = cpu::hc_mix(m[t], base, scale, n_iter, eps). m: [n_tok][24] (the hc_*_fn projections);
 // base: [24], scale: [3] (device); mix: [n_tok][kMixWidth].
@@ -152,45 +152,12 @@ void engram_gate_add(const float* kv, const float* wk, const float* wq, int64_t 
 void compress_pool(const float* kv, const float* score, int64_t d, int64_t ratio, int64_t b0,
                    int64_t n_blocks, float* out, cudaStream_t stream);
 
-// One block per (token, head), the rows cpu::attention_head sees for query position p = pos[t]:
-// the window rows kv[j], j in [max(0, p-window+1), p], ascending, then (when comp is set) the
-// compressed rows comp[sel[p*top_k + s]] for s < sel_n[p]. Logit = scale*<q, row>; softmax with
-// exp(sinks[h]) in the denominator only; out = sum softmax*row (V = K).
-struct AttentionArgs {
-    const float* q = nullptr;          // [n_tok][ldq], head h at h*d (roped)
-    int64_t ldq = 0;
-    const float* kv = nullptr;         // [n_ctx][d] window cache (normed, roped)
-    const float* comp = nullptr;       // [blocks][d] compressed rows, or null: window only
-    const int32_t* sel = nullptr;      // [n_ctx][top_k] selected compressed rows per position
-    const int32_t* sel_n = nullptr;    // [n_ctx] how many of them
-    int64_t top_k = 0;                 // row length of sel
-    const float* sinks = nullptr;      // [n_head]
-    const int32_t* pos = nullptr;      // [n_tok]
-    int64_t n_tok = 0, n_head = 0, d = 0, window = 0;
-    float scale = 1.0f;
-    float* out = nullptr;              // [n_tok][ldo], head h at h*d
-    int64_t ldo = 0;
-};
+// One block per (token, head): bg::AttentionArgs (backend/ops.h).
+using bg::AttentionArgs;
 void attention(const AttentionArgs& a, cudaStream_t stream);
 
-// Lightning indexer (Forward::indexer after the query rope): for the query at p = pos[t], every
-// visible compressed row b < (p+1)/ratio gets
-//   score[b] = sum_h w[t][h] * relu(<q[t][h], keys[b]>)
-// written to scores[t*ld_scores + b]; then the best min(visible, top_k) rows, in descending score
-// order with ties to the lower index (the same list cpu::top_k gives on those scores), go to
-// sel[p*top_k ..] and their count to sel_n[p]. Positions in one call must be distinct;
-// n_tok <= 65535.
-struct IndexerArgs {
-    const float* q = nullptr;          // [n_tok][n_head*head_dim], roped
-    const float* w = nullptr;          // [n_tok][n_head] head weights, already scaled
-    const float* keys = nullptr;       // [blocks][head_dim] index keys
-    const int32_t* pos = nullptr;      // [n_tok]
-    int64_t n_tok = 0, n_head = 0, head_dim = 0, ratio = 1, top_k = 0;
-    float* scores = nullptr;           // [n_tok][ld_scores] work buffer, left holding the scores
-    int64_t ld_scores = 0;             // >= (largest position + 1) / ratio (a kernel traps if not)
-    int32_t* sel = nullptr;            // [n_ctx][top_k]
-    int32_t* sel_n = nullptr;          // [n_ctx]
-};
+// Lightning indexer: bg::IndexerArgs (backend/ops.h); ld_scores too small traps a kernel.
+using bg::IndexerArgs;
 void indexer(const IndexerArgs& a, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------

@@ -1,5 +1,7 @@
 #include "runtime/session.h"
 
+#include "cpu/cpu_ops.h"
+
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -8,7 +10,7 @@
 #include <fstream>
 #include <string>
 
-#include "runtime/timeline.h"
+#include "util/timeline.h"
 #include "util/check.h"
 
 namespace bg {
@@ -78,10 +80,7 @@ class CpuDevice final : public DeviceFactory {
 public:
     const char* name() const override { return "cpu"; }
     std::unique_ptr<Backend> make_backend() override { return make_cpu_backend(); }
-    std::unique_ptr<dsv41::ForwardPass> make_forward(const dsv41::Model& m, cpu::ThreadPool& pool, ExpertProvider& experts,
-                                                     EngramStore& engram, const dsv41::ForwardConfig& cfg) override {
-        return std::make_unique<dsv41::Forward>(m, pool, experts, engram, cfg);
-    }
+    std::unique_ptr<Ops> make_ops(cpu::ThreadPool& pool) override { return cpu::make_cpu_ops(pool); }
 };
 
 }  // namespace
@@ -132,8 +131,8 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
     fc.max_ubatch = cfg.ubatch;
     fc.swiglu_form = clamp;
     fc.routing = routing_;
-    fc.plan = &plan_;
-    fwd_ = device->make_forward(*model_, *pool_, store_proxy_, *engram_, fc);
+    fc.resident = &plan_.mask;
+    fwd_ = std::make_unique<dsv41::Forward>(*model_, device->make_ops(*pool_), store_proxy_, *engram_, fc);
 
     StoreConfig sc;
     sc.transient_slots = cfg.transient_slots;

@@ -32,9 +32,8 @@ public:
     // Where this device keeps the model's dense weights (dsv41::DenseHome).
     virtual dsv41::DenseHome dense_home() const { return dsv41::DenseHome::kHost; }
     virtual std::unique_ptr<Backend> make_backend() = 0;
-    virtual std::unique_ptr<dsv41::ForwardPass> make_forward(const dsv41::Model& m, cpu::ThreadPool& pool,
-                                                             ExpertProvider& experts, EngramStore& engram,
-                                                             const dsv41::ForwardConfig& cfg) = 0;
+    // The ops the forward pass runs on (the CPU's use the thread pool).
+    virtual std::unique_ptr<Ops> make_ops(cpu::ThreadPool& pool) = 0;
 };
 DeviceFactory& cpu_device();
 
@@ -71,7 +70,7 @@ public:
     const dsv41::Model& model() const { return *model_; }
     TieredExpertStore& store() { return *store_; }
     EngramStore& engram() { return *engram_; }
-    dsv41::ForwardPass& forward() { return *fwd_; }
+    dsv41::Forward& forward() { return *fwd_; }
     Runner& runner() { return *runner_; }
     const ResidencyPlan& plan() const { return plan_; }
     // What this run allocated, by tier: `betelgeuse plan`'s table for the same flags (checked
@@ -97,7 +96,7 @@ private:
     std::unique_ptr<EngramStore> engram_;
     ExpertProviderProxy store_proxy_;
     std::unique_ptr<TieredExpertStore> store_;
-    std::unique_ptr<dsv41::ForwardPass> fwd_;
+    std::unique_ptr<dsv41::Forward> fwd_;
     std::unique_ptr<Runner> runner_;
     std::unique_ptr<tok::Tokenizer> tokenizer_;
     std::unique_ptr<Sampler> sampler_;

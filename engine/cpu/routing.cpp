@@ -1,4 +1,4 @@
-#include "runtime/routing.h"
+#include "cpu/routing.h"
 
 #include <algorithm>
 #include <cmath>
