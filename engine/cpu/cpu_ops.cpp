@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/pool_channel.h"
 #include "util/check.h"
 
 namespace bg::cpu {
@@ -134,28 +135,8 @@ public:
     }
     void compress_pool(const float* kv, const float* score, int64_t d, int64_t r, int64_t b0, int64_t n_blocks,
                        float* out) override {
-        for (int64_t j = 0; j < n_blocks; ++j) {
-            const int64_t t0 = (b0 + j) * r;
-            float* o = out + j * d;
-            for (int64_t c = 0; c < d; ++c) {
-                if (!score) {
-                    float s = 0.0f;
-                    for (int64_t t = t0; t < t0 + r; ++t) s += kv[t * d + c];
-                    o[c] = s;
-                    continue;
-                }
-                // per-channel softmax of the scores over the block's tokens weights the kv
-                float mx = -INFINITY;
-                for (int64_t t = t0; t < t0 + r; ++t) mx = std::max(mx, score[t * d + c]);
-                float den = 0.0f, num = 0.0f;
-                for (int64_t t = t0; t < t0 + r; ++t) {
-                    const float e = std::exp(score[t * d + c] - mx);
-                    den += e;
-                    num += e * kv[t * d + c];
-                }
-                o[c] = num / den;
-            }
-        }
+        for (int64_t j = 0; j < n_blocks; ++j)
+            for (int64_t c = 0; c < d; ++c) out[j * d + c] = pool_channel(kv, score, d, r, (b0 + j) * r, c);
     }
     void attention(const AttentionArgs& a) override {
         const int64_t max_rows = a.window + a.top_k;

@@ -4,11 +4,15 @@
 
 #include <memory>
 
+#include "backend/device.h"
 #include "backend/ops.h"
 #include "cpu/thread_pool.h"
 
 namespace bg::cpu {
 
 std::unique_ptr<Ops> make_cpu_ops(ThreadPool& pool);
+
+// The CPU device: the host-memory backend (cpu_backend.cpp) and these ops.
+DeviceFactory& cpu_device();
 
 }  // namespace bg::cpu

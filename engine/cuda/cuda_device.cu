@@ -10,7 +10,7 @@ namespace {
 class CudaDevice final : public DeviceFactory {
 public:
     const char* name() const override { return "cuda"; }
-    dsv41::DenseHome dense_home() const override { return dsv41::DenseHome::kDevice; }
+    bool dense_on_device() const override { return true; }
     std::unique_ptr<Backend> make_backend() override { return make_cuda_backend(); }
     std::unique_ptr<Ops> make_ops(cpu::ThreadPool&) override { return make_cuda_ops(); }
 };

@@ -2,7 +2,7 @@
 // stream) and the GPU forward pass.
 #pragma once
 
-#include "runtime/session.h"
+#include "backend/device.h"
 
 namespace bg::cuda {
 

@@ -18,8 +18,6 @@ __global__ void scale_kernel(float* x, int64_t n, float s) {
     if (i < n) x[i] *= s;
 }
 
-DeviceMat dmat(const cpu::MatView& v) { return DeviceMat{v.data, v.type, v.cols, v.rows, v.row_stride}; }
-
 class CudaOps final : public Ops {
 public:
     CudaOps() {
@@ -127,7 +125,7 @@ public:
     const Timeline* timeline() const override { return timeline_.get(); }
 
     void matmul(const cpu::MatView& W, const float* x, int64_t ldx, int64_t n_tok, float* y, int64_t ldy) override {
-        cuda::matmul(*mm_, dmat(W), x, ldx, n_tok, y, ldy, stream_);
+        cuda::matmul(*mm_, W, x, ldx, n_tok, y, ldy, stream_);
     }
     void dequantize(GgmlType t, const uint8_t* src, float* dst, int64_t n) override {
         BG_CUDA_CHECK(cuda::dequantize(t, src, dst, n, stream_));

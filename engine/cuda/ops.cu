@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstddef>
 
+#include "backend/pool_channel.h"
 #include "cuda/check.cuh"
 #include "cuda/ops.cuh"
 #include "util/check.h"
@@ -253,22 +254,8 @@ __global__ void compress_pool_kernel(const float* kv, const float* score, int64_
     const int64_t total = n_blocks * d;
     for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
          idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-        const int64_t j = idx / d, c = idx % d, t0 = (b0 + j) * ratio;
-        if (!score) {
-            float s = 0.0f;
-            for (int64_t t = t0; t < t0 + ratio; ++t) s += kv[t * d + c];
-            out[idx] = s;
-            continue;
-        }
-        float mx = -INFINITY;
-        for (int64_t t = t0; t < t0 + ratio; ++t) mx = fmaxf(mx, score[t * d + c]);
-        float den = 0.0f, num = 0.0f;
-        for (int64_t t = t0; t < t0 + ratio; ++t) {
-            const float e = expf(score[t * d + c] - mx);
-            den += e;
-            num = mul_add(e, kv[t * d + c], num);
-        }
-        out[idx] = num / den;
+        const int64_t j = idx / d, c = idx % d;
+        out[idx] = pool_channel(kv, score, d, ratio, (b0 + j) * ratio, c);
     }
 }
 

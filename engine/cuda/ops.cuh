@@ -29,17 +29,8 @@ namespace bg::cuda {
 // ---------------------------------------------------------------------------------------------
 // Matrices and matmul
 
-// A weight matrix in device memory, laid out as cpu::MatView: `rows` rows of `cols` elements of
-// `type`, row_stride bytes apart.
-struct DeviceMat {
-    const uint8_t* data = nullptr;
-    GgmlType type = GgmlType::F32;
-    int64_t cols = 0;          // ne0: input width
-    int64_t rows = 0;          // ne1: output width
-    uint64_t row_stride = 0;   // bytes between rows (row_bytes(type, cols) when dense)
-
-    DeviceMat slice_rows(int64_t r0, int64_t n) const;
-};
+// A weight matrix in device memory: a cpu::MatView whose data points into the device.
+using DeviceMat = cpu::MatView;
 
 // Owns what matmul needs so that calls allocate nothing: the cuBLAS handle (FP32 math, no TF32),
 // its workspace, and an F32 scratch of scratch_bytes into which weight rows are dequantised a

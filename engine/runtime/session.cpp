@@ -74,24 +74,8 @@ Fidelity compare_logits(const std::vector<float>& exact, const std::vector<float
     return f;
 }
 
-namespace {
-
-class CpuDevice final : public DeviceFactory {
-public:
-    const char* name() const override { return "cpu"; }
-    std::unique_ptr<Backend> make_backend() override { return make_cpu_backend(); }
-    std::unique_ptr<Ops> make_ops(cpu::ThreadPool& pool) override { return cpu::make_cpu_ops(pool); }
-};
-
-}  // namespace
-
-DeviceFactory& cpu_device() {
-    static CpuDevice d;
-    return d;
-}
-
 Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
-    if (!device) device = &cpu_device();
+    if (!device) device = &cpu::cpu_device();
     order_ = parse_prefill_order(cfg.prefill);
     routing_ = parse_routing_policy(cfg.routing);
     cpu::SwigluClamp clamp;
@@ -101,7 +85,7 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
     if (cfg.passes < 1) fail("--passes must be >= 1");
     if (cfg.gen < 0) fail("--gen must be >= 0");
 
-    model_ = dsv41::Model::open(cfg.model_path, device->dense_home());
+    model_ = dsv41::Model::open(cfg.model_path, device->dense_on_device() ? dsv41::DenseHome::kDevice : dsv41::DenseHome::kHost);
     const dsv41::HParams& hp = model_->hp();
     // A tokenizer this engine cannot use matters only to text: ids still run.
     try {

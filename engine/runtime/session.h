@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
+#include "backend/device.h"
 #include "cpu/thread_pool.h"
 #include "io/reader.h"
 #include "model/dsv41_forward.h"
@@ -22,20 +23,6 @@
 
 namespace bg {
 
-// What a compute device contributes to a session: its backend (pools and copies) and its
-// forward pass. The CPU one is built in; the CUDA build provides another
-// (engine/cuda/cuda_device.cuh), so this layer never depends on CUDA.
-class DeviceFactory {
-public:
-    virtual ~DeviceFactory() = default;
-    virtual const char* name() const = 0;
-    // Where this device keeps the model's dense weights (dsv41::DenseHome).
-    virtual dsv41::DenseHome dense_home() const { return dsv41::DenseHome::kHost; }
-    virtual std::unique_ptr<Backend> make_backend() = 0;
-    // The ops the forward pass runs on (the CPU's use the thread pool).
-    virtual std::unique_ptr<Ops> make_ops(cpu::ThreadPool& pool) = 0;
-};
-DeviceFactory& cpu_device();
 
 // Stands in for the expert store until it exists (the forward pass is built first so the
 // store's budget checks can count it).
