@@ -13,6 +13,7 @@
 #include "cpu/thread_pool.h"
 #include "gguf_edit.h"
 #include "cpu/cpu_ops.h"
+#include "cpu/ops.h"
 #include "key_variants.h"
 #include "model/dsv41_forward.h"
 #include "model_fixture.h"

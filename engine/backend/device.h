@@ -7,9 +7,12 @@
 
 #include "backend/backend.h"
 #include "backend/ops.h"
-#include "cpu/thread_pool.h"
 
 namespace bg {
+
+namespace cpu {
+class ThreadPool;
+}
 
 class DeviceFactory {
 public:

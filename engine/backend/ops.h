@@ -7,7 +7,7 @@
 // Conventions:
 //  - a pointer is backend memory (device memory for CUDA, host memory for the CPU) unless it is
 //    named *_host; activations are float32 row-major [n_tok][width]; weights are ggml-typed
-//    bytes (cpu::MatView) in backend memory;
+//    bytes (MatView) in backend memory;
 //  - an op is queued in call order and may return before it has run; the host reads results only
 //    after download + sync; nothing is allocated per call (the CPU grows its scratch to the
 //    largest call once);
@@ -16,19 +16,18 @@
 
 #include <cstdint>
 
-#include "cpu/ops.h"
-#include "cpu/routing.h"
+#include "backend/types.h"
 #include "tensor/ggml_types.h"
 #include "util/timeline.h"
 
 namespace bg {
 
-// Layout of one token's mHC mix in a float array [n][kMixWidth]: the bytes of cpu::HcMix.
+// Layout of one token's mHC mix in a float array [n][kMixWidth]: the bytes of HcMix.
 constexpr int kMixPre = 0;     // pre[c]       at kMixPre + c
 constexpr int kMixPost = 4;    // post[d]      at kMixPost + d
 constexpr int kMixComb = 8;    // comb[d][c]   at kMixComb + 4*d + c   (dst d, src c)
 constexpr int kMixWidth = 24;
-static_assert(sizeof(cpu::HcMix) == kMixWidth * sizeof(float));
+static_assert(sizeof(HcMix) == kMixWidth * sizeof(float));
 
 // One query per (token, head) over the rows cpu::attention_head sees for query position
 // p = pos[t]: the window rows kv[j], j in [max(0, p-window+1), p], ascending, then (when comp is
@@ -112,7 +111,7 @@ public:
     virtual const Timeline* timeline() const { return nullptr; }
 
     // ---- the model's ops
-    virtual void matmul(const cpu::MatView& W, const float* x, int64_t ldx, int64_t n_tok, float* y, int64_t ldy) = 0;
+    virtual void matmul(const MatView& W, const float* x, int64_t ldx, int64_t n_tok, float* y, int64_t ldy) = 0;
     virtual void dequantize(GgmlType t, const uint8_t* src, float* dst, int64_t n) = 0;
     // H[t][c][:] = rows[row_ids[t]][:] for the 4 residual copies c. rows: [][width].
     virtual void embed_rows(const float* rows, const int32_t* row_ids, int64_t n_tok, int64_t width, float* H) = 0;
@@ -121,8 +120,8 @@ public:
     virtual void rmsnorm(const float* x, const float* w, int64_t n, int64_t n_rows, float eps, float* y) = 0;
     // cpu::rope on the last p.n_dims values of each head h < n_heads of token t at pos[t].
     virtual void rope(float* x, int64_t row_stride, int64_t n_tok, const int32_t* pos, int64_t n_heads, int64_t head_dim,
-                      const cpu::RopeParams& p, bool inverse) = 0;
-    virtual void swiglu(const float* gate, const float* up, int64_t n, float limit, cpu::SwigluClamp form, float* out) = 0;
+                      const RopeParams& p, bool inverse) = 0;
+    virtual void swiglu(const float* gate, const float* up, int64_t n, float limit, SwigluClamp form, float* out) = 0;
     virtual void scale(float* x, int64_t n, float s) = 0;
     // mix[t] = cpu::hc_mix(m[t], base, scale, n_iter, eps) as [n_tok][kMixWidth].
     virtual void hc_mix(const float* m, const float* base, const float* scale, int64_t n_tok, int n_iter, float eps,
@@ -143,7 +142,7 @@ public:
     virtual void indexer(const IndexerArgs& a) = 0;
     // bg::route for every token. resident: [n_expert] bytes (every policy but exact).
     virtual void route(RoutingPolicy policy, const float* logits, const float* bias, const uint8_t* resident,
-                       int64_t n_tok, int64_t n_expert, int k, cpu::RouteWeighting wt, int32_t* ids, float* weights) = 0;
+                       int64_t n_tok, int64_t n_expert, int k, RouteWeighting wt, int32_t* ids, float* weights) = 0;
     // out[j] = x[rows[j]*ldx .. + width) for j < m.
     virtual void moe_gather(const float* x, int64_t ldx, const int32_t* rows, int64_t m, int64_t width, float* out) = 0;
     // dst[rows[j]*width .. + width) = src[j] for j < m (rows distinct).

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "backend/pool_channel.h"
+#include "cpu/ops.h"
+#include "cpu/routing.h"
 #include "util/check.h"
 
 namespace bg::cpu {

@@ -124,7 +124,7 @@ public:
     }
     const Timeline* timeline() const override { return timeline_.get(); }
 
-    void matmul(const cpu::MatView& W, const float* x, int64_t ldx, int64_t n_tok, float* y, int64_t ldy) override {
+    void matmul(const MatView& W, const float* x, int64_t ldx, int64_t n_tok, float* y, int64_t ldy) override {
         cuda::matmul(*mm_, W, x, ldx, n_tok, y, ldy, stream_);
     }
     void dequantize(GgmlType t, const uint8_t* src, float* dst, int64_t n) override {
@@ -146,10 +146,10 @@ public:
         cuda::rmsnorm(x, w, n, n_rows, eps, y, stream_);
     }
     void rope(float* x, int64_t row_stride, int64_t n_tok, const int32_t* pos, int64_t n_heads, int64_t head_dim,
-              const cpu::RopeParams& p, bool inverse) override {
+              const RopeParams& p, bool inverse) override {
         cuda::rope(x, row_stride, n_tok, pos, n_heads, head_dim, p, inverse, stream_);
     }
-    void swiglu(const float* gate, const float* up, int64_t n, float limit, cpu::SwigluClamp form, float* out) override {
+    void swiglu(const float* gate, const float* up, int64_t n, float limit, SwigluClamp form, float* out) override {
         cuda::swiglu(gate, up, n, limit, form, out, stream_);
     }
     void scale(float* x, int64_t n, float s) override {
@@ -178,7 +178,7 @@ public:
     void attention(const AttentionArgs& a) override { cuda::attention(a, stream_); }
     void indexer(const IndexerArgs& a) override { cuda::indexer(a, stream_); }
     void route(RoutingPolicy policy, const float* logits, const float* bias, const uint8_t* resident, int64_t n_tok,
-               int64_t n_expert, int k, cpu::RouteWeighting wt, int32_t* ids, float* weights) override {
+               int64_t n_expert, int k, RouteWeighting wt, int32_t* ids, float* weights) override {
         cuda::route(policy, logits, bias, resident, n_tok, n_expert, k, wt, ids, weights, stream_);
     }
     void moe_gather(const float* x, int64_t ldx, const int32_t* rows, int64_t m, int64_t width, float* out) override {

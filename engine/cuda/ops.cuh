@@ -22,7 +22,6 @@
 
 #include "backend/ops.h"
 #include "cpu/ops.h"
-#include "cpu/routing.h"
 #include "tensor/ggml_types.h"
 
 namespace bg::cuda {
@@ -30,8 +29,8 @@ namespace bg::cuda {
 // ---------------------------------------------------------------------------------------------
 // Matrices and matmul
 
-// A weight matrix in device memory: a cpu::MatView whose data points into the device.
-using DeviceMat = cpu::MatView;
+// A weight matrix in device memory: a MatView whose data points into the device.
+using DeviceMat = MatView;
 
 // Owns what matmul needs so that calls allocate nothing: the cuBLAS handle (FP32 math, no TF32),
 // its workspace, and an F32 scratch of scratch_bytes into which weight rows are dequantised a
@@ -90,9 +89,9 @@ void rmsnorm(const float* x, const float* w, int64_t n, int64_t n_rows, float ep
              cudaStream_t stream);
 // Angles in double.
 void rope(float* x, int64_t row_stride, int64_t n_tok, const int32_t* pos, int64_t n_heads,
-          int64_t head_dim, const cpu::RopeParams& p, bool inverse, cudaStream_t stream);
+          int64_t head_dim, const RopeParams& p, bool inverse, cudaStream_t stream);
 // out may alias gate or up.
-void swiglu(const float* gate, const float* up, int64_t n, float limit, cpu::SwigluClamp form,
+void swiglu(const float* gate, const float* up, int64_t n, float limit, SwigluClamp form,
             float* out, cudaStream_t stream);
 void hc_mix(const float* m, const float* base, const float* scale, int64_t n_tok, int n_iter,
             float eps, float* mix, cudaStream_t stream);
@@ -113,7 +112,7 @@ void indexer(const IndexerArgs& a, cudaStream_t stream);
 // Where fewer than k experts are resident, the missing ranks get id -1 and weight 0 (the host's
 // route would abort; residency plans hold at least k experts per layer).
 void route(RoutingPolicy policy, const float* logits, const float* bias, const uint8_t* resident,
-           int64_t n_tok, int64_t n_expert, int k, cpu::RouteWeighting wt, int32_t* ids, float* weights,
+           int64_t n_tok, int64_t n_expert, int k, RouteWeighting wt, int32_t* ids, float* weights,
            cudaStream_t stream);
 void moe_gather(const float* x, int64_t ldx, const int32_t* rows, int64_t m, int64_t width,
                 float* out, cudaStream_t stream);

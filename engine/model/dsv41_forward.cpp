@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "cpu/ops.h"  // engram_hash: the host hashes tokens to rows
 #include "util/check.h"
 #include "util/file_io.h"
 
@@ -13,8 +14,8 @@ namespace {
 
 constexpr int kHc = 4;  // residual copies (validated at load)
 
-cpu::RopeParams rope_compressed(const HParams& hp) {
-    cpu::RopeParams p;
+RopeParams rope_compressed(const HParams& hp) {
+    RopeParams p;
     p.n_dims = hp.rope_dims;
     p.freq_base = hp.compress_rope_freq_base;
     // rope.scaling.type applies here only: linear divides positions by the factor, YaRN ramps.
@@ -26,9 +27,9 @@ cpu::RopeParams rope_compressed(const HParams& hp) {
     return p;
 }
 
-cpu::RopeParams rope_for_layer(const HParams& hp, int64_t l) {
+RopeParams rope_for_layer(const HParams& hp, int64_t l) {
     if (hp.compress_ratios[l] > 0) return rope_compressed(hp);
-    cpu::RopeParams p;
+    RopeParams p;
     p.n_dims = hp.rope_dims;
     p.freq_base = hp.rope_freq_base;
     p.yarn = false;
@@ -40,7 +41,7 @@ cpu::RopeParams rope_for_layer(const HParams& hp, int64_t l) {
 struct Forward::LayerDev {
     const float *attn_norm, *ffn_norm, *attn_sinks, *q_a_norm, *kv_a_norm, *hc_attn_base, *hc_attn_scale, *hc_ffn_base,
         *hc_ffn_scale, *comp_norm, *idx_k_norm, *exp_probs_b, *engram_q, *engram_k;
-    cpu::MatView q_a, q_b, kv, o_a, o_b, hc_attn_fn, hc_ffn_fn, comp_kv, comp_gate, idx_k, idx_q_b, idx_proj, gate_inp,
+    MatView q_a, q_b, kv, o_a, o_b, hc_attn_fn, hc_ffn_fn, comp_kv, comp_gate, idx_k, idx_q_b, idx_proj, gate_inp,
         sh_gate, sh_up, sh_down, engram_wkv;
 };
 
@@ -60,9 +61,9 @@ T* Forward::alloc_host(int64_t count) {
     return static_cast<T*>(p);
 }
 
-cpu::MatView Forward::mat(const cpu::MatView& v) const {
+MatView Forward::mat(const MatView& v) const {
     if (v.cols == 0) return {};  // a tensor this layer does not have
-    cpu::MatView d = v;
+    MatView d = v;
     d.data = image_ + v.image_offset;
     BG_CHECK(!v.data || v.data == d.data || !ops_->memory_is_host());
     return d;
@@ -290,7 +291,7 @@ void Forward::embed(Ubatch& u, const int32_t* tokens, int64_t n, int64_t pos0) {
     std::copy(tokens, tokens + n, tokens_ + pos0);
     // The embedding lives in host memory: its rows, dequantised here, go over as [n][E] floats,
     // which the backend then spreads over the four residual copies.
-    const cpu::MatView emb = m_.token_embd();
+    const MatView emb = m_.token_embd();
     for (int64_t i = 0; i < n; ++i)
         dequantize_row(emb.type, emb.data + static_cast<uint64_t>(tokens[i]) * emb.row_stride, emb_host_ + i * E_, E_);
     ops_->upload(emb_, emb_host_, n * E_ * sizeof(float));
@@ -300,7 +301,7 @@ void Forward::embed(Ubatch& u, const int32_t* tokens, int64_t n, int64_t pos0) {
     ops_->sync();
 }
 
-void Forward::mix(const cpu::MatView& fn, const float* base, const float* scale, const float* h, int64_t n, float* out_mix) {
+void Forward::mix(const MatView& fn, const float* base, const float* scale, const float* h, int64_t n, float* out_mix) {
     const int64_t W = kHc * E_;
     ops_->rmsnorm(h, nullptr, W, n, hp_.rms_eps, hflat_);
     ops_->matmul(fn, hflat_, W, n, mixm_, 24);
@@ -322,7 +323,7 @@ void Forward::blocks(int64_t l, const Ubatch& u) {
     const auto& ro = m_.roles()[l];
     const LayerDev& w = layers_[l];
     const int64_t hd = hp_.head_dim, id = hp_.idx_head_dim;
-    const cpu::RopeParams rp = rope_compressed(hp_);
+    const RopeParams rp = rope_compressed(hp_);
     if (ro.kv_source) {
         const int64_t r = hp_.compress_ratios[l];
         ops_->matmul(w.comp_kv, x_, E_, u.n, comp_in_[l] + u.pos0 * hd, hd);
@@ -357,7 +358,7 @@ void Forward::attention(int64_t l, const Ubatch& u) {
     const auto& ro = m_.roles()[l];
     const int64_t hd = hp_.head_dim, nh = hp_.n_head, qd = hp_.q_dim(), ql = hp_.q_lora_rank, n = u.n;
     const int32_t* pos = iota_ + u.pos0;
-    const cpu::RopeParams rp = rope_for_layer(hp_, l);
+    const RopeParams rp = rope_for_layer(hp_, l);
 
     ops_->matmul(w.q_a, x_, E_, n, qa_, ql);
     ops_->rmsnorm(qa_, w.q_a_norm, ql, n, hp_.rms_eps, qa_);
@@ -448,7 +449,7 @@ void Forward::attention_half(int64_t l, Ubatch& u) {
     int32_t* ids = ids_ + p0 * k;
     float* wts = wts_ + p0 * k;
     ops_->route(cfg_.routing, rlogits_, w.exp_probs_b, resident_[l], n, ne, static_cast<int>(k),
-                cpu::RouteWeighting{hp_.expert_weights_norm, hp_.routed_weight_scale()}, ids, wts);
+                RouteWeighting{hp_.expert_weights_norm, hp_.routed_weight_scale()}, ids, wts);
     ops_->busy_end();
     // The host needs the routing to plan the layer's expert traffic.
     ops_->download(u.ids.data(), ids, n * k * sizeof(int32_t));

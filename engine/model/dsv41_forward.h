@@ -96,11 +96,11 @@ private:
     T* alloc(int64_t count);
     template <class T>
     T* alloc_host(int64_t count);
-    cpu::MatView mat(const cpu::MatView& v) const;
+    MatView mat(const MatView& v) const;
     const float* vec(const float* host_vec) const;
     void load_dense_image();
     float* H(int64_t pos) const { return H_ + pos * 4 * E_; }
-    void mix(const cpu::MatView& fn, const float* base, const float* scale, const float* h, int64_t n, float* out_mix);
+    void mix(const MatView& fn, const float* base, const float* scale, const float* h, int64_t n, float* out_mix);
     void engram(int64_t l, const Ubatch& u);
     void attention(int64_t l, const Ubatch& u);
     void blocks(int64_t l, const Ubatch& u);

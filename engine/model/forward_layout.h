@@ -15,7 +15,7 @@ namespace bg::dsv41 {
 struct ForwardConfig {
     int64_t n_ctx = 4096;       // longest sequence (prompt + generated tokens)
     int64_t max_ubatch = 16;    // most tokens in one unit of work
-    cpu::SwigluClamp swiglu_form = cpu::SwigluClamp::kDeepSeek;
+    SwigluClamp swiglu_form = SwigluClamp::kDeepSeek;
     RoutingPolicy routing = RoutingPolicy::kExact;
     // [layer][n_expert] 1 where resident: needed by every policy but exact.
     const std::vector<std::vector<uint8_t>>* resident = nullptr;

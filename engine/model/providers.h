@@ -11,9 +11,9 @@
 namespace bg {
 
 struct ExpertView {
-    cpu::MatView gate;  // n_embd -> n_ff
-    cpu::MatView up;    // n_embd -> n_ff
-    cpu::MatView down;  // n_ff -> n_embd
+    MatView gate;  // n_embd -> n_ff
+    MatView up;    // n_embd -> n_ff
+    MatView down;  // n_ff -> n_embd
 };
 
 class ExpertProvider {

@@ -78,9 +78,9 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
     if (!device) device = &cpu::cpu_device();
     order_ = parse_prefill_order(cfg.prefill);
     routing_ = parse_routing_policy(cfg.routing);
-    cpu::SwigluClamp clamp;
-    if (cfg.swiglu_clamp == "deepseek") clamp = cpu::SwigluClamp::kDeepSeek;
-    else if (cfg.swiglu_clamp == "llamacpp") clamp = cpu::SwigluClamp::kLlamaCpp;
+    SwigluClamp clamp;
+    if (cfg.swiglu_clamp == "deepseek") clamp = SwigluClamp::kDeepSeek;
+    else if (cfg.swiglu_clamp == "llamacpp") clamp = SwigluClamp::kLlamaCpp;
     else fail("--swiglu-clamp must be 'deepseek' or 'llamacpp', got '%s'", cfg.swiglu_clamp.c_str());
     if (cfg.passes < 1) fail("--passes must be >= 1");
     if (cfg.gen < 0) fail("--gen must be >= 0");
