@@ -38,12 +38,6 @@ RopeParams rope_for_layer(const HParams& hp, int64_t l) {
 
 }  // namespace
 
-struct Forward::LayerDev {
-    const float *attn_norm, *ffn_norm, *attn_sinks, *q_a_norm, *kv_a_norm, *hc_attn_base, *hc_attn_scale, *hc_ffn_base,
-        *hc_ffn_scale, *comp_norm, *idx_k_norm, *exp_probs_b, *engram_q, *engram_k;
-    MatView q_a, q_b, kv, o_a, o_b, hc_attn_fn, hc_ffn_fn, comp_kv, comp_gate, idx_k, idx_q_b, idx_proj, gate_inp,
-        sh_gate, sh_up, sh_down, engram_wkv;
-};
 
 template <class T>
 T* Forward::alloc(int64_t count) {
@@ -123,41 +117,22 @@ Forward::Forward(const Model& m, std::unique_ptr<Ops> ops, ExpertProvider& exper
     const ForwardLayout& f = lay_;
 
     load_dense_image();
+    // Each layer's weights as the backend reads them: the model's views, moved into the image.
+    static constexpr const float* LayerWeights::*kVectors[] = {
+        &LayerWeights::attn_norm, &LayerWeights::ffn_norm, &LayerWeights::attn_sinks, &LayerWeights::q_a_norm,
+        &LayerWeights::kv_a_norm, &LayerWeights::hc_attn_base, &LayerWeights::hc_attn_scale,
+        &LayerWeights::hc_ffn_base, &LayerWeights::hc_ffn_scale, &LayerWeights::comp_norm, &LayerWeights::idx_k_norm,
+        &LayerWeights::exp_probs_b, &LayerWeights::engram_q, &LayerWeights::engram_k};
+    static constexpr MatView LayerWeights::*kMatrices[] = {
+        &LayerWeights::q_a, &LayerWeights::q_b, &LayerWeights::kv, &LayerWeights::o_a, &LayerWeights::o_b,
+        &LayerWeights::hc_attn_fn, &LayerWeights::hc_ffn_fn, &LayerWeights::comp_kv, &LayerWeights::comp_gate,
+        &LayerWeights::idx_k, &LayerWeights::idx_q_b, &LayerWeights::idx_proj, &LayerWeights::gate_inp,
+        &LayerWeights::sh_gate, &LayerWeights::sh_up, &LayerWeights::sh_down, &LayerWeights::engram_wkv};
     layers_.resize(L);
     for (int64_t l = 0; l < L; ++l) {
-        const LayerWeights& w = m.layer(l);
-        LayerDev& d = layers_[l];
-        d.attn_norm = vec(w.attn_norm);
-        d.ffn_norm = vec(w.ffn_norm);
-        d.attn_sinks = vec(w.attn_sinks);
-        d.q_a_norm = vec(w.q_a_norm);
-        d.kv_a_norm = vec(w.kv_a_norm);
-        d.hc_attn_base = vec(w.hc_attn_base);
-        d.hc_attn_scale = vec(w.hc_attn_scale);
-        d.hc_ffn_base = vec(w.hc_ffn_base);
-        d.hc_ffn_scale = vec(w.hc_ffn_scale);
-        d.comp_norm = vec(w.comp_norm);
-        d.idx_k_norm = vec(w.idx_k_norm);
-        d.exp_probs_b = vec(w.exp_probs_b);
-        d.engram_q = vec(w.engram_q);
-        d.engram_k = vec(w.engram_k);
-        d.q_a = mat(w.q_a);
-        d.q_b = mat(w.q_b);
-        d.kv = mat(w.kv);
-        d.o_a = mat(w.o_a);
-        d.o_b = mat(w.o_b);
-        d.hc_attn_fn = mat(w.hc_attn_fn);
-        d.hc_ffn_fn = mat(w.hc_ffn_fn);
-        d.comp_kv = mat(w.comp_kv);
-        d.comp_gate = mat(w.comp_gate);
-        d.idx_k = mat(w.idx_k);
-        d.idx_q_b = mat(w.idx_q_b);
-        d.idx_proj = mat(w.idx_proj);
-        d.gate_inp = mat(w.gate_inp);
-        d.sh_gate = mat(w.sh_gate);
-        d.sh_up = mat(w.sh_up);
-        d.sh_down = mat(w.sh_down);
-        d.engram_wkv = mat(w.engram_wkv);
+        LayerWeights& d = layers_[l] = m.layer(l);
+        for (auto v : kVectors) d.*v = vec(d.*v);
+        for (auto v : kMatrices) d.*v = mat(d.*v);
     }
     resident_.assign(L, nullptr);
     for (int64_t l = 0; l < f.resident_masks; ++l) {
@@ -309,7 +284,7 @@ void Forward::mix(const MatView& fn, const float* base, const float* scale, cons
 }
 
 void Forward::engram(int64_t l, const Ubatch& u) {
-    const LayerDev& w = layers_[l];
+    const LayerWeights& w = layers_[l];
     const int64_t nb = hp_.engram_buckets(), dim = hp_.engram_dim, n = u.n;
     for (int64_t i = 0; i < n; ++i) engram_rows(l, u.pos0 + i, &erows_[i * nb]);
     engram_.fetch_rows(l, erows_, n * nb, erow_, *ops_);
@@ -321,7 +296,7 @@ void Forward::engram(int64_t l, const Ubatch& u) {
 // Compressed rows and index keys of the blocks that complete inside this unit.
 void Forward::blocks(int64_t l, const Ubatch& u) {
     const auto& ro = m_.roles()[l];
-    const LayerDev& w = layers_[l];
+    const LayerWeights& w = layers_[l];
     const int64_t hd = hp_.head_dim, id = hp_.idx_head_dim;
     const RopeParams rp = rope_compressed(hp_);
     if (ro.kv_source) {
@@ -354,7 +329,7 @@ void Forward::blocks(int64_t l, const Ubatch& u) {
 }
 
 void Forward::attention(int64_t l, const Ubatch& u) {
-    const LayerDev& w = layers_[l];
+    const LayerWeights& w = layers_[l];
     const auto& ro = m_.roles()[l];
     const int64_t hd = hp_.head_dim, nh = hp_.n_head, qd = hp_.q_dim(), ql = hp_.q_lora_rank, n = u.n;
     const int32_t* pos = iota_ + u.pos0;
@@ -422,7 +397,7 @@ void Forward::attention(int64_t l, const Ubatch& u) {
 
 void Forward::attention_half(int64_t l, Ubatch& u) {
     BG_CHECK(l >= 0 && l < hp_.n_layer && u.n >= 1 && u.n <= cfg_.max_ubatch);
-    const LayerDev& w = layers_[l];
+    const LayerWeights& w = layers_[l];
     const int64_t p0 = u.pos0, n = u.n, k = hp_.n_expert_used, ne = hp_.n_expert;
     float* h = H(p0);
     if (m_.roles()[l].engram) engram(l, u);
@@ -463,7 +438,7 @@ void Forward::attention_half(int64_t l, Ubatch& u) {
 }
 
 void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
-    const LayerDev& w = layers_[l];
+    const LayerWeights& w = layers_[l];
     const int64_t k = hp_.n_expert_used, ne = hp_.n_expert, nff = hp_.n_ff_exp, chunk = cfg_.moe_chunk;
     // Group every (unit, token, rank) slot by expert (a counting sort); experts in ascending id
     // order. Rows: xf by position, eo by position*k + rank.

@@ -91,7 +91,6 @@ public:
     void engram_rows(int64_t layer, int64_t pos, uint64_t* rows) const;
 
 private:
-    struct LayerDev;  // one layer's dense weights as the backend sees them
     template <class T>
     T* alloc(int64_t count);
     template <class T>
@@ -120,7 +119,7 @@ private:
     int64_t E_ = 0;
 
     const uint8_t* image_ = nullptr;      // the dense image as the backend reads it
-    std::vector<LayerDev> layers_;
+    std::vector<LayerWeights> layers_;  // as the backend reads them
     std::vector<int64_t> kv_src_of_, key_owner_of_, idx_src_of_;
     std::vector<uint8_t*> resident_;      // [layer] -> [n_expert] mask (or null)
 
