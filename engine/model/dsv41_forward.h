@@ -48,7 +48,6 @@ public:
     Forward& operator=(const Forward&) = delete;
 
     const ForwardConfig& config() const { return cfg_; }
-    Ops& ops() { return *ops_; }
     void set_observer(RoutingObserver* o) { observer_ = o; }
     // Switches the routing policy (fidelity runs compare policies on one engine).
     void set_routing(RoutingPolicy p);
