@@ -21,7 +21,7 @@
 #include "cuda/check.cuh"
 #include "cuda/dequant.cuh"
 #include "cuda/ops.cuh"
-#include "runtime/routing.h"
+#include "cpu/routing.h"
 #include "tensor/ggml_types.h"
 
 using namespace bg;
@@ -672,7 +672,7 @@ IndexerResult run_indexer(const IndexerCase& c, const std::vector<float>& q, con
     return r;
 }
 
-// Forward::indexer's score of row b for token t (w already holding the 1/sqrt scale), and the
+// The indexer op's score of row b for token t (w already holding the 1/sqrt scale), and the
 // magnitude its rounding is relative to.
 float cpu_index_score(const IndexerCase& c, const std::vector<float>& q, const std::vector<float>& w,
                       const std::vector<float>& keys, int64_t t, int64_t b, float* mag) {

@@ -11,6 +11,7 @@
 #include "cpu/thread_pool.h"
 #include "model/dsv41_forward.h"
 #include "model_fixture.h"
+#include "cpu/cpu_ops.h"
 #include "runtime/providers.h"
 #include "runtime/runner.h"
 #include "util/file_io.h"
@@ -31,7 +32,7 @@ struct Engine {
     Engine(std::unique_ptr<Model> m, const ForwardConfig& fc, bg::EngramProvider* engram_override = nullptr,
            int threads = 2)
         : model(std::move(m)), pool(threads), experts(*model), engram(*model),
-          fwd(*model, pool, experts, engram_override ? *engram_override : engram, fc), runner(*model, fwd) {}
+          fwd(*model, bg::cpu::make_cpu_ops(pool), experts, engram_override ? *engram_override : engram, fc), runner(*model, fwd) {}
 };
 
 ForwardConfig config(int64_t n_ctx, int64_t ubatch) {
@@ -112,8 +113,8 @@ TEST(ModelE2E, OneCallEqualsTokenByTokenThroughTheKvCache) {
 class PerturbedEngram final : public bg::EngramProvider {
 public:
     PerturbedEngram(const Model& m, int64_t layer, uint64_t row) : inner_(m), layer_(layer), row_(row), dim_(m.hp().engram_dim) {}
-    void fetch_rows(int64_t layer, const uint64_t* rows, int64_t n, float* out) override {
-        inner_.fetch_rows(layer, rows, n, out);
+    void fetch_rows(int64_t layer, const uint64_t* rows, int64_t n, float* out, bg::Ops& ops) override {
+        inner_.fetch_rows(layer, rows, n, out, ops);
         for (int64_t i = 0; i < n; ++i)
             if (layer == layer_ && rows[i] == row_)
                 for (int64_t d = 0; d < dim_; ++d) out[i * dim_ + d] += 5.0f;

@@ -11,6 +11,7 @@
 #include "gguf_edit.h"
 #include "model/dsv41_forward.h"
 #include "model_fixture.h"
+#include "cpu/cpu_ops.h"
 #include "runtime/providers.h"
 #include "runtime/runner.h"
 #include "util/check.h"
@@ -33,7 +34,7 @@ std::vector<float> all_logits(const std::string& path) {
     bg::dsv41::ForwardConfig fc;
     fc.n_ctx = 64;
     fc.max_ubatch = 16;
-    bg::dsv41::Forward fwd(*model, pool, experts, engram, fc);
+    bg::dsv41::Forward fwd(*model, bg::cpu::make_cpu_ops(pool), experts, engram, fc);
     bg::Runner runner(*model, fwd);
     // 40 tokens: the window (8), both compress ratios and the indexer's top-4 all take part,
     // and positions reach far enough for rope scaling to move angles by whole radians.

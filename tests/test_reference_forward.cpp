@@ -12,6 +12,8 @@
 
 #include "cpu/thread_pool.h"
 #include "gguf_edit.h"
+#include "cpu/cpu_ops.h"
+#include "cpu/ops.h"
 #include "key_variants.h"
 #include "model/dsv41_forward.h"
 #include "model_fixture.h"
@@ -32,7 +34,7 @@ struct Engine {
     bg::Runner runner;
     Engine(const std::string& path, const bg::dsv41::ForwardConfig& fc)
         : model(bg::dsv41::Model::open(path)), pool(2), experts(*model), engram(*model),
-          fwd(*model, pool, experts, engram, fc), runner(*model, fwd) {}
+          fwd(*model, bg::cpu::make_cpu_ops(pool), experts, engram, fc), runner(*model, fwd) {}
 };
 
 std::string variant(const std::string& tag, const std::function<void(bgtest::GgufEdit&)>& edit) {

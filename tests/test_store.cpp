@@ -5,7 +5,7 @@
 #include <set>
 
 #include "model_fixture.h"
-#include "runtime/routing.h"
+#include "cpu/routing.h"
 #include "runtime/session.h"
 #include "util/check.h"
 #include "util/file_io.h"

@@ -4,7 +4,7 @@
 
 #include <random>
 
-#include "runtime/timeline.h"
+#include "util/timeline.h"
 
 namespace {
 

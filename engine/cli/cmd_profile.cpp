@@ -3,6 +3,7 @@
 #include "cli/commands.h"
 #include "cpu/thread_pool.h"
 #include "model/dsv41_forward.h"
+#include "cpu/cpu_ops.h"
 #include "runtime/providers.h"
 #include "runtime/prompt.h"
 #include "runtime/residency.h"
@@ -39,7 +40,7 @@ void profile(RunConfig cfg, const std::string& out) {
     dsv41::ForwardConfig fc;
     fc.n_ctx = static_cast<int64_t>(prompt.size());
     fc.max_ubatch = cfg.ubatch;
-    dsv41::Forward fwd(*model, pool, experts, engram, fc);
+    dsv41::Forward fwd(*model, cpu::make_cpu_ops(pool), experts, engram, fc);
     RouteCounter counter(hp);
     fwd.set_observer(&counter);
     Runner runner(*model, fwd);

@@ -71,14 +71,6 @@ void matmul_rows(const MatmulJob& j, int64_t r0, int64_t r1) {
 
 }  // namespace
 
-MatView MatView::slice_rows(int64_t r0, int64_t n) const {
-    BG_CHECK(r0 >= 0 && n >= 0 && r0 + n <= rows);
-    MatView v = *this;
-    v.data = data ? data + static_cast<uint64_t>(r0) * row_stride : nullptr;
-    v.image_offset = image_offset + static_cast<uint64_t>(r0) * row_stride;
-    v.rows = n;
-    return v;
-}
 
 void matmul(ThreadPool& pool, const MatView& W, const float* x, int64_t ldx, int64_t n_tok,
             float* y, int64_t ldy) {

@@ -1,7 +1,7 @@
 #include "cuda/cuda_device.cuh"
 
 #include "cuda/cuda_backend.cuh"
-#include "cuda/forward_gpu.cuh"
+#include "cuda/cuda_ops.cuh"
 
 namespace bg::cuda {
 
@@ -10,12 +10,9 @@ namespace {
 class CudaDevice final : public DeviceFactory {
 public:
     const char* name() const override { return "cuda"; }
-    dsv41::DenseHome dense_home() const override { return dsv41::DenseHome::kDevice; }
+    bool dense_on_device() const override { return true; }
     std::unique_ptr<Backend> make_backend() override { return make_cuda_backend(); }
-    std::unique_ptr<dsv41::ForwardPass> make_forward(const dsv41::Model& m, cpu::ThreadPool&, ExpertProvider& experts,
-                                                     EngramStore& engram, const dsv41::ForwardConfig& cfg) override {
-        return std::make_unique<GpuForward>(m, experts, engram, cfg);
-    }
+    std::unique_ptr<Ops> make_ops(cpu::ThreadPool&) override { return make_cuda_ops(); }
 };
 
 }  // namespace

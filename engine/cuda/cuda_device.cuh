@@ -1,8 +1,8 @@
 // The CUDA device for a session: the CUDA backend (VRAM pools, page-locked host pools, a copy
-// stream) and the GPU forward pass.
+// stream) and the CUDA ops the forward pass runs on.
 #pragma once
 
-#include "runtime/session.h"
+#include "backend/device.h"
 
 namespace bg::cuda {
 

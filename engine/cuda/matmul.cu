@@ -130,14 +130,6 @@ void check_mat(const DeviceMat& W) {
 
 }  // namespace
 
-DeviceMat DeviceMat::slice_rows(int64_t r0, int64_t n) const {
-    BG_CHECK(r0 >= 0 && n >= 0 && r0 + n <= rows);
-    DeviceMat v = *this;
-    v.data = data + static_cast<uint64_t>(r0) * row_stride;
-    v.rows = n;
-    return v;
-}
-
 MatmulContext::MatmulContext(uint64_t scratch_bytes) : scratch_bytes_(scratch_bytes) {
     BG_CHECK(scratch_bytes >= sizeof(float));
     int dev = 0, major = 0;

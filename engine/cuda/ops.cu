@@ -6,15 +6,16 @@
 #include <cmath>
 #include <cstddef>
 
+#include "backend/pool_channel.h"
 #include "cuda/check.cuh"
 #include "cuda/ops.cuh"
 #include "util/check.h"
 
 namespace bg::cuda {
 
-static_assert(sizeof(cpu::HcMix) == kMixWidth * sizeof(float), "HcMix must be 24 packed floats");
-static_assert(offsetof(cpu::HcMix, post) == kMixPost * sizeof(float), "HcMix layout");
-static_assert(offsetof(cpu::HcMix, comb) == kMixComb * sizeof(float), "HcMix layout");
+static_assert(sizeof(HcMix) == kMixWidth * sizeof(float), "HcMix must be 24 packed floats");
+static_assert(offsetof(HcMix, post) == kMixPost * sizeof(float), "HcMix layout");
+static_assert(offsetof(HcMix, comb) == kMixComb * sizeof(float), "HcMix layout");
 
 namespace {
 
@@ -119,7 +120,7 @@ __global__ void swiglu_kernel(const float* gate, const float* up, int64_t n, flo
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
         const float g = gate[i], u = up[i];
-        if (limit <= cpu::kSwigluNoClamp) {
+        if (limit <= kSwigluNoClamp) {
             out[i] = g * sigmoid_dev(g) * u;
         } else {
             const float uc = fminf(limit, fmaxf(-limit, u));
@@ -253,22 +254,8 @@ __global__ void compress_pool_kernel(const float* kv, const float* score, int64_
     const int64_t total = n_blocks * d;
     for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
          idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-        const int64_t j = idx / d, c = idx % d, t0 = (b0 + j) * ratio;
-        if (!score) {
-            float s = 0.0f;
-            for (int64_t t = t0; t < t0 + ratio; ++t) s += kv[t * d + c];
-            out[idx] = s;
-            continue;
-        }
-        float mx = -INFINITY;
-        for (int64_t t = t0; t < t0 + ratio; ++t) mx = fmaxf(mx, score[t * d + c]);
-        float den = 0.0f, num = 0.0f;
-        for (int64_t t = t0; t < t0 + ratio; ++t) {
-            const float e = expf(score[t * d + c] - mx);
-            den += e;
-            num = mul_add(e, kv[t * d + c], num);
-        }
-        out[idx] = num / den;
+        const int64_t j = idx / d, c = idx % d;
+        out[idx] = pool_channel(kv, score, d, ratio, (b0 + j) * ratio, c);
     }
 }
 
@@ -324,7 +311,7 @@ __global__ void route_kernel(int policy, const float* logits, const float* bias,
         sum += p[be];
         ++n_found;
     }
-    const float f = norm ? scale / fmaxf(sum, 6.1035e-5f) : scale;  // cpu::RouteWeighting::factor
+    const float f = norm ? scale / fmaxf(sum, 6.1035e-5f) : scale;  // RouteWeighting::factor
     for (int j = lane; j < k; j += 32) {
         ids[t * k + j] = j < n_found ? chosen[j] : -1;
         weights[t * k + j] = j < n_found ? p[chosen[j]] * f : 0.0f;
@@ -378,7 +365,7 @@ void rmsnorm(const float* x, const float* w, int64_t n, int64_t n_rows, float ep
 }
 
 void rope(float* x, int64_t row_stride, int64_t n_tok, const int32_t* pos, int64_t n_heads, int64_t head_dim,
-          const cpu::RopeParams& p, bool inverse, cudaStream_t stream) {
+          const RopeParams& p, bool inverse, cudaStream_t stream) {
     BG_CHECK(p.n_dims > 0 && p.n_dims % 2 == 0 && p.n_dims <= head_dim && p.n_dims <= INT_MAX);
     BG_CHECK(n_tok <= 1 || row_stride >= n_heads * head_dim);
     if (n_tok <= 0 || n_heads <= 0) return;
@@ -403,11 +390,11 @@ void rope(float* x, int64_t row_stride, int64_t n_tok, const int32_t* pos, int64
     BG_CUDA_CHECK_LAUNCH();
 }
 
-void swiglu(const float* gate, const float* up, int64_t n, float limit, cpu::SwigluClamp form, float* out,
+void swiglu(const float* gate, const float* up, int64_t n, float limit, SwigluClamp form, float* out,
             cudaStream_t stream) {
     if (n <= 0) return;
     swiglu_kernel<<<blocks_for(n), kThreads, 0, stream>>>(gate, up, n, limit,
-                                                         form == cpu::SwigluClamp::kLlamaCpp ? 1 : 0, out);
+                                                         form == SwigluClamp::kLlamaCpp ? 1 : 0, out);
     BG_CUDA_CHECK_LAUNCH();
 }
 
@@ -454,7 +441,7 @@ void compress_pool(const float* kv, const float* score, int64_t d, int64_t ratio
 }
 
 void route(RoutingPolicy policy, const float* logits, const float* bias, const uint8_t* resident, int64_t n_tok,
-           int64_t n_expert, int k, cpu::RouteWeighting wt, int32_t* ids, float* weights, cudaStream_t stream) {
+           int64_t n_expert, int k, RouteWeighting wt, int32_t* ids, float* weights, cudaStream_t stream) {
     BG_CHECK(k >= 1 && k <= n_expert);
     BG_CHECK(policy == RoutingPolicy::kExact || resident != nullptr);
     if (n_tok <= 0) return;

@@ -1,6 +1,7 @@
 // CUDA kernels of the dsv41 forward pass, each behind a host launcher with the semantics of the
-// CPU op it mirrors (engine/cpu/ops.h, engine/runtime/routing.h); tests/test_gpu_ops.cpp holds
-// every launcher to its CPU counterpart on random inputs.
+// bg::Ops method of the same name (engine/backend/ops.h), which names the CPU op it mirrors
+// (engine/cpu/ops.h, engine/cpu/routing.h); only what is CUDA's own is said here.
+// tests/test_gpu_ops.cpp holds every launcher to its CPU counterpart on random inputs.
 //
 // Conventions shared by every launcher:
 //  - every pointer is device memory unless said otherwise; activations are float32 row-major
@@ -19,8 +20,8 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include "backend/ops.h"
 #include "cpu/ops.h"
-#include "runtime/routing.h"
 #include "tensor/ggml_types.h"
 
 namespace bg::cuda {
@@ -28,17 +29,8 @@ namespace bg::cuda {
 // ---------------------------------------------------------------------------------------------
 // Matrices and matmul
 
-// A weight matrix in device memory, laid out as cpu::MatView: `rows` rows of `cols` elements of
-// `type`, row_stride bytes apart.
-struct DeviceMat {
-    const uint8_t* data = nullptr;
-    GgmlType type = GgmlType::F32;
-    int64_t cols = 0;          // ne0: input width
-    int64_t rows = 0;          // ne1: output width
-    uint64_t row_stride = 0;   // bytes between rows (row_bytes(type, cols) when dense)
-
-    DeviceMat slice_rows(int64_t r0, int64_t n) const;
-};
+// A weight matrix in device memory: a MatView whose data points into the device.
+using DeviceMat = MatView;
 
 // Owns what matmul needs so that calls allocate nothing: the cuBLAS handle (FP32 math, no TF32),
 // its workspace, and an F32 scratch of scratch_bytes into which weight rows are dequantised a
@@ -85,139 +77,47 @@ void matmul(MatmulContext& ctx, const DeviceMat& W, const float* x, int64_t ldx,
 void embed_tokens(const DeviceMat& emb, const int32_t* tokens, int64_t n_tok, float* H,
                   cudaStream_t stream);
 
-// ---------------------------------------------------------------------------------------------
-// Elementwise and per-row ops
+using bg::AttentionArgs;
+using bg::IndexerArgs;
+using bg::kMixComb;
+using bg::kMixPost;
+using bg::kMixPre;
+using bg::kMixWidth;
 
-// pos[i] = start + i*step (int32): the position arrays rope, attention and indexer read.
 void fill_positions(int32_t* pos, int64_t n, int64_t start, int64_t step, cudaStream_t stream);
-
-// Each of n_rows rows: y = x / sqrt(mean(x^2) + eps) * w (cpu::rmsnorm). x, y: [n_rows][n];
-// w: [n] or null; y may alias x.
 void rmsnorm(const float* x, const float* w, int64_t n, int64_t n_rows, float eps, float* y,
              cudaStream_t stream);
-
-// cpu::rope over a batch: for token t at position pos[t] and head h < n_heads, the last p.n_dims
-// values of x[t*row_stride + h*head_dim .. + head_dim) are rotated (ggml NORM mode, YaRN as in
-// p, angles in double). pos: [n_tok] int32.
+// Angles in double.
 void rope(float* x, int64_t row_stride, int64_t n_tok, const int32_t* pos, int64_t n_heads,
-          int64_t head_dim, const cpu::RopeParams& p, bool inverse, cudaStream_t stream);
-
-// out[i] = cpu::swiglu(gate[i], up[i]) in either clamp form; limit <= cpu::kSwigluNoClamp: none.
+          int64_t head_dim, const RopeParams& p, bool inverse, cudaStream_t stream);
 // out may alias gate or up.
-void swiglu(const float* gate, const float* up, int64_t n, float limit, cpu::SwigluClamp form,
+void swiglu(const float* gate, const float* up, int64_t n, float limit, SwigluClamp form,
             float* out, cudaStream_t stream);
-
-// ---------------------------------------------------------------------------------------------
-// mHC (4 residual copies) and Engram
-
-// Layout of one token's mix in a float array [n][kMixWidth]; the same bytes as cpu::HcMix, so a
-// device array of HcMix can be read with these offsets and vice versa.
-constexpr int kMixPre = 0;     // pre[c]       at kMixPre + c
-constexpr int kMixPost = 4;    // post[d]      at kMixPost + d
-constexpr int kMixComb = 8;    // comb[d][c]   at kMixComb + 4*d + c   (dst d, src c)
-constexpr int kMixWidth = 24;
-
-// mix[t] = cpu::hc_mix(m[t], base, scale, n_iter, eps). m: [n_tok][24] (the hc_*_fn projections);
-// base: [24], scale: [3] (device); mix: [n_tok][kMixWidth].
 void hc_mix(const float* m, const float* base, const float* scale, int64_t n_tok, int n_iter,
             float eps, float* mix, cudaStream_t stream);
-
-// x[t][e] = sum_c pre[t*pre_stride + c] * H[t][c][e], c = 0..3 in order.
-// H: [n_tok][4][n_embd]; pre: 4 floats per token, pre_stride apart (4 for a [n][4] array,
-// kMixWidth to read the pre of a mix array directly); x: [n_tok][n_embd].
 void hc_collapse(const float* H, const float* pre, int64_t pre_stride, int64_t n_tok,
                  int64_t n_embd, float* x, cudaStream_t stream);
-
-// H[t][d][e] = post[t][d]*y[t][e] + sum_c comb[t][d][c]*R[t][c][e] (c in order), from a mix array
-// [n_tok][kMixWidth]. y: [n_tok][n_embd]; R, H: [n_tok][4][n_embd]. H may alias R (each element
-// reads its 4 residual values before writing its 4 outputs), so no copy of H into R is needed.
+// H may alias R (each element reads its 4 residual values before writing its 4 outputs).
 void hc_expand(const float* mix, const float* y, const float* R, int64_t n_tok, int64_t n_embd,
                float* H, cudaStream_t stream);
-
-// Engram injection: for token t and copy c, g = cpu::engram_gate(K_c, H[t][c], wk[c], wq[c]) with
-// K_c = kv[t][c], then H[t][c][:] += g * kv[t][4][:].
-// kv: [n_tok][5][n_embd] (4 keys, then the value: engram_wkv's output); wk, wq: [4][n_embd];
-// H: [n_tok][4][n_embd]; gates: [n_tok][4] or null (the g used, for tests and metrics).
+// gates: [n_tok][4] or null (the g used, for tests and metrics).
 void engram_gate_add(const float* kv, const float* wk, const float* wq, int64_t n_tok,
                      int64_t n_embd, float eps, float* H, float* gates, cudaStream_t stream);
-
-// ---------------------------------------------------------------------------------------------
-// Attention side
-
-// Compressor pooling (Forward::compressor) of the completed blocks b0 .. b0+n_blocks-1:
-// block b covers tokens b*ratio .. b*ratio+ratio-1; per channel c, with score (gated):
-// out[j][c] = sum_t softmax_t(score[t][c]) * kv[t][c]; without (score null): sum_t kv[t][c].
-// kv, score: [n_ctx][d] (compressor inputs by position); out: [n_blocks][d] (pooled, before the
-// compressor norm).
 void compress_pool(const float* kv, const float* score, int64_t d, int64_t ratio, int64_t b0,
                    int64_t n_blocks, float* out, cudaStream_t stream);
-
-// One block per (token, head), the rows cpu::attention_head sees for query position p = pos[t]:
-// the window rows kv[j], j in [max(0, p-window+1), p], ascending, then (when comp is set) the
-// compressed rows comp[sel[p*top_k + s]] for s < sel_n[p]. Logit = scale*<q, row>; softmax with
-// exp(sinks[h]) in the denominator only; out = sum softmax*row (V = K).
-struct AttentionArgs {
-    const float* q = nullptr;          // [n_tok][ldq], head h at h*d (roped)
-    int64_t ldq = 0;
-    const float* kv = nullptr;         // [n_ctx][d] window cache (normed, roped)
-    const float* comp = nullptr;       // [blocks][d] compressed rows, or null: window only
-    const int32_t* sel = nullptr;      // [n_ctx][top_k] selected compressed rows per position
-    const int32_t* sel_n = nullptr;    // [n_ctx] how many of them
-    int64_t top_k = 0;                 // row length of sel
-    const float* sinks = nullptr;      // [n_head]
-    const int32_t* pos = nullptr;      // [n_tok]
-    int64_t n_tok = 0, n_head = 0, d = 0, window = 0;
-    float scale = 1.0f;
-    float* out = nullptr;              // [n_tok][ldo], head h at h*d
-    int64_t ldo = 0;
-};
+// One block per (token, head).
 void attention(const AttentionArgs& a, cudaStream_t stream);
-
-// Lightning indexer (Forward::indexer after the query rope): for the query at p = pos[t], every
-// visible compressed row b < (p+1)/ratio gets
-//   score[b] = sum_h w[t][h] * relu(<q[t][h], keys[b]>)
-// written to scores[t*ld_scores + b]; then the best min(visible, top_k) rows, in descending score
-// order with ties to the lower index (the same list cpu::top_k gives on those scores), go to
-// sel[p*top_k ..] and their count to sel_n[p]. Positions in one call must be distinct;
-// n_tok <= 65535.
-struct IndexerArgs {
-    const float* q = nullptr;          // [n_tok][n_head*head_dim], roped
-    const float* w = nullptr;          // [n_tok][n_head] head weights, already scaled
-    const float* keys = nullptr;       // [blocks][head_dim] index keys
-    const int32_t* pos = nullptr;      // [n_tok]
-    int64_t n_tok = 0, n_head = 0, head_dim = 0, ratio = 1, top_k = 0;
-    float* scores = nullptr;           // [n_tok][ld_scores] work buffer, left holding the scores
-    int64_t ld_scores = 0;             // >= (largest position + 1) / ratio (a kernel traps if not)
-    int32_t* sel = nullptr;            // [n_ctx][top_k]
-    int32_t* sel_n = nullptr;          // [n_ctx]
-};
+// ld_scores too small traps a kernel.
 void indexer(const IndexerArgs& a, cudaStream_t stream);
-
-// ---------------------------------------------------------------------------------------------
-// Router and MoE
-
-// bg::route for every token: p_e = sqrt(softplus(logits[t][e])); the policy picks k experts in
-// descending order of p + bias (ties: lower id); weights = p * wt.factor(sum of chosen p).
-// logits: [n_tok][n_expert]; bias: [n_expert] or null (0); resident: [n_expert] 1/0 bytes, read
-// by every policy but exact (may be null then); ids, weights: [n_tok][k]. Where fewer than k
-// experts are resident, the missing ranks get id -1 and weight 0 (the host's route would abort;
-// residency plans hold at least k experts per layer).
+// Where fewer than k experts are resident, the missing ranks get id -1 and weight 0 (the host's
+// route would abort; residency plans hold at least k experts per layer).
 void route(RoutingPolicy policy, const float* logits, const float* bias, const uint8_t* resident,
-           int64_t n_tok, int64_t n_expert, int k, cpu::RouteWeighting wt, int32_t* ids, float* weights,
+           int64_t n_tok, int64_t n_expert, int k, RouteWeighting wt, int32_t* ids, float* weights,
            cudaStream_t stream);
-
-// out[j][:] = x[rows[j]*ldx .. + width) for j < m: an expert's tokens, made contiguous.
-// rows: [m] int32; out: [m][width].
 void moe_gather(const float* x, int64_t ldx, const int32_t* rows, int64_t m, int64_t width,
                 float* out, cudaStream_t stream);
-
-// dst[rows[j]*width .. + width) = src[j][:] for j < m: an expert's outputs back to their slots
-// (slot = token*k + rank in a [n_tok][k][width] array). rows: [m] int32, distinct.
 void moe_scatter(const float* src, const int32_t* rows, int64_t m, int64_t width, float* dst,
                  cudaStream_t stream);
-
-// y[t][e] += sum_j w[t][j] * eo[t][j][e], j = 0..k-1 in rank order, summed into a zero before
-// the add to y (Forward::moe_half's order). eo: [n_tok][k][width]; w: [n_tok][k]; y: [n_tok][width].
 void moe_weighted_sum(const float* eo, const float* w, int64_t n_tok, int64_t k, int64_t width,
                       float* y, cudaStream_t stream);
 

@@ -1,43 +1,31 @@
-// The dsv41 forward pass on the CPU, one layer of one unit of work (ubatch) at a time, so the
-// caller chooses the order: token-major (each ubatch walks all layers) or layer-major (every
-// ubatch of the prompt goes through layer l before layer l+1). Both give the same numbers: each
-// token's arithmetic does not depend on which other tokens share its ubatch.
+// The dsv41 forward pass, written once against the backend ops (engine/backend/ops.h): the CPU
+// and the CUDA backend run this same sequence of ops. One layer of one unit of work (ubatch) at
+// a time, so the caller chooses the order: token-major (each ubatch walks all layers) or
+// layer-major (every ubatch of the prompt goes through layer l before layer l+1). Both give the
+// same numbers: each token's arithmetic does not depend on which other tokens share its ubatch.
+//
+// Activations between layers live in backend memory indexed by position ([n_ctx] rows), so a
+// unit is just its positions; the host holds only what it acts on: the tokens (Engram hashing)
+// and the routed experts (which experts to bring in).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
-#include "cpu/ops.h"
+#include "backend/ops.h"
 #include "model/dsv41_model.h"
-#include "runtime/providers.h"
-#include "runtime/residency.h"
-#include "runtime/routing.h"
-#include "runtime/timeline.h"
+#include "model/forward_layout.h"
+#include "model/providers.h"
 
 namespace bg::dsv41 {
 
-struct ForwardConfig {
-    int64_t n_ctx = 4096;       // longest sequence (prompt + generated tokens)
-    int64_t max_ubatch = 16;    // most tokens in one unit of work
-    cpu::SwigluClamp swiglu_form = cpu::SwigluClamp::kDeepSeek;
-    RoutingPolicy routing = RoutingPolicy::kExact;
-    const ResidencyPlan* plan = nullptr;  // needed by every policy but exact
-    int64_t moe_chunk = 64;     // tokens per expert matmul
-};
-
-// Activations of one unit of work between layers.
+// A unit of work: positions pos0..pos0+n-1, and its routing as the host reads it.
 struct Ubatch {
     int64_t pos0 = 0;
     int64_t n = 0;
-    std::vector<float> H;    // [n][4][n_embd] residual copies
-    std::vector<float> pre;  // [n][4] collapse weights of the next sub-layer (lag one sub-layer)
-    int64_t device_slot = -1;  // which device-side unit buffers a GPU forward gave this unit
-    // Between the attention and MoE halves of a layer:
-    std::vector<float> xf;          // [n][n_embd] normalised MoE input
-    std::vector<cpu::HcMix> mix_f;  // [n] the MoE sub-layer's mix
-    std::vector<int32_t> ids;       // [n][k] routed experts, in rank order
-    std::vector<float> wts;         // [n][k] their weights
-    std::vector<float> eo;          // [n][k][n_embd] each routed expert's output
+    std::vector<int32_t> ids;  // [n][k] routed experts, in rank order
+    std::vector<float> wts;    // [n][k] their weights
 };
 
 // Observes routing decisions (metrics, profiling); called once per token per MoE layer.
@@ -51,38 +39,43 @@ public:
 // tokens[0..pos] is the sequence so far.
 void engram_rows_for(const HParams& hp, int64_t layer, const int32_t* tokens, int64_t pos, uint64_t* rows);
 
-// The forward pass as the runner drives it, whatever the backend computing it.
-class ForwardPass {
+class Forward final {
 public:
-    virtual ~ForwardPass() = default;
-    virtual const ForwardConfig& config() const = 0;
-    virtual void set_observer(RoutingObserver* o) = 0;
+    Forward(const Model& m, std::unique_ptr<Ops> ops, ExpertProvider& experts, EngramProvider& engram,
+            const ForwardConfig& cfg);
+    ~Forward();
+    Forward(const Forward&) = delete;
+    Forward& operator=(const Forward&) = delete;
+
+    const ForwardConfig& config() const { return cfg_; }
+    void set_observer(RoutingObserver* o) { observer_ = o; }
     // Switches the routing policy (fidelity runs compare policies on one engine).
-    virtual void set_routing(RoutingPolicy p) = 0;
-    // Host memory held by caches and work buffers, for the host budget.
-    virtual uint64_t buffer_bytes() const = 0;
-    // Device memory held (dense weights, caches, work buffers), for the VRAM budget.
-    virtual uint64_t device_bytes() const { return 0; }
-    // Milliseconds the device spent running this pass's kernels so far, from events around the
-    // kernel work (idle gaps while the host waits are excluded); < 0 where not measured (CPU).
-    virtual double device_busy_ms() const { return -1.0; }
+    void set_routing(RoutingPolicy p);
+    // Host memory held by caches and buffers, for the host budget.
+    uint64_t buffer_bytes() const { return host_bytes_; }
+    // Backend memory held apart from the host (dense weights, caches, work buffers), for the VRAM
+    // budget; 0 where the backend's memory is the host's.
+    uint64_t device_bytes() const { return device_bytes_; }
+    // Milliseconds the device spent running this pass's ops so far, from events around the work
+    // (idle gaps while the host waits are excluded); < 0 where not measured (CPU).
+    double device_busy_ms() const { return ops_->busy_ms(); }
     // The same busy time as intervals on the host's steady clock, since the last
     // begin_timeline(), so it can be laid over the disk's; nullptr where not measured (CPU).
-    virtual void begin_timeline() {}
-    virtual const Timeline* device_timeline() const { return nullptr; }
+    void begin_timeline() { ops_->begin_timeline(); }
+    const Timeline* device_timeline() const { return ops_->timeline(); }
     // Empties the sequence: the next token is at position 0.
-    virtual void reset() = 0;
+    void reset();
 
     // Starts a unit at positions pos0..pos0+n-1: records the tokens and embeds them.
-    virtual void embed(Ubatch& u, const int32_t* tokens, int64_t n, int64_t pos0) = 0;
+    void embed(Ubatch& u, const int32_t* tokens, int64_t n, int64_t pos0);
     // Engram, the attention sub-layer, the MoE mix and routing. The routed experts are left in
     // u.ids / u.wts for moe_half.
-    virtual void attention_half(int64_t l, Ubatch& u) = 0;
+    void attention_half(int64_t l, Ubatch& u);
     // The MoE sub-layer of several units at once: every expert any of them routed to is
     // brought in once and applied to all of their tokens (layer-major prefill passes every
     // unit of the prompt). Per token the outputs are summed in rank order, so the result does
     // not depend on which units share the call or on the order experts arrive in.
-    virtual void moe_half(int64_t l, Ubatch* const* units, int64_t n_units) = 0;
+    void moe_half(int64_t l, Ubatch* const* units, int64_t n_units);
     // One whole layer of one unit (token-major): attention_half then moe_half on {u}.
     void layer(int64_t l, Ubatch& u) {
         attention_half(l, u);
@@ -91,98 +84,67 @@ public:
     }
     // After the last layer: the final normalised hidden state [n_embd] and logits [n_vocab] of
     // token i of the unit, in host memory.
-    virtual void final_hidden(const Ubatch& u, int64_t i, float* out) = 0;
-    virtual void logits(const Ubatch& u, int64_t i, float* out) = 0;
+    void final_hidden(const Ubatch& u, int64_t i, float* out);
+    void logits(const Ubatch& u, int64_t i, float* out);
     // Rows of the layer's Engram table the token at `pos` hashes to.
-    virtual void engram_rows(int64_t layer, int64_t pos, uint64_t* rows) const = 0;
-};
-
-class Forward final : public ForwardPass {
-public:
-    Forward(const Model& m, cpu::ThreadPool& pool, ExpertProvider& experts, EngramProvider& engram,
-            const ForwardConfig& cfg);
-
-    const ForwardConfig& config() const override { return cfg_; }
-    void set_observer(RoutingObserver* o) override { observer_ = o; }
-    void set_routing(RoutingPolicy p) override;
-    uint64_t buffer_bytes() const override;
-    void reset() override;
-    void embed(Ubatch& u, const int32_t* tokens, int64_t n, int64_t pos0) override;
-    void attention_half(int64_t l, Ubatch& u) override;
-    void moe_half(int64_t l, Ubatch* const* units, int64_t n_units) override;
-    void final_hidden(const Ubatch& u, int64_t i, float* out) override;
-    void logits(const Ubatch& u, int64_t i, float* out) override;
-    void engram_rows(int64_t layer, int64_t pos, uint64_t* rows) const override;
+    void engram_rows(int64_t layer, int64_t pos, uint64_t* rows) const;
 
 private:
-    void mix(const cpu::MatView& fn, const float* base, const float* scale, const Ubatch& u, cpu::HcMix* out);
-    void engram(int64_t l, Ubatch& u);
-    void attention(int64_t l, const Ubatch& u, float* y);
-    void compressor(int64_t l, const Ubatch& u);
-    void index_keys(int64_t l, const Ubatch& u);
-    void indexer(int64_t l, const Ubatch& u);
-    void shared_expert(int64_t l, const Ubatch& u, float* y);
-    cpu::RopeParams rope_for_layer(int64_t l) const;
-    cpu::RopeParams rope_compressed() const;
+    template <class T>
+    T* alloc(int64_t count);
+    template <class T>
+    T* alloc_host(int64_t count);
+    MatView mat(const MatView& v) const;
+    const float* vec(const float* host_vec) const;
+    void load_dense_image();
+    float* H(int64_t pos) const { return H_ + pos * 4 * E_; }
+    void mix(const MatView& fn, const float* base, const float* scale, const float* h, int64_t n, float* out_mix);
+    void engram(int64_t l, const Ubatch& u);
+    void attention(int64_t l, const Ubatch& u);
+    void blocks(int64_t l, const Ubatch& u);
+    void collapse_final(const Ubatch& u, int64_t i);
+    void release_finished(int64_t keep);  // releases experts whose fences passed; waits while more than keep
 
     const Model& m_;
     const HParams& hp_;
-    cpu::ThreadPool& pool_;
+    std::unique_ptr<Ops> ops_;
     ExpertProvider& experts_;
     EngramProvider& engram_;
     ForwardConfig cfg_;
+    ForwardLayout lay_;
     RoutingObserver* observer_ = nullptr;
+    std::vector<void*> host_allocations_;
+    uint64_t host_bytes_ = 0, device_bytes_ = 0;
+    int64_t E_ = 0;
 
-    // Which earlier layer provides each role to layer l (-1: none).
+    const uint8_t* image_ = nullptr;      // the dense image as the backend reads it
+    std::vector<LayerWeights> layers_;  // as the backend reads them
     std::vector<int64_t> kv_src_of_, key_owner_of_, idx_src_of_;
+    std::vector<uint8_t*> resident_;      // [layer] -> [n_expert] mask (or null)
 
-    // Sequence state, sized for n_ctx at construction.
-    std::vector<int32_t> tokens_;                  // [n_ctx]
-    std::vector<std::vector<float>> kv_cache_;     // per layer [n_ctx][head_dim], normed + roped
-    std::vector<std::vector<float>> comp_in_;      // per kv source [n_ctx][head_dim]
-    std::vector<std::vector<float>> comp_score_;   // per gated kv source [n_ctx][head_dim]
-    std::vector<std::vector<float>> comp_latent_;  // per kv source [blocks][head_dim], before rope
-    std::vector<std::vector<float>> comp_rows_;    // per kv source [blocks][head_dim], roped
-    std::vector<std::vector<float>> idx_keys_;     // per key owner [blocks][idx_head_dim]
-    std::vector<std::vector<int32_t>> sel_;        // per index source [n_ctx][top_k]
-    std::vector<std::vector<int32_t>> sel_n_;      // per index source [n_ctx]
-
-    // Work buffers for one unit (max_ubatch tokens), allocated once.
-    std::vector<float> hflat_;     // [mu][4*n_embd]
-    std::vector<float> mixm_;      // [mu][24]
-    std::vector<cpu::HcMix> mix_a_, mix_f_;  // [mu]
-    std::vector<float> R_;         // [mu][4*n_embd]
-    std::vector<float> x_;         // [mu][n_embd]
-    std::vector<float> y_;         // [mu][n_embd]
-    std::vector<float> qa_;        // [mu][q_lora] normalised low-rank query
-    std::vector<float> q_;         // [mu][n_head*head_dim]
-    std::vector<float> kvb_;       // [mu][head_dim]
-    std::vector<float> att_;       // [mu][n_head*head_dim]
-    std::vector<float> oa_;        // [mu][o_groups*o_lora]
-    std::vector<float> pooled_;    // [head_dim]
-    std::vector<float> iq_;        // [mu][idx_heads*idx_head_dim]
-    std::vector<float> iw_;        // [mu][idx_heads]
-    std::vector<float> iscore_;    // [mu][n_ctx]
-    std::vector<const float*> rows_;  // [mu][window + top_k]
-    std::vector<int64_t> n_rows_;     // [mu]
-    std::vector<float> att_scratch_;  // [mu*n_head][window + top_k]
-    std::vector<float> rlogits_;   // [mu][n_expert]
-    std::vector<float> route_scratch_;  // [2*n_expert]
-    std::vector<int32_t> route_order_;  // [n_expert]
-    // Slots (unit, token, rank) grouped by expert for the MoE half: counting sort by expert id.
-    std::vector<int32_t> by_expert_count_;  // [n_expert]
-    std::vector<int32_t> by_expert_start_;  // [n_expert + 1]
-    std::vector<int64_t> by_expert_slot_;   // [n_ctx*k]: (unit << 32) | (token*k + rank)
-    std::vector<int32_t> used_experts_;     // [n_expert]
-    std::vector<int32_t> used_tokens_;      // [n_expert] tokens routed to each used expert
-    std::vector<float> xg_;        // [moe_chunk][n_embd]
-    std::vector<float> g_, up_, h_;  // [moe_chunk][n_ff]
-    std::vector<float> eo_;        // [max(moe_chunk, mu)][n_embd]
-    std::vector<float> sg_, su_, sh_;  // [mu][n_ff*shared]
-    std::vector<uint64_t> erows_;  // [mu][buckets]
-    std::vector<float> erow_val_;  // [mu][buckets*dim]
-    std::vector<float> ekv_;       // [mu][5*n_embd]
-    std::vector<float> tmp_;       // [n_embd] (const methods use their own)
+    // Sequence state: caches per layer (null where the layer has no such role).
+    std::vector<float*> kv_cache_, comp_in_, comp_score_, comp_latent_, comp_rows_, idx_keys_;
+    std::vector<int32_t*> sel_, sel_n_;
+    // Activations by position: [n_ctx][...]
+    float *H_, *pre_, *xf_, *mixf_, *wts_, *eo_;
+    int32_t *ids_, *iota_;
+    // Work buffers for one unit
+    float *hflat_, *mixm_, *mixa_, *x_, *y_, *qa_, *q_, *kvb_, *att_, *oa_, *iq_, *iw_, *iscore_, *rlogits_;
+    float *pooled_, *emb_, *erow_, *ekv_, *xg_, *g_, *up_, *h_, *eo_tmp_, *sg_, *su_, *sh_, *logits_;
+    int32_t *bpos_, *gather_rows_, *scatter_rows_;
+    // Host side
+    int32_t* tokens_;          // [n_ctx], for Engram hashing
+    int32_t* rows_host_;       // [2][n_ctx*k] gather and scatter rows
+    float* out_host_;          // [max(n_vocab, n_embd)]
+    float* emb_host_;          // [mu][n_embd] embedding rows dequantised on the host
+    float* onehot_;            // [mu][4]
+    uint64_t* erows_;          // [mu*buckets]
+    int32_t *by_expert_count_, *by_expert_start_, *used_experts_, *used_tokens_;
+    // Experts whose ops are queued but whose slots are not yet released: a ring of (expert,
+    // fence recorded after its ops), so the host can ask for the next expert while the device
+    // still works on earlier ones.
+    int32_t unreleased_[Ops::kFences] = {};
+    int64_t unreleased_head_ = 0, unreleased_n_ = 0;
 };
 
 }  // namespace bg::dsv41

@@ -99,10 +99,10 @@ std::unique_ptr<Model> Model::open(const std::string& path, DenseHome home) {
             pread_exact(m->fd_, m->dense_ + image_at.at(t->name), t->n_bytes, t->file_offset, "model: dense weights");
     pread_exact(m->fd_, embd_host, embd->n_bytes, embd->file_offset, "model: token embedding");
 
-    auto mat = [&](const std::string& name) -> cpu::MatView {
+    auto mat = [&](const std::string& name) -> MatView {
         const gguf::TensorInfo* t = m->reader_.tensor(name);
         if (!t) return {};
-        cpu::MatView v;
+        MatView v;
         v.image_offset = image_at.at(name);
         v.data = name == embd->name ? embd_host : (on_host ? m->dense_ + v.image_offset : nullptr);
         v.type = t->type;
@@ -201,12 +201,12 @@ ExpertRanges Model::expert_ranges(int64_t layer, int64_t expert) const {
     return {slice(w.gate_exps), slice(w.up_exps), slice(w.down_exps)};
 }
 
-void Model::expert_views(int64_t layer, const uint8_t* buf, cpu::MatView* gate, cpu::MatView* up,
-                         cpu::MatView* down) const {
+void Model::expert_views(int64_t layer, const uint8_t* buf, MatView* gate, MatView* up,
+                         MatView* down) const {
     const LayerWeights& w = layers_[static_cast<size_t>(layer)];
     const ExpertRanges r = expert_ranges(layer, 0);
     auto view = [](const uint8_t* p, GgmlType t, int64_t cols, int64_t rows) {
-        cpu::MatView v;
+        MatView v;
         v.data = p;
         v.type = t;
         v.cols = cols;

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "cpu/ops.h"
+#include "backend/types.h"
 #include "gguf/gguf.h"
 #include "model/dsv41.h"
 
@@ -30,34 +30,34 @@ struct LayerWeights {
     const float* attn_norm = nullptr;   // [n_embd]
     const float* ffn_norm = nullptr;    // [n_embd]
     const float* attn_sinks = nullptr;  // [n_head]
-    cpu::MatView q_a;                   // n_embd -> q_lora
+    MatView q_a;                   // n_embd -> q_lora
     const float* q_a_norm = nullptr;    // [q_lora]
-    cpu::MatView q_b;                   // q_lora -> n_head*head_dim
-    cpu::MatView kv;                    // n_embd -> head_dim
+    MatView q_b;                   // q_lora -> n_head*head_dim
+    MatView kv;                    // n_embd -> head_dim
     const float* kv_a_norm = nullptr;   // [head_dim]
-    cpu::MatView o_a;                   // per group: q_dim/o_groups -> o_lora (rows g*o_lora ..)
-    cpu::MatView o_b;                   // o_groups*o_lora -> n_embd
-    cpu::MatView hc_attn_fn, hc_ffn_fn;  // 4*n_embd -> 24
+    MatView o_a;                   // per group: q_dim/o_groups -> o_lora (rows g*o_lora ..)
+    MatView o_b;                   // o_groups*o_lora -> n_embd
+    MatView hc_attn_fn, hc_ffn_fn;  // 4*n_embd -> 24
     const float* hc_attn_base = nullptr;  // [24]
     const float* hc_attn_scale = nullptr; // [3]
     const float* hc_ffn_base = nullptr;
     const float* hc_ffn_scale = nullptr;
     // compressed kv stream (kv sources)
-    cpu::MatView comp_kv, comp_gate;     // n_embd -> head_dim
+    MatView comp_kv, comp_gate;     // n_embd -> head_dim
     const float* comp_norm = nullptr;    // [head_dim]
     // indexer
-    cpu::MatView idx_k;                  // head_dim -> idx_head_dim (key owners)
+    MatView idx_k;                  // head_dim -> idx_head_dim (key owners)
     const float* idx_k_norm = nullptr;   // [idx_head_dim]
-    cpu::MatView idx_q_b;                // q_lora -> idx_heads*idx_head_dim (index sources)
-    cpu::MatView idx_proj;               // n_embd -> idx_heads
+    MatView idx_q_b;                // q_lora -> idx_heads*idx_head_dim (index sources)
+    MatView idx_proj;               // n_embd -> idx_heads
     // MoE
-    cpu::MatView gate_inp;               // n_embd -> n_expert
+    MatView gate_inp;               // n_embd -> n_expert
     const float* exp_probs_b = nullptr;  // [n_expert]
     GgmlType expert_type_gate = GgmlType::MXFP4, expert_type_up = GgmlType::MXFP4,
              expert_type_down = GgmlType::MXFP4;
-    cpu::MatView sh_gate, sh_up, sh_down;
+    MatView sh_gate, sh_up, sh_down;
     // Engram
-    cpu::MatView engram_wkv;             // buckets*dim -> 5*n_embd (4 keys, then the value)
+    MatView engram_wkv;             // buckets*dim -> 5*n_embd (4 keys, then the value)
     const float* engram_q = nullptr;     // [4][n_embd]
     const float* engram_k = nullptr;     // [4][n_embd]
     const gguf::TensorInfo* engram_embd = nullptr;
@@ -118,14 +118,14 @@ public:
     const std::string& path() const { return path_; }
     int fd() const { return fd_; }
 
-    cpu::MatView token_embd() const { return token_embd_; }
-    cpu::MatView output() const { return output_; }
+    MatView token_embd() const { return token_embd_; }
+    MatView output() const { return output_; }
     const float* output_norm() const { return output_norm_; }
 
     ExpertRanges expert_ranges(int64_t layer, int64_t expert) const;
     // Views of an expert's three matrices over a buffer holding gate, up and down back to back.
-    void expert_views(int64_t layer, const uint8_t* buf, cpu::MatView* gate, cpu::MatView* up,
-                      cpu::MatView* down) const;
+    void expert_views(int64_t layer, const uint8_t* buf, MatView* gate, MatView* up,
+                      MatView* down) const;
     uint64_t expert_bytes_each(int64_t layer) const { return expert_ranges(layer, 0).total(); }
     ByteRange engram_row(int64_t layer, uint64_t row) const;
     GgmlType engram_type(int64_t layer) const;
@@ -153,7 +153,7 @@ private:
     HParams hp_;
     std::vector<LayerRoles> roles_;
     std::vector<LayerWeights> layers_;
-    cpu::MatView token_embd_, output_;
+    MatView token_embd_, output_;
     const float* output_norm_ = nullptr;
     DenseHome home_ = DenseHome::kHost;
     uint8_t* dense_ = nullptr;  // the image (kHost) or its vector part (kDevice), 64-byte aligned tensors

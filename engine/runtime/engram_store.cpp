@@ -71,15 +71,16 @@ const uint8_t* EngramStore::fetch_raw(int64_t layer, const uint64_t* rows, int64
     return buffer_;
 }
 
-void EngramStore::fetch_rows(int64_t layer, const uint64_t* rows, int64_t n, float* out) {
-    BG_CHECK(backend_.device_is_host_addressable());
+void EngramStore::fetch_rows(int64_t layer, const uint64_t* rows, int64_t n, float* out, Ops& ops) {
     const int64_t dim = m_.hp().engram_dim;
     const GgmlType t = m_.engram_type(layer);
     for (int64_t i0 = 0; i0 < n; i0 += rows_per_fetch()) {
         const int64_t cnt = std::min<int64_t>(n - i0, rows_per_fetch());
         const uint8_t* raw = fetch_raw(layer, rows + i0, cnt);
-        // Rows of one table share a size: back to back, they dequantise as one run.
-        dequantize_row(t, raw, out + i0 * dim, cnt * dim);
+        // Rows of one table share a size: back to back, they dequantise as one run, which must
+        // be done before the next fetch reuses the buffer.
+        ops.dequantize(t, raw, out + i0 * dim, cnt * dim);
+        ops.sync();
     }
 }
 

@@ -11,8 +11,9 @@
 #include "backend/backend.h"
 #include "io/reader.h"
 #include "model/dsv41_model.h"
-#include "runtime/providers.h"
-#include "runtime/timeline.h"
+#include "model/dsv41_model.h"
+#include "model/providers.h"
+#include "util/timeline.h"
 
 namespace bg {
 
@@ -29,8 +30,8 @@ class EngramStore final : public EngramProvider {
 public:
     EngramStore(const dsv41::Model& m, Backend& backend, io::Reader& reader, uint64_t buffer_bytes);
     ~EngramStore() override;
-    // For a CPU-addressable device (the CPU backend): dequantised rows into host memory.
-    void fetch_rows(int64_t layer, const uint64_t* rows, int64_t n, float* out) override;
+    // Any backend: each buffer's worth of rows fetched, then dequantised by the backend into out.
+    void fetch_rows(int64_t layer, const uint64_t* rows, int64_t n, float* out, Ops& ops) override;
     // Any backend: rows[0..n) packed back to back in the device buffer (n <= rows_per_fetch()),
     // in the table's type; valid until the next call.
     const uint8_t* fetch_raw(int64_t layer, const uint64_t* rows, int64_t n);

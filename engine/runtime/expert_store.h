@@ -28,7 +28,7 @@
 #include "model/dsv41_model.h"
 #include "runtime/providers.h"
 #include "runtime/residency.h"
-#include "runtime/timeline.h"
+#include "util/timeline.h"
 
 namespace bg {
 

@@ -4,11 +4,11 @@
 #include <map>
 
 #include "model/dsv41_forward.h"
-#include "model/forward_sizes.h"
+#include "model/forward_layout.h"
 #include "model/make_model.h"
 #include "model/scale.h"
 #include "runtime/expert_store.h"
-#include "runtime/timeline.h"
+#include "util/timeline.h"
 #include "util/check.h"
 
 namespace bg {
@@ -120,17 +120,21 @@ MemoryPlan plan_memory(const ModelShape& shape, const RunConfig& cfg, bool cuda,
     dsv41::ForwardConfig fc;
     fc.n_ctx = cfg.n_ctx > 0 ? cfg.n_ctx : n_prompt + std::max<int64_t>(cfg.gen, 1);
     fc.max_ubatch = cfg.ubatch;
-    const bool has_plan = true;  // a run always builds a residency plan (the default from router bias)
+    // A run always builds a residency plan (the default from router bias): one mask per layer.
+    const std::vector<std::vector<uint8_t>> masks(static_cast<size_t>(hp.n_layer), std::vector<uint8_t>(hp.n_expert));
+    fc.resident = &masks;
+    const dsv41::ForwardLayout fl = dsv41::ForwardLayout::of(hp, shape.roles, fc);
     if (cuda) {
-        const dsv41::ForwardBytes f = dsv41::gpu_forward_bytes(hp, shape.roles, fc, layout.device_image_bytes, has_plan);
+        const dsv41::ForwardBytes f =
+            fl.bytes(false, layout.device_image_bytes, dsv41::kGpuMatmulScratchBytes, dsv41::gpu_ops_host_bytes(hp));
         add(MemoryTier::kVram, "dense weights (all but the token embedding)", f.device_dense);
         add(MemoryTier::kVram, strf("KV and compressed caches (%lld positions)", (long long)fc.n_ctx), f.device_caches);
-        add(MemoryTier::kVram, "work buffers and routing masks", f.device_work);
+        add(MemoryTier::kVram, "activations, work buffers and routing masks", f.device_work);
         add(MemoryTier::kVram, "matmul dequantisation scratch", f.device_matmul);
         add(MemoryTier::kHost, "forward buffers and kernel timeline", f.host);
     } else {
-        add(MemoryTier::kHost, strf("forward caches (%lld positions) and work buffers", (long long)fc.n_ctx),
-            dsv41::cpu_forward_bytes(hp, shape.roles, fc).host);
+        add(MemoryTier::kHost, strf("forward caches (%lld positions), activations and work buffers", (long long)fc.n_ctx),
+            fl.bytes(true, 0, 0, 0).host);
     }
 
     // The tiered expert store.

@@ -44,7 +44,8 @@ PreadEngramProvider::PreadEngramProvider(const dsv41::Model& m) : m_(m) {
     row_.resize(most);
 }
 
-void PreadEngramProvider::fetch_rows(int64_t layer, const uint64_t* rows, int64_t n, float* out) {
+void PreadEngramProvider::fetch_rows(int64_t layer, const uint64_t* rows, int64_t n, float* out, Ops& ops) {
+    BG_CHECK(ops.memory_is_host());
     const int64_t dim = m_.hp().engram_dim;
     const GgmlType t = m_.engram_type(layer);
     for (int64_t i = 0; i < n; ++i) {

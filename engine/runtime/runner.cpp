@@ -42,7 +42,7 @@ std::vector<int32_t> read_prompt_file(const std::string& path, int64_t n_vocab) 
     return p;
 }
 
-Runner::Runner(const dsv41::Model& m, dsv41::ForwardPass& fwd) : m_(m), fwd_(fwd) {}
+Runner::Runner(const dsv41::Model& m, dsv41::Forward& fwd) : m_(m), fwd_(fwd) {}
 
 void Runner::prefill(const std::vector<int32_t>& prompt, PrefillOrder order, int64_t ubatch,
                      std::vector<float>* last_logits, std::vector<float>* all_logits) {

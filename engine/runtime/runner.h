@@ -23,7 +23,7 @@ std::vector<int32_t> read_prompt_file(const std::string& path, int64_t n_vocab);
 
 class Runner {
 public:
-    Runner(const dsv41::Model& m, dsv41::ForwardPass& fwd);
+    Runner(const dsv41::Model& m, dsv41::Forward& fwd);
 
     // Processes `prompt` from position 0 (the sequence is reset first). Fills `last_logits`
     // [n_vocab] for the final prompt token and, when `all_logits` is not null, [n][n_vocab]
@@ -41,7 +41,7 @@ public:
 
 private:
     const dsv41::Model& m_;
-    dsv41::ForwardPass& fwd_;
+    dsv41::Forward& fwd_;
     std::vector<dsv41::Ubatch> units_;  // layer-major keeps every unit of the prompt alive
     std::vector<dsv41::Ubatch*> unit_ptrs_;
     int64_t n_past_ = 0;

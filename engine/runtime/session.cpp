@@ -1,5 +1,7 @@
 #include "runtime/session.h"
 
+#include "cpu/cpu_ops.h"
+
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -8,7 +10,7 @@
 #include <fstream>
 #include <string>
 
-#include "runtime/timeline.h"
+#include "util/timeline.h"
 #include "util/check.h"
 
 namespace bg {
@@ -72,37 +74,18 @@ Fidelity compare_logits(const std::vector<float>& exact, const std::vector<float
     return f;
 }
 
-namespace {
-
-class CpuDevice final : public DeviceFactory {
-public:
-    const char* name() const override { return "cpu"; }
-    std::unique_ptr<Backend> make_backend() override { return make_cpu_backend(); }
-    std::unique_ptr<dsv41::ForwardPass> make_forward(const dsv41::Model& m, cpu::ThreadPool& pool, ExpertProvider& experts,
-                                                     EngramStore& engram, const dsv41::ForwardConfig& cfg) override {
-        return std::make_unique<dsv41::Forward>(m, pool, experts, engram, cfg);
-    }
-};
-
-}  // namespace
-
-DeviceFactory& cpu_device() {
-    static CpuDevice d;
-    return d;
-}
-
 Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
-    if (!device) device = &cpu_device();
+    if (!device) device = &cpu::cpu_device();
     order_ = parse_prefill_order(cfg.prefill);
     routing_ = parse_routing_policy(cfg.routing);
-    cpu::SwigluClamp clamp;
-    if (cfg.swiglu_clamp == "deepseek") clamp = cpu::SwigluClamp::kDeepSeek;
-    else if (cfg.swiglu_clamp == "llamacpp") clamp = cpu::SwigluClamp::kLlamaCpp;
+    SwigluClamp clamp;
+    if (cfg.swiglu_clamp == "deepseek") clamp = SwigluClamp::kDeepSeek;
+    else if (cfg.swiglu_clamp == "llamacpp") clamp = SwigluClamp::kLlamaCpp;
     else fail("--swiglu-clamp must be 'deepseek' or 'llamacpp', got '%s'", cfg.swiglu_clamp.c_str());
     if (cfg.passes < 1) fail("--passes must be >= 1");
     if (cfg.gen < 0) fail("--gen must be >= 0");
 
-    model_ = dsv41::Model::open(cfg.model_path, device->dense_home());
+    model_ = dsv41::Model::open(cfg.model_path, device->dense_on_device() ? dsv41::DenseHome::kDevice : dsv41::DenseHome::kHost);
     const dsv41::HParams& hp = model_->hp();
     // A tokenizer this engine cannot use matters only to text: ids still run.
     try {
@@ -132,8 +115,8 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
     fc.max_ubatch = cfg.ubatch;
     fc.swiglu_form = clamp;
     fc.routing = routing_;
-    fc.plan = &plan_;
-    fwd_ = device->make_forward(*model_, *pool_, store_proxy_, *engram_, fc);
+    fc.resident = &plan_.mask;
+    fwd_ = std::make_unique<dsv41::Forward>(*model_, device->make_ops(*pool_), store_proxy_, *engram_, fc);
 
     StoreConfig sc;
     sc.transient_slots = cfg.transient_slots;

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
+#include "backend/device.h"
 #include "cpu/thread_pool.h"
 #include "io/reader.h"
 #include "model/dsv41_forward.h"
@@ -22,21 +23,6 @@
 
 namespace bg {
 
-// What a compute device contributes to a session: its backend (pools and copies) and its
-// forward pass. The CPU one is built in; the CUDA build provides another
-// (engine/cuda/cuda_device.cuh), so this layer never depends on CUDA.
-class DeviceFactory {
-public:
-    virtual ~DeviceFactory() = default;
-    virtual const char* name() const = 0;
-    // Where this device keeps the model's dense weights (dsv41::DenseHome).
-    virtual dsv41::DenseHome dense_home() const { return dsv41::DenseHome::kHost; }
-    virtual std::unique_ptr<Backend> make_backend() = 0;
-    virtual std::unique_ptr<dsv41::ForwardPass> make_forward(const dsv41::Model& m, cpu::ThreadPool& pool,
-                                                             ExpertProvider& experts, EngramStore& engram,
-                                                             const dsv41::ForwardConfig& cfg) = 0;
-};
-DeviceFactory& cpu_device();
 
 // Stands in for the expert store until it exists (the forward pass is built first so the
 // store's budget checks can count it).
@@ -71,7 +57,7 @@ public:
     const dsv41::Model& model() const { return *model_; }
     TieredExpertStore& store() { return *store_; }
     EngramStore& engram() { return *engram_; }
-    dsv41::ForwardPass& forward() { return *fwd_; }
+    dsv41::Forward& forward() { return *fwd_; }
     Runner& runner() { return *runner_; }
     const ResidencyPlan& plan() const { return plan_; }
     // What this run allocated, by tier: `betelgeuse plan`'s table for the same flags (checked
@@ -97,7 +83,7 @@ private:
     std::unique_ptr<EngramStore> engram_;
     ExpertProviderProxy store_proxy_;
     std::unique_ptr<TieredExpertStore> store_;
-    std::unique_ptr<dsv41::ForwardPass> fwd_;
+    std::unique_ptr<dsv41::Forward> fwd_;
     std::unique_ptr<Runner> runner_;
     std::unique_ptr<tok::Tokenizer> tokenizer_;
     std::unique_ptr<Sampler> sampler_;

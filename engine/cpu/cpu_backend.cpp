@@ -1,7 +1,8 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "backend/backend.h"
+#include "backend/device.h"
+#include "cpu/cpu_ops.h"
 #include "util/check.h"
 
 namespace bg {
@@ -42,3 +43,23 @@ private:
 std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
 
 }  // namespace bg
+
+namespace bg::cpu {
+
+namespace {
+
+class CpuDevice final : public DeviceFactory {
+public:
+    const char* name() const override { return "cpu"; }
+    std::unique_ptr<Backend> make_backend() override { return make_cpu_backend(); }
+    std::unique_ptr<Ops> make_ops(ThreadPool& pool) override { return make_cpu_ops(pool); }
+};
+
+}  // namespace
+
+DeviceFactory& cpu_device() {
+    static CpuDevice d;
+    return d;
+}
+
+}  // namespace bg::cpu

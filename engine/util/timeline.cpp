@@ -1,4 +1,4 @@
-#include "runtime/timeline.h"
+#include "util/timeline.h"
 
 #include <algorithm>
 #include <chrono>

@@ -1,4 +1,4 @@
-#include "runtime/routing.h"
+#include "cpu/routing.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,22 +7,6 @@
 #include "util/check.h"
 
 namespace bg {
-
-RoutingPolicy parse_routing_policy(const std::string& s) {
-    if (s == "exact") return RoutingPolicy::kExact;
-    if (s == "pinned-top1") return RoutingPolicy::kPinnedTop1;
-    if (s == "resident-only") return RoutingPolicy::kResidentOnly;
-    fail("--routing must be 'exact', 'pinned-top1' or 'resident-only', got '%s'", s.c_str());
-}
-
-const char* routing_policy_name(RoutingPolicy p) {
-    switch (p) {
-        case RoutingPolicy::kExact: return "exact";
-        case RoutingPolicy::kPinnedTop1: return "pinned-top1";
-        case RoutingPolicy::kResidentOnly: return "resident-only";
-    }
-    return "?";
-}
 
 void route(RoutingPolicy policy, const float* logits, const float* bias, const uint8_t* resident,
            int64_t n_expert, int k, cpu::RouteWeighting wt, int32_t* ids, float* weights, float* scratch,

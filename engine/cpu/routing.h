@@ -16,10 +16,6 @@
 
 namespace bg {
 
-enum class RoutingPolicy { kExact, kPinnedTop1, kResidentOnly };
-RoutingPolicy parse_routing_policy(const std::string& s);
-const char* routing_policy_name(RoutingPolicy p);
-
 // resident: [n_expert] 1/0 (ignored by kExact; may be null then). scratch: 2*n_expert floats,
 // order: n_expert ints. Writes ids (k, in descending order of p + bias) and weights.
 void route(RoutingPolicy policy, const float* logits, const float* bias, const uint8_t* resident,

@@ -1,0 +1,154 @@
+// The ops the dsv41 forward pass is written against, in the spirit of ggml-backend: buffers in the
+// backend's memory, the model's ops over them, copies and fences on one ordered compute queue.
+// engine/cpu/cpu_ops.cpp implements them with the CPU kernels (engine/cpu/ops.h), whose float
+// arithmetic is the reference; engine/cuda/cuda_ops.cu with the CUDA kernels (engine/cuda/ops.cuh),
+// each enqueued on one stream.
+//
+// Conventions:
+//  - a pointer is backend memory (device memory for CUDA, host memory for the CPU) unless it is
+//    named *_host; activations are float32 row-major [n_tok][width]; weights are ggml-typed
+//    bytes (MatView) in backend memory;
+//  - an op is queued in call order and may return before it has run; the host reads results only
+//    after download + sync; nothing is allocated per call (the CPU grows its scratch to the
+//    largest call once);
+//  - each op's semantics are those of the CPU kernel it names.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/types.h"
+#include "tensor/ggml_types.h"
+#include "util/timeline.h"
+
+namespace bg {
+
+// Layout of one token's mHC mix in a float array [n][kMixWidth]: the bytes of HcMix.
+constexpr int kMixPre = 0;     // pre[c]       at kMixPre + c
+constexpr int kMixPost = 4;    // post[d]      at kMixPost + d
+constexpr int kMixComb = 8;    // comb[d][c]   at kMixComb + 4*d + c   (dst d, src c)
+constexpr int kMixWidth = 24;
+static_assert(sizeof(HcMix) == kMixWidth * sizeof(float));
+
+// One query per (token, head) over the rows cpu::attention_head sees for query position
+// p = pos[t]: the window rows kv[j], j in [max(0, p-window+1), p], ascending, then (when comp is
+// set) the compressed rows comp[sel[p*top_k + s]] for s < sel_n[p]. Logit = scale*<q, row>;
+// softmax with exp(sinks[h]) in the denominator only; out = sum softmax*row (V = K).
+struct AttentionArgs {
+    const float* q = nullptr;          // [n_tok][ldq], head h at h*d (roped)
+    int64_t ldq = 0;
+    const float* kv = nullptr;         // [n_ctx][d] window cache (normed, roped)
+    const float* comp = nullptr;       // [blocks][d] compressed rows, or null: window only
+    const int32_t* sel = nullptr;      // [n_ctx][top_k] selected compressed rows per position
+    const int32_t* sel_n = nullptr;    // [n_ctx] how many of them
+    int64_t top_k = 0;                 // row length of sel
+    const float* sinks = nullptr;      // [n_head]
+    const int32_t* pos = nullptr;      // [n_tok]
+    int64_t n_tok = 0, n_head = 0, d = 0, window = 0;
+    float scale = 1.0f;
+    float* out = nullptr;              // [n_tok][ldo], head h at h*d
+    int64_t ldo = 0;
+};
+
+// Lightning indexer after the query rope: for the query at p = pos[t], every visible compressed
+// row b < (p+1)/ratio gets score[b] = sum_h w[t][h] * relu(<q[t][h], keys[b]>) written to
+// scores[t*ld_scores + b]; then the best min(visible, top_k) rows (cpu::top_k on those scores)
+// go to sel[p*top_k ..] and their count to sel_n[p]. Positions in one call must be distinct;
+// n_tok <= 65535.
+struct IndexerArgs {
+    const float* q = nullptr;          // [n_tok][n_head*head_dim], roped
+    const float* w = nullptr;          // [n_tok][n_head] head weights, already scaled
+    const float* keys = nullptr;       // [blocks][head_dim] index keys
+    const int32_t* pos = nullptr;      // [n_tok]
+    int64_t n_tok = 0, n_head = 0, head_dim = 0, ratio = 1, top_k = 0;
+    float* scores = nullptr;           // [n_tok][ld_scores] work buffer, left holding the scores
+    int64_t ld_scores = 0;             // >= (largest position + 1) / ratio
+    int32_t* sel = nullptr;            // [n_ctx][top_k]
+    int32_t* sel_n = nullptr;          // [n_ctx]
+};
+
+class Ops {
+public:
+    virtual ~Ops() = default;
+    virtual const char* name() const = 0;
+
+    // ---- memory (start-up only)
+    // Whether alloc() hands out host memory (the CPU): the forward counts it as host bytes.
+    virtual bool memory_is_host() const = 0;
+    // Zeroed backend memory; an allocation of 0 bytes takes 1 (cudaMalloc of 0 is not portable).
+    virtual void* alloc(uint64_t bytes) = 0;
+    // Zeroed host memory the backend copies from and to (page-locked where it can be).
+    virtual void* alloc_host(uint64_t bytes) = 0;
+    virtual void free_host(void* p) = 0;
+    // Backend memory the ops themselves hold (the CUDA matmul scratch), and host memory (the
+    // CUDA kernel timeline once reserve_busy sized it); 0 for the CPU.
+    virtual uint64_t own_bytes() const = 0;
+    virtual uint64_t own_host_bytes() const = 0;
+    // Busy-interval pairs one stretch between two syncs may record, and the timeline capacity.
+    virtual void reserve_busy(int64_t pairs, size_t timeline_capacity) = 0;
+
+    // ---- copies, queued in order with the ops
+    virtual void upload(void* dst, const void* src_host, uint64_t bytes) = 0;
+    virtual void download(void* dst_host, const void* src, uint64_t bytes) = 0;
+    virtual void copy(void* dst, const void* src, uint64_t bytes) = 0;
+    // rows of width floats, from src (ld_src apart) to dst (ld_dst apart).
+    virtual void copy_rows(float* dst, int64_t ld_dst, const float* src, int64_t ld_src, int64_t width, int64_t rows) = 0;
+    virtual void zero(void* x, uint64_t bytes) = 0;
+
+    // ---- ordering
+    // The host waits for every queued op; busy intervals recorded before it are then counted.
+    virtual void sync() = 0;
+    // Fences the host polls to learn that the ops queued before them have run (a routed expert's
+    // slot may be released); kFences of them, reused round robin by the caller.
+    static constexpr int kFences = 8;
+    virtual void record_fence(int i) = 0;
+    // Whether fence i has passed; with wait, blocks until it has.
+    virtual bool fence_passed(int i, bool wait) = 0;
+    // Busy time: brackets around queued compute (no-ops where not measured: the CPU).
+    virtual void busy_begin() = 0;
+    virtual void busy_end() = 0;
+    virtual double busy_ms() const { return -1.0; }
+    virtual void begin_timeline() {}
+    virtual const Timeline* timeline() const { return nullptr; }
+
+    // ---- the model's ops
+    virtual void matmul(const MatView& W, const float* x, int64_t ldx, int64_t n_tok, float* y, int64_t ldy) = 0;
+    virtual void dequantize(GgmlType t, const uint8_t* src, float* dst, int64_t n) = 0;
+    // H[t][c][:] = rows[row_ids[t]][:] for the 4 residual copies c. rows: [][width].
+    virtual void embed_rows(const float* rows, const int32_t* row_ids, int64_t n_tok, int64_t width, float* H) = 0;
+    virtual void fill_positions(int32_t* pos, int64_t n, int64_t start, int64_t step) = 0;
+    // Each of n_rows rows: cpu::rmsnorm; w may be null; y may alias x.
+    virtual void rmsnorm(const float* x, const float* w, int64_t n, int64_t n_rows, float eps, float* y) = 0;
+    // cpu::rope on the last p.n_dims values of each head h < n_heads of token t at pos[t].
+    virtual void rope(float* x, int64_t row_stride, int64_t n_tok, const int32_t* pos, int64_t n_heads, int64_t head_dim,
+                      const RopeParams& p, bool inverse) = 0;
+    virtual void swiglu(const float* gate, const float* up, int64_t n, float limit, SwigluClamp form, float* out) = 0;
+    virtual void scale(float* x, int64_t n, float s) = 0;
+    // mix[t] = cpu::hc_mix(m[t], base, scale, n_iter, eps) as [n_tok][kMixWidth].
+    virtual void hc_mix(const float* m, const float* base, const float* scale, int64_t n_tok, int n_iter, float eps,
+                        float* mix) = 0;
+    // x[t][e] = sum_c pre[t*pre_stride + c] * H[t][c][e], c = 0..3 in order.
+    virtual void hc_collapse(const float* H, const float* pre, int64_t pre_stride, int64_t n_tok, int64_t n_embd, float* x) = 0;
+    // H[t][d][e] = post[t][d]*y[t][e] + sum_c comb[t][d][c]*R[t][c][e]; H may alias R.
+    virtual void hc_expand(const float* mix, const float* y, const float* R, int64_t n_tok, int64_t n_embd, float* H) = 0;
+    // H[t][c][:] += cpu::engram_gate(kv[t][c], H[t][c], wk[c], wq[c]) * kv[t][4][:].
+    virtual void engram_gate_add(const float* kv, const float* wk, const float* wq, int64_t n_tok, int64_t n_embd,
+                                 float eps, float* H) = 0;
+    // Compressor pooling of blocks b0 .. b0+n_blocks-1 (block b covers tokens b*ratio ..
+    // b*ratio+ratio-1): per channel, softmax over the block of score weighting kv (gated), or
+    // the plain sum (score null). kv, score: [n_ctx][d]; out: [n_blocks][d].
+    virtual void compress_pool(const float* kv, const float* score, int64_t d, int64_t ratio, int64_t b0,
+                               int64_t n_blocks, float* out) = 0;
+    virtual void attention(const AttentionArgs& a) = 0;
+    virtual void indexer(const IndexerArgs& a) = 0;
+    // bg::route for every token. resident: [n_expert] bytes (every policy but exact).
+    virtual void route(RoutingPolicy policy, const float* logits, const float* bias, const uint8_t* resident,
+                       int64_t n_tok, int64_t n_expert, int k, RouteWeighting wt, int32_t* ids, float* weights) = 0;
+    // out[j] = x[rows[j]*ldx .. + width) for j < m.
+    virtual void moe_gather(const float* x, int64_t ldx, const int32_t* rows, int64_t m, int64_t width, float* out) = 0;
+    // dst[rows[j]*width .. + width) = src[j] for j < m (rows distinct).
+    virtual void moe_scatter(const float* src, const int32_t* rows, int64_t m, int64_t width, float* dst) = 0;
+    // y[t][e] += sum_j w[t][j] * eo[t][j][e], j in rank order, summed into a zero first.
+    virtual void moe_weighted_sum(const float* eo, const float* w, int64_t n_tok, int64_t k, int64_t width, float* y) = 0;
+};
+
+}  // namespace bg

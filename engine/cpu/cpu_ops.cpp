@@ -1,0 +1,228 @@
+#include "cpu/cpu_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "backend/pool_channel.h"
+#include "cpu/ops.h"
+#include "cpu/routing.h"
+#include "util/check.h"
+
+namespace bg::cpu {
+
+namespace {
+
+constexpr int kHc = 4;
+
+template <typename T>
+T* grow(std::vector<T>& v, int64_t n) {
+    if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+    return v.data();
+}
+
+class CpuOps final : public Ops {
+public:
+    explicit CpuOps(ThreadPool& pool) : pool_(pool) {}
+    ~CpuOps() override {
+        for (void* p : allocations_) std::free(p);
+    }
+
+    const char* name() const override { return "cpu"; }
+    bool memory_is_host() const override { return true; }
+    void* alloc(uint64_t bytes) override {
+        void* p = std::calloc(1, std::max<uint64_t>(1, bytes));
+        if (!p) fail("cpu ops: cannot allocate %llu bytes", (unsigned long long)bytes);
+        allocations_.push_back(p);
+        return p;
+    }
+    void* alloc_host(uint64_t bytes) override {
+        void* p = std::calloc(1, std::max<uint64_t>(1, bytes));
+        if (!p) fail("cpu ops: cannot allocate %llu bytes", (unsigned long long)bytes);
+        return p;
+    }
+    void free_host(void* p) override { std::free(p); }
+    uint64_t own_bytes() const override { return 0; }
+    uint64_t own_host_bytes() const override { return 0; }
+    void reserve_busy(int64_t, size_t) override {}
+
+    void upload(void* dst, const void* src, uint64_t bytes) override { std::memmove(dst, src, bytes); }
+    void download(void* dst, const void* src, uint64_t bytes) override { std::memmove(dst, src, bytes); }
+    void copy(void* dst, const void* src, uint64_t bytes) override { std::memmove(dst, src, bytes); }
+    void copy_rows(float* dst, int64_t ld_dst, const float* src, int64_t ld_src, int64_t width, int64_t rows) override {
+        for (int64_t r = 0; r < rows; ++r) std::memmove(dst + r * ld_dst, src + r * ld_src, width * sizeof(float));
+    }
+    void zero(void* x, uint64_t bytes) override { std::memset(x, 0, bytes); }
+
+    void sync() override {}
+    void record_fence(int) override {}
+    bool fence_passed(int, bool) override { return true; }
+    void busy_begin() override {}
+    void busy_end() override {}
+
+    void matmul(const MatView& W, const float* x, int64_t ldx, int64_t n_tok, float* y, int64_t ldy) override {
+        cpu::matmul(pool_, W, x, ldx, n_tok, y, ldy);
+    }
+    void dequantize(GgmlType t, const uint8_t* src, float* dst, int64_t n) override { dequantize_row(t, src, dst, n); }
+    void embed_rows(const float* rows, const int32_t* row_ids, int64_t n_tok, int64_t width, float* H) override {
+        for (int64_t t = 0; t < n_tok; ++t)
+            for (int c = 0; c < kHc; ++c)
+                std::memcpy(H + (t * kHc + c) * width, rows + row_ids[t] * width, width * sizeof(float));
+    }
+    void fill_positions(int32_t* pos, int64_t n, int64_t start, int64_t step) override {
+        for (int64_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(start + i * step);
+    }
+    void rmsnorm(const float* x, const float* w, int64_t n, int64_t n_rows, float eps, float* y) override {
+        for (int64_t r = 0; r < n_rows; ++r) cpu::rmsnorm(x + r * n, w, n, eps, y + r * n);
+    }
+    void rope(float* x, int64_t row_stride, int64_t n_tok, const int32_t* pos, int64_t n_heads, int64_t head_dim,
+              const RopeParams& p, bool inverse) override {
+        for (int64_t t = 0; t < n_tok; ++t)
+            for (int64_t h = 0; h < n_heads; ++h) cpu::rope(x + t * row_stride + h * head_dim + head_dim - p.n_dims, pos[t], p, inverse);
+    }
+    void swiglu(const float* gate, const float* up, int64_t n, float limit, SwigluClamp form, float* out) override {
+        cpu::swiglu(gate, up, n, limit, form, out);
+    }
+    void scale(float* x, int64_t n, float s) override {
+        for (int64_t i = 0; i < n; ++i) x[i] *= s;
+    }
+    void hc_mix(const float* m, const float* base, const float* scale, int64_t n_tok, int n_iter, float eps,
+                float* mix) override {
+        for (int64_t t = 0; t < n_tok; ++t) {
+            const HcMix mx = cpu::hc_mix(m + t * 24, base, scale, n_iter, eps);
+            std::memcpy(mix + t * kMixWidth, &mx, sizeof(mx));
+        }
+    }
+    void hc_collapse(const float* H, const float* pre, int64_t pre_stride, int64_t n_tok, int64_t E, float* x) override {
+        for (int64_t t = 0; t < n_tok; ++t) {
+            const float* p = pre + t * pre_stride;
+            const float* h = H + t * kHc * E;
+            for (int64_t e = 0; e < E; ++e) {
+                float s = 0.0f;
+                for (int c = 0; c < kHc; ++c) s += p[c] * h[c * E + e];
+                x[t * E + e] = s;
+            }
+        }
+    }
+    void hc_expand(const float* mix, const float* y, const float* R, int64_t n_tok, int64_t E, float* H) override {
+        for (int64_t t = 0; t < n_tok; ++t) {
+            const float* mx = mix + t * kMixWidth;
+            const float* r = R + t * kHc * E;
+            float* h = H + t * kHc * E;
+            for (int64_t e = 0; e < E; ++e) {
+                // Each element reads its 4 residual values before writing, so H may alias R.
+                float rv[kHc];
+                for (int c = 0; c < kHc; ++c) rv[c] = r[c * E + e];
+                for (int d = 0; d < kHc; ++d) {
+                    float s = mx[kMixPost + d] * y[t * E + e];
+                    for (int c = 0; c < kHc; ++c) s += mx[kMixComb + kHc * d + c] * rv[c];
+                    h[d * E + e] = s;
+                }
+            }
+        }
+    }
+    void engram_gate_add(const float* kv, const float* wk, const float* wq, int64_t n_tok, int64_t E, float eps,
+                         float* H) override {
+        for (int64_t t = 0; t < n_tok; ++t) {
+            const float* k = kv + t * (kHc + 1) * E;
+            const float* v = k + kHc * E;
+            float* h = H + t * kHc * E;
+            for (int c = 0; c < kHc; ++c) {
+                const float g = engram_gate(k + c * E, h + c * E, wk + c * E, wq + c * E, E, eps);
+                for (int64_t e = 0; e < E; ++e) h[c * E + e] += g * v[e];
+            }
+        }
+    }
+    void compress_pool(const float* kv, const float* score, int64_t d, int64_t r, int64_t b0, int64_t n_blocks,
+                       float* out) override {
+        for (int64_t j = 0; j < n_blocks; ++j)
+            for (int64_t c = 0; c < d; ++c) out[j * d + c] = pool_channel(kv, score, d, r, (b0 + j) * r, c);
+    }
+    void attention(const AttentionArgs& a) override {
+        const int64_t max_rows = a.window + a.top_k;
+        const float** rows = grow(rows_, a.n_tok * max_rows);
+        int64_t* n_rows = grow(n_rows_, a.n_tok);
+        float* scratch = grow(att_scratch_, a.n_tok * a.n_head * max_rows);
+        for (int64_t i = 0; i < a.n_tok; ++i) {
+            const int64_t p = a.pos[i];
+            const float** r = rows + i * max_rows;
+            int64_t nr = 0;
+            for (int64_t j = std::max<int64_t>(0, p - a.window + 1); j <= p; ++j) r[nr++] = a.kv + j * a.d;
+            if (a.comp) {
+                const int32_t* sel = a.sel + p * a.top_k;
+                for (int32_t s = 0; s < a.sel_n[p]; ++s) r[nr++] = a.comp + sel[s] * a.d;
+            }
+            n_rows[i] = nr;
+        }
+        pool_.parallel_for(a.n_tok * a.n_head, [&](int64_t b, int64_t e) {
+            for (int64_t it = b; it < e; ++it) {
+                const int64_t i = it / a.n_head, h = it % a.n_head;
+                attention_head(a.q + i * a.ldq + h * a.d, rows + i * max_rows, n_rows[i], a.d, a.scale, a.sinks[h],
+                               scratch + it * max_rows, a.out + i * a.ldo + h * a.d);
+            }
+        });
+    }
+    void indexer(const IndexerArgs& a) override {
+        const int64_t ih = a.n_head, id = a.head_dim;
+        pool_.parallel_for(a.n_tok, [&](int64_t i0, int64_t i1) {
+            for (int64_t i = i0; i < i1; ++i) {
+                const int64_t p = a.pos[i];
+                const float* q = a.q + i * ih * id;
+                const int64_t visible = (p + 1) / a.ratio;
+                float* score = a.scores + i * a.ld_scores;
+                for (int64_t b = 0; b < visible; ++b) {
+                    float s = 0.0f;
+                    for (int64_t h = 0; h < ih; ++h) {
+                        float d = 0.0f;
+                        for (int64_t c = 0; c < id; ++c) d += q[h * id + c] * a.keys[b * id + c];
+                        s += a.w[i * ih + h] * std::max(d, 0.0f);
+                    }
+                    score[b] = s;
+                }
+                const int64_t k = std::min(visible, a.top_k);
+                if (k > 0) top_k(score, visible, k, a.sel + p * a.top_k);
+                a.sel_n[p] = static_cast<int32_t>(k);
+            }
+        });
+    }
+    void route(RoutingPolicy policy, const float* logits, const float* bias, const uint8_t* resident, int64_t n_tok,
+               int64_t ne, int k, RouteWeighting wt, int32_t* ids, float* weights) override {
+        float* scratch = grow(route_scratch_, 2 * ne);
+        int32_t* order = grow(route_order_, ne);
+        for (int64_t t = 0; t < n_tok; ++t)
+            bg::route(policy, logits + t * ne, bias, resident, ne, k, wt, ids + t * k, weights + t * k, scratch, order);
+    }
+    void moe_gather(const float* x, int64_t ldx, const int32_t* rows, int64_t m, int64_t width, float* out) override {
+        for (int64_t j = 0; j < m; ++j) std::memcpy(out + j * width, x + rows[j] * ldx, width * sizeof(float));
+    }
+    void moe_scatter(const float* src, const int32_t* rows, int64_t m, int64_t width, float* dst) override {
+        for (int64_t j = 0; j < m; ++j) std::memcpy(dst + rows[j] * width, src + j * width, width * sizeof(float));
+    }
+    void moe_weighted_sum(const float* eo, const float* w, int64_t n_tok, int64_t k, int64_t width, float* y) override {
+        for (int64_t t = 0; t < n_tok; ++t)
+            for (int64_t c = 0; c < width; ++c) {
+                // routed experts in rank order into a zero, then added to the shared expert's
+                // output already in y, so the sum order is fixed.
+                float acc = 0.0f;
+                for (int64_t j = 0; j < k; ++j) acc += w[t * k + j] * eo[(t * k + j) * width + c];
+                y[t * width + c] += acc;
+            }
+    }
+
+private:
+    ThreadPool& pool_;
+    std::vector<void*> allocations_;
+    // Scratch grown to the largest call once, then reused.
+    std::vector<const float*> rows_;
+    std::vector<int64_t> n_rows_;
+    std::vector<float> att_scratch_, route_scratch_;
+    std::vector<int32_t> route_order_;
+};
+
+}  // namespace
+
+std::unique_ptr<Ops> make_cpu_ops(ThreadPool& pool) { return std::make_unique<CpuOps>(pool); }
+
+}  // namespace bg::cpu

@@ -1,0 +1,18 @@
+// The CPU backend's ops: the CPU kernels (cpu/ops.h) over host memory, run at once on the
+// calling thread and the thread pool, so every op has run when it returns and sync is free.
+#pragma once
+
+#include <memory>
+
+#include "backend/device.h"
+#include "backend/ops.h"
+#include "cpu/thread_pool.h"
+
+namespace bg::cpu {
+
+std::unique_ptr<Ops> make_cpu_ops(ThreadPool& pool);
+
+// The CPU device: the host-memory backend (cpu_backend.cpp) and these ops.
+DeviceFactory& cpu_device();
+
+}  // namespace bg::cpu

@@ -1,0 +1,211 @@
+#include "cuda/cuda_ops.cuh"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "cuda/check.cuh"
+#include "cuda/dequant.cuh"
+#include "cuda/ops.cuh"
+#include "util/check.h"
+
+namespace bg::cuda {
+
+namespace {
+
+__global__ void scale_kernel(float* x, int64_t n, float s) {
+    const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    if (i < n) x[i] *= s;
+}
+
+class CudaOps final : public Ops {
+public:
+    CudaOps() {
+        BG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+        mm_ = std::make_unique<MatmulContext>();
+        for (cudaEvent_t& e : fences_) BG_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+        BG_CUDA_CHECK(cudaEventCreate(&anchor_));
+    }
+    ~CudaOps() override {
+        cudaStreamSynchronize(stream_);
+        for (cudaEvent_t e : events_) cudaEventDestroy(e);
+        for (cudaEvent_t e : fences_) cudaEventDestroy(e);
+        cudaEventDestroy(anchor_);
+        for (void* p : allocations_) cudaFree(p);
+        mm_.reset();
+        cudaStreamDestroy(stream_);
+    }
+
+    const char* name() const override { return "cuda"; }
+    bool memory_is_host() const override { return false; }
+    void* alloc(uint64_t bytes) override {
+        void* p = nullptr;
+        bytes = std::max<uint64_t>(1, bytes);
+        const cudaError_t e = cudaMalloc(&p, bytes);
+        if (e != cudaSuccess)
+            fail("cuda ops: cannot allocate %llu bytes of device memory: %s", (unsigned long long)bytes, cudaGetErrorString(e));
+        BG_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
+        allocations_.push_back(p);
+        return p;
+    }
+    void* alloc_host(uint64_t bytes) override {
+        void* p = nullptr;
+        bytes = std::max<uint64_t>(1, bytes);
+        BG_CUDA_CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocDefault));
+        std::memset(p, 0, bytes);
+        return p;
+    }
+    void free_host(void* p) override { cudaFreeHost(p); }
+    uint64_t own_bytes() const override { return mm_->scratch_bytes(); }
+    uint64_t own_host_bytes() const override { return timeline_ ? timeline_->bytes() : 0; }
+    void reserve_busy(int64_t pairs, size_t timeline_capacity) override {
+        BG_CHECK(events_.empty());
+        events_.resize(static_cast<size_t>(2 * pairs));
+        for (cudaEvent_t& e : events_) BG_CUDA_CHECK(cudaEventCreate(&e));
+        timeline_ = std::make_unique<Timeline>(timeline_capacity);
+    }
+
+    void upload(void* dst, const void* src, uint64_t bytes) override {
+        BG_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+    }
+    void download(void* dst, const void* src, uint64_t bytes) override {
+        BG_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    }
+    void copy(void* dst, const void* src, uint64_t bytes) override {
+        BG_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+    }
+    void copy_rows(float* dst, int64_t ld_dst, const float* src, int64_t ld_src, int64_t width, int64_t rows) override {
+        BG_CUDA_CHECK(cudaMemcpy2DAsync(dst, ld_dst * sizeof(float), src, ld_src * sizeof(float), width * sizeof(float), rows,
+                                        cudaMemcpyDeviceToDevice, stream_));
+    }
+    void zero(void* x, uint64_t bytes) override { BG_CUDA_CHECK(cudaMemsetAsync(x, 0, bytes, stream_)); }
+
+    void sync() override {
+        BG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        // Every busy pair recorded so far has completed: count it.
+        for (size_t i = 0; i + 1 < events_used_; i += 2) {
+            float ms = 0, at = 0;
+            BG_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[i], events_[i + 1]));
+            busy_ms_ += ms;
+            BG_CUDA_CHECK(cudaEventElapsedTime(&at, anchor_, events_[i]));
+            timeline_->add(anchor_host_ms_ + at, anchor_host_ms_ + at + ms);
+        }
+        events_used_ = 0;
+    }
+    void record_fence(int i) override { BG_CUDA_CHECK(cudaEventRecord(fences_[i], stream_)); }
+    bool fence_passed(int i, bool wait) override {
+        if (wait) {
+            BG_CUDA_CHECK(cudaEventSynchronize(fences_[i]));
+            return true;
+        }
+        const cudaError_t q = cudaEventQuery(fences_[i]);
+        if (q == cudaErrorNotReady) return false;
+        BG_CUDA_CHECK(q);
+        return true;
+    }
+    void busy_begin() override {
+        BG_CHECK(events_used_ + 2 <= events_.size() && events_used_ % 2 == 0);
+        BG_CUDA_CHECK(cudaEventRecord(events_[events_used_++], stream_));
+    }
+    void busy_end() override {
+        BG_CHECK(events_used_ % 2 == 1);
+        BG_CUDA_CHECK(cudaEventRecord(events_[events_used_++], stream_));
+    }
+    double busy_ms() const override { return busy_ms_; }
+    // Busy intervals in host time: an anchor event whose host time is known (recorded on an idle
+    // stream and waited for), each event placed at anchor + elapsed.
+    void begin_timeline() override {
+        BG_CHECK(events_used_ == 0 && timeline_);
+        BG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        BG_CUDA_CHECK(cudaEventRecord(anchor_, stream_));
+        BG_CUDA_CHECK(cudaEventSynchronize(anchor_));
+        anchor_host_ms_ = now_ms();
+        timeline_->clear();
+    }
+    const Timeline* timeline() const override { return timeline_.get(); }
+
+    void matmul(const MatView& W, const float* x, int64_t ldx, int64_t n_tok, float* y, int64_t ldy) override {
+        cuda::matmul(*mm_, W, x, ldx, n_tok, y, ldy, stream_);
+    }
+    void dequantize(GgmlType t, const uint8_t* src, float* dst, int64_t n) override {
+        BG_CUDA_CHECK(cuda::dequantize(t, src, dst, n, stream_));
+    }
+    void embed_rows(const float* rows, const int32_t* row_ids, int64_t n_tok, int64_t width, float* H) override {
+        DeviceMat m;
+        m.data = reinterpret_cast<const uint8_t*>(rows);
+        m.type = GgmlType::F32;
+        m.cols = width;
+        m.rows = n_tok;
+        m.row_stride = width * sizeof(float);
+        embed_tokens(m, row_ids, n_tok, H, stream_);
+    }
+    void fill_positions(int32_t* pos, int64_t n, int64_t start, int64_t step) override {
+        cuda::fill_positions(pos, n, start, step, stream_);
+    }
+    void rmsnorm(const float* x, const float* w, int64_t n, int64_t n_rows, float eps, float* y) override {
+        cuda::rmsnorm(x, w, n, n_rows, eps, y, stream_);
+    }
+    void rope(float* x, int64_t row_stride, int64_t n_tok, const int32_t* pos, int64_t n_heads, int64_t head_dim,
+              const RopeParams& p, bool inverse) override {
+        cuda::rope(x, row_stride, n_tok, pos, n_heads, head_dim, p, inverse, stream_);
+    }
+    void swiglu(const float* gate, const float* up, int64_t n, float limit, SwigluClamp form, float* out) override {
+        cuda::swiglu(gate, up, n, limit, form, out, stream_);
+    }
+    void scale(float* x, int64_t n, float s) override {
+        if (n <= 0) return;
+        scale_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream_>>>(x, n, s);
+        BG_CUDA_CHECK_LAUNCH();
+    }
+    void hc_mix(const float* m, const float* base, const float* scale, int64_t n_tok, int n_iter, float eps,
+                float* mix) override {
+        cuda::hc_mix(m, base, scale, n_tok, n_iter, eps, mix, stream_);
+    }
+    void hc_collapse(const float* H, const float* pre, int64_t pre_stride, int64_t n_tok, int64_t n_embd, float* x) override {
+        cuda::hc_collapse(H, pre, pre_stride, n_tok, n_embd, x, stream_);
+    }
+    void hc_expand(const float* mix, const float* y, const float* R, int64_t n_tok, int64_t n_embd, float* H) override {
+        cuda::hc_expand(mix, y, R, n_tok, n_embd, H, stream_);
+    }
+    void engram_gate_add(const float* kv, const float* wk, const float* wq, int64_t n_tok, int64_t n_embd, float eps,
+                         float* H) override {
+        cuda::engram_gate_add(kv, wk, wq, n_tok, n_embd, eps, H, nullptr, stream_);
+    }
+    void compress_pool(const float* kv, const float* score, int64_t d, int64_t ratio, int64_t b0, int64_t n_blocks,
+                       float* out) override {
+        cuda::compress_pool(kv, score, d, ratio, b0, n_blocks, out, stream_);
+    }
+    void attention(const AttentionArgs& a) override { cuda::attention(a, stream_); }
+    void indexer(const IndexerArgs& a) override { cuda::indexer(a, stream_); }
+    void route(RoutingPolicy policy, const float* logits, const float* bias, const uint8_t* resident, int64_t n_tok,
+               int64_t n_expert, int k, RouteWeighting wt, int32_t* ids, float* weights) override {
+        cuda::route(policy, logits, bias, resident, n_tok, n_expert, k, wt, ids, weights, stream_);
+    }
+    void moe_gather(const float* x, int64_t ldx, const int32_t* rows, int64_t m, int64_t width, float* out) override {
+        cuda::moe_gather(x, ldx, rows, m, width, out, stream_);
+    }
+    void moe_scatter(const float* src, const int32_t* rows, int64_t m, int64_t width, float* dst) override {
+        cuda::moe_scatter(src, rows, m, width, dst, stream_);
+    }
+    void moe_weighted_sum(const float* eo, const float* w, int64_t n_tok, int64_t k, int64_t width, float* y) override {
+        cuda::moe_weighted_sum(eo, w, n_tok, k, width, y, stream_);
+    }
+
+private:
+    cudaStream_t stream_ = nullptr;
+    std::unique_ptr<MatmulContext> mm_;
+    std::vector<void*> allocations_;
+    cudaEvent_t fences_[kFences] = {};
+    std::vector<cudaEvent_t> events_;  // busy pairs, created by reserve_busy
+    size_t events_used_ = 0;
+    double busy_ms_ = 0;
+    cudaEvent_t anchor_ = nullptr;
+    double anchor_host_ms_ = 0;
+    std::unique_ptr<Timeline> timeline_;
+};
+
+}  // namespace
+
+std::unique_ptr<Ops> make_cuda_ops() { return std::make_unique<CudaOps>(); }
+
+}  // namespace bg::cuda

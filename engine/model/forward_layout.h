@@ -1,0 +1,66 @@
+// Every buffer the dsv41 forward pass allocates, sized from the model's shape and the forward
+// configuration alone (no file, no device), so `betelgeuse plan` prints a run's memory before it
+// starts. The forward allocates each buffer from these counts and checks at construction that
+// the bytes it holds are the layout's, so the plan and the allocations cannot drift apart.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/ops.h"
+#include "model/dsv41.h"
+
+namespace bg::dsv41 {
+
+struct ForwardConfig {
+    int64_t n_ctx = 4096;       // longest sequence (prompt + generated tokens)
+    int64_t max_ubatch = 16;    // most tokens in one unit of work
+    SwigluClamp swiglu_form = SwigluClamp::kDeepSeek;
+    RoutingPolicy routing = RoutingPolicy::kExact;
+    // [layer][n_expert] 1 where resident: needed by every policy but exact.
+    const std::vector<std::vector<uint8_t>>* resident = nullptr;
+    int64_t moe_chunk = 64;     // tokens per expert matmul
+};
+
+// Memory a forward pass holds, by kind. On a backend whose memory is the host's, the device
+// kinds are 0 and everything is host.
+struct ForwardBytes {
+    uint64_t device_dense = 0;    // the dense image on the device (all but the token embedding)
+    uint64_t device_caches = 0;   // KV cache, compressed streams, index keys and selections for n_ctx
+    uint64_t device_work = 0;     // activations by position, work buffers, routing masks
+    uint64_t device_matmul = 0;   // the backend's own (the CUDA matmul dequantisation scratch)
+    uint64_t host = 0;            // host buffers (and, on the CPU, all of the above but the dense image)
+    uint64_t device_total() const { return device_dense + device_caches + device_work + device_matmul; }
+};
+
+// Element counts; a buffer of 0 elements is still allocated (1 byte).
+struct ForwardLayout {
+    // Per layer (0 where the layer has no such role).
+    std::vector<int64_t> kv_cache, comp_in, comp_score, comp_latent, comp_rows, idx_keys, sel, sel_n;
+    int64_t resident_masks = 0, resident_mask = 0;  // layers with a mask, its bytes (n_expert)
+    // Activations by position [n_ctx][...]
+    int64_t H = 0, pre = 0, xf = 0, mixf = 0, ids = 0, wts = 0, eo = 0, iota = 0;
+    // Work buffers (floats, then int32)
+    int64_t hflat = 0, mixm = 0, mixa = 0, x = 0, y = 0, qa = 0, q = 0, kvb = 0, att = 0, oa = 0, iq = 0, iw = 0,
+            iscore = 0, rlogits = 0, pooled = 0, emb = 0, erow = 0, ekv = 0, xg = 0, g = 0, up = 0, h = 0, eo_tmp = 0,
+            sg = 0, su = 0, sh = 0, logits = 0;
+    int64_t bpos = 0, gather_rows = 0, scatter_rows = 0;
+    // Host (int32 unless said)
+    int64_t tokens = 0, rows_host = 0, out_host = 0 /* float */, emb_host = 0 /* float */, onehot = 0 /* float */,
+            erows = 0 /* uint64 */, by_expert_count = 0, by_expert_start = 0, used_experts = 0, used_tokens = 0;
+
+    static ForwardLayout of(const HParams& hp, const std::vector<LayerRoles>& roles, const ForwardConfig& cfg);
+
+    // What the forward holds: `memory_is_host` for a backend whose memory is the host's (the
+    // dense image is then the model's own, not counted); own_device_bytes and own_host_bytes are
+    // the ops' own (matmul scratch, kernel timeline).
+    ForwardBytes bytes(bool memory_is_host, uint64_t device_image_bytes, uint64_t own_device_bytes,
+                       uint64_t own_host_bytes) const;
+};
+
+// The CUDA ops' own memory, for plans made without a device: the matmul context's dequantisation
+// scratch (cuda::MatmulContext::kDefaultScratchBytes) and the kernel timeline.
+constexpr uint64_t kGpuMatmulScratchBytes = uint64_t{128} << 20;
+uint64_t gpu_ops_host_bytes(const HParams& hp);
+
+}  // namespace bg::dsv41

@@ -1,0 +1,44 @@
+// Where the forward pass gets the weights that are not resident: routed experts and Engram
+// rows. The forward pass asks for what it needs; a provider decides where the bytes come from
+// (plain pread: runtime/providers.h; the tiered stores: runtime/expert_store.h, engram_store.h).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/ops.h"
+
+namespace bg {
+
+struct ExpertView {
+    MatView gate;  // n_embd -> n_ff
+    MatView up;    // n_embd -> n_ff
+    MatView down;  // n_ff -> n_embd
+};
+
+class ExpertProvider {
+public:
+    virtual ~ExpertProvider() = default;
+    // Announces the distinct experts one unit of work needs in a layer (ascending ids) and how
+    // many tokens each serves. Each is then returned exactly once by next_ready, in whatever
+    // order its bytes become present.
+    virtual void begin_layer(int64_t layer, const int32_t* experts, const int32_t* tokens, int64_t n) = 0;
+    // Blocks until an announced expert not yet returned is present; its view stays valid until
+    // release(expert).
+    virtual int32_t next_ready(ExpertView* view) = 0;
+    virtual void release(int32_t expert) = 0;
+    virtual void end_layer() = 0;
+    // How many returned experts a caller may keep unreleased (their compute still queued on a
+    // device) while it asks for the next one, without the provider stalling for want of a slot.
+    virtual int64_t max_unreleased() const { return 0; }
+};
+
+class EngramProvider {
+public:
+    virtual ~EngramProvider() = default;
+    // Dequantised rows: out[i*dim .. (i+1)*dim) = row rows[i] of the layer's table, where out is
+    // memory of `ops`' backend; the rows are in place when the call returns.
+    virtual void fetch_rows(int64_t layer, const uint64_t* rows, int64_t n, float* out, Ops& ops) = 0;
+};
+
+}  // namespace bg
