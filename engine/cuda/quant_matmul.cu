@@ -538,7 +538,20 @@ struct Launch {
     }
 };
 
-// Tile shapes by tokens in the chunk (see quant_matmul.cuh).
+// Shared memory a block may opt in to on the current device (sm_86: 99 KB, sm_90: 227 KB).
+int smem_optin() {
+    static int n = [] {
+        int dev = 0, v = 0;
+        BG_CUDA_CHECK(cudaGetDevice(&dev));
+        BG_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+        return v;
+    }();
+    return n;
+}
+
+// Tile shapes by tokens in the chunk (see quant_matmul.cuh). The 256-row tiles keep 2 stages
+// where shared memory is small (sm_86) and take 4 where it is not (sm_90): one CTA per SM, so
+// the stages are all the bytes in flight.
 template <int WT>
 void launch_qmm(const KParams& p, int mma_rows, const QuantMatmulWorkspace& ws, cudaStream_t stream) {
     if (p.m <= 8) {
@@ -546,9 +559,17 @@ void launch_qmm(const KParams& p, int mma_rows, const QuantMatmulWorkspace& ws, 
     } else if (p.m <= 16) {
         Launch<WT, 4, 2, 2, 4, 3>::run(p, mma_rows, ws, stream, true);
     } else if (p.m <= 32) {
-        Launch<WT, 8, 2, 4, 4, 2>::run(p, mma_rows, ws, stream, true);
+        if (smem_optin() >= Cfg<WT, 8, 2, 4, 4, 4>::SMEM + 64) {
+            Launch<WT, 8, 2, 4, 4, 4>::run(p, mma_rows, ws, stream, true);
+        } else {
+            Launch<WT, 8, 2, 4, 4, 2>::run(p, mma_rows, ws, stream, true);
+        }
     } else {
-        Launch<WT, 8, 2, 8, 4, 2>::run(p, mma_rows, ws, stream, true);
+        if (smem_optin() >= Cfg<WT, 8, 2, 8, 4, 4>::SMEM + 64) {
+            Launch<WT, 8, 2, 8, 4, 4>::run(p, mma_rows, ws, stream, true);
+        } else {
+            Launch<WT, 8, 2, 8, 4, 2>::run(p, mma_rows, ws, stream, true);
+        }
     }
 }
 

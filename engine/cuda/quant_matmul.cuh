@@ -9,7 +9,8 @@
 //    weight rows are staged raw (the file's bytes) into shared memory with 16-byte cp.async,
 //    STAGES deep, and each warp decodes its 16-row A fragments from there into registers;
 //  - tile shapes by tokens: M <= 8 ("GEMV": 64 rows, 8 token columns, 3 stages),
-//    <= 16, <= 32, <= 64 (256 rows, 64 token columns); more than 64 tokens run in chunks of 64,
+//    <= 16 (128 x 16), <= 32 (256 x 32), <= 64 (256 rows, 64 token columns; 2 stages on
+//    sm_86, 4 where shared memory allows, sm_90); more than 64 tokens run in chunks of 64,
 //    each chunk reading the weights once;
 //  - split-K sized so the grid fills the GPU; partial sums meet with fp32 atomics in y (plain
 //    matmul: y zeroed first) or, for gate/up, in a self-cleaning fp32 workspace whose last CTA
