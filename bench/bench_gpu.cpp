@@ -269,18 +269,35 @@ constexpr int kCallsPerSample = 16;  // calls between two events (rotating sets)
 
 // Times `call(set)` kCallsPerSample times per sample on stream s; reports the median per call
 // and the counters against `bytes` of weights per call.
+// With graph: the kCallsPerSample calls are captured once into a CUDA graph and each sample
+// replays it (the launch gaps between the kernels shrink; what remains is device time).
 template <typename F>
-void time_calls(benchmark::State& state, cudaStream_t s, size_t n_sets, double bytes, double flops, F call) {
+void time_calls(benchmark::State& state, cudaStream_t s, size_t n_sets, double bytes, double flops, bool graph, F call) {
     cudaEvent_t t0 = nullptr, t1 = nullptr;
     BG_CUDA_CHECK(cudaEventCreate(&t0));
     BG_CUDA_CHECK(cudaEventCreate(&t1));
     size_t set = 0;
     for (int i = 0; i < 3; ++i) call(set++ % n_sets);  // warm-up: module load, first-call setup
     BG_CUDA_CHECK(cudaStreamSynchronize(s));
+    cudaGraphExec_t exec = nullptr;
+    if (graph) {
+        cudaGraph_t g = nullptr;
+        BG_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        for (int i = 0; i < kCallsPerSample; ++i) call(set++ % n_sets);
+        BG_CUDA_CHECK(cudaStreamEndCapture(s, &g));
+        BG_CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
+        BG_CUDA_CHECK(cudaGraphDestroy(g));
+        BG_CUDA_CHECK(cudaGraphLaunch(exec, s));  // warm-up of the graph
+        BG_CUDA_CHECK(cudaStreamSynchronize(s));
+    }
     std::vector<double> per_call;
     for (auto _ : state) {
         BG_CUDA_CHECK(cudaEventRecord(t0, s));
-        for (int i = 0; i < kCallsPerSample; ++i) call(set++ % n_sets);
+        if (graph) {
+            BG_CUDA_CHECK(cudaGraphLaunch(exec, s));
+        } else {
+            for (int i = 0; i < kCallsPerSample; ++i) call(set++ % n_sets);
+        }
         BG_CUDA_CHECK(cudaEventRecord(t1, s));
         BG_CUDA_CHECK(cudaEventSynchronize(t1));
         float ms = 0;
@@ -291,6 +308,7 @@ void time_calls(benchmark::State& state, cudaStream_t s, size_t n_sets, double b
     }
     BG_CUDA_CHECK(cudaEventDestroy(t0));
     BG_CUDA_CHECK(cudaEventDestroy(t1));
+    if (exec) BG_CUDA_CHECK(cudaGraphExecDestroy(exec));
     const double med = median(per_call);
     const double floor_s = g_d2d_gbs > 0 ? bytes / (g_d2d_gbs * 1e9) : 0;
     state.counters["us"] = med * 1e6;
@@ -313,6 +331,7 @@ std::vector<float> random_activations(int64_t n, uint64_t seed) {
 void BM_ExpertFused(benchmark::State& state) {
     const auto type = static_cast<GgmlType>(state.range(0));
     const int64_t E = state.range(1), F = state.range(2), M = state.range(3);
+    const bool graph = state.range(4) != 0;
     const auto gimg = random_weights(type, F, E, 1), uimg = random_weights(type, F, E, 2),
                dimg = random_weights(type, E, F, 3);
     const uint64_t expert_bytes = gimg.size() + uimg.size() + dimg.size();
@@ -330,7 +349,7 @@ void BM_ExpertFused(benchmark::State& state) {
     cudaStream_t s = nullptr;
     BG_CUDA_CHECK(cudaStreamCreate(&s));
     const uint64_t rbE = row_bytes(type, E), rbF = row_bytes(type, F);
-    time_calls(state, s, n_sets, static_cast<double>(expert_bytes), 2.0 * 3.0 * M * E * F, [&](size_t i) {
+    time_calls(state, s, n_sets, static_cast<double>(expert_bytes), 2.0 * 3.0 * M * E * F, graph, [&](size_t i) {
         const cuda::ExpertMats m{{g.bufs[i], type, E, F, rbE}, {u.bufs[i], type, E, F, rbE}, {d.bufs[i], type, F, E, rbF}};
         cuda::expert_ffn(ws, m, x, E, drows, w, M, 10.0f, cpu::SwigluClamp::kDeepSeek, y, E, s);
     });
@@ -345,6 +364,7 @@ void BM_ExpertFused(benchmark::State& state) {
 void BM_Dense(benchmark::State& state, bool sgemm) {
     const auto type = static_cast<GgmlType>(state.range(0));
     const int64_t rows = state.range(1), cols = state.range(2), M = state.range(3);
+    const bool graph = !sgemm && state.range(4) != 0;
     const auto img = random_weights(type, rows, cols, 11);
     WeightSets sets(img, kRotateBytes);
     float* x = device_copy(random_activations(M * cols, 12));
@@ -360,7 +380,7 @@ void BM_Dense(benchmark::State& state, bool sgemm) {
     } else {
         ws = std::make_unique<cuda::QuantMatmulWorkspace>(cols, 0);
     }
-    time_calls(state, s, sets.bufs.size(), static_cast<double>(img.size()), 2.0 * M * rows * cols, [&](size_t i) {
+    time_calls(state, s, sets.bufs.size(), static_cast<double>(img.size()), 2.0 * M * rows * cols, graph, [&](size_t i) {
         const cuda::DeviceMat W{sets.bufs[i], type, cols, rows, rb};
         if (sgemm) {
             cuda::matmul(*ctx, W, x, cols, M, y, rows, s);
@@ -382,26 +402,26 @@ constexpr int64_t kBf = static_cast<int64_t>(GgmlType::BF16);
 
 BENCHMARK(BM_D2DCopy)->Arg(static_cast<int64_t>(kD2DBytes))->Iterations(4)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
-// type (39 mxfp4, 8 q8_0, 30 bf16), n_embd, n_ff, M
+// type (39 mxfp4, 8 q8_0, 30 bf16), n_embd, n_ff, M, graph (1: 16 calls replayed as a CUDA graph)
 BENCHMARK(BM_ExpertFused)
-    ->ArgNames({"type", "n_embd", "n_ff", "M"})
-    ->ArgsProduct({{kMx}, {5120}, {2304}, {1, 2, 3, 8, 16, 32, 64}})
-    ->ArgsProduct({{kQ8, kBf}, {5120}, {2304}, {1, 16, 64}})
-    ->ArgsProduct({{kMx}, {1024}, {768}, {1, 16, 64}})
+    ->ArgNames({"type", "n_embd", "n_ff", "M", "graph"})
+    ->ArgsProduct({{kMx}, {5120}, {2304}, {1, 2, 3, 8, 16, 32, 64}, {0, 1}})
+    ->ArgsProduct({{kQ8, kBf}, {5120}, {2304}, {1, 16, 64}, {0}})
+    ->ArgsProduct({{kMx}, {1024}, {768}, {1, 16, 64}, {0}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
 // Dense shapes of the full model (rows x cols): attn_q_a 1280x5120, attn_q_b 32768x1280,
 // attn_output_b 5120x8192, output head 129280x5120.
 #define BG_DENSE_SHAPES(B)                                                                                  \
-    B->ArgNames({"type", "rows", "cols", "M"})                                                              \
-        ->ArgsProduct({{kQ8, kBf}, {1280}, {5120}, {1, 3, 16, 64}})                                         \
-        ->ArgsProduct({{kQ8, kBf}, {32768}, {1280}, {1, 3, 16, 64}})                                        \
-        ->ArgsProduct({{kQ8, kBf}, {5120}, {8192}, {1, 3, 16, 64}})                                         \
-        ->ArgsProduct({{kQ8, kBf}, {129280}, {5120}, {1, 64}})                                              \
+    B->ArgNames({"type", "rows", "cols", "M", "graph"})                                                     \
+        ->ArgsProduct({{kQ8, kBf}, {1280}, {5120}, {1, 3, 16, 64}, {0}})                                    \
+        ->ArgsProduct({{kQ8, kBf}, {32768}, {1280}, {1, 3, 16, 64}, {0}})                                   \
+        ->ArgsProduct({{kQ8, kBf}, {5120}, {8192}, {1, 3, 16, 64}, {0}})                                    \
+        ->ArgsProduct({{kQ8, kBf}, {129280}, {5120}, {1, 64}, {0}})                                         \
         ->UseManualTime()                                                                                   \
         ->Unit(benchmark::kMicrosecond)
-BG_DENSE_SHAPES(BENCHMARK(BM_DenseFused));
+BG_DENSE_SHAPES(BENCHMARK(BM_DenseFused))->Args({kQ8, 1280, 5120, 1, 1})->Args({kQ8, 32768, 1280, 1, 1});
 BG_DENSE_SHAPES(BENCHMARK(BM_DenseSgemm));
 
 // One expert's three MXFP4 matrices: 3 * n_embd * n_ff * 17/32 bytes.
