@@ -170,12 +170,23 @@ Cmp compare(const std::vector<float>& out, const std::vector<double>& ref) {
 // ---------------------------------------------------------------------------------------------
 // quant_matmul
 
+// Which MXFP4 decode this GPU runs (informational: both are tested where both are available).
+TEST(QuantMatmulDecode, ReportsMxfp4Decode) {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    cuda::QuantMatmulWorkspace ws(32, 0);
+    std::printf("  FP16 subnormals kept by the tensor cores: %s; MXFP4 decode: %s\n",
+                ws.fp16_subnormals_in_mma() ? "yes" : "NO", ws.mxfp4_bit_decode() ? "bit placement" : "table");
+    if (!ws.fp16_subnormals_in_mma())
+        std::printf("  (the bit decode is off on this GPU; every MXFP4 case below runs the table decode)\n");
+}
+
 struct MatCase {
     GgmlType type;
     int64_t rows, cols, M;
     uint64_t pad = 0;  // extra bytes per row (row_stride = row bytes + pad)
     int offset = 0;    // byte offset of W.data from a 16-byte boundary
     int split = 0;     // 0: heuristic, n: forced split-K
+    bool lut = false;  // MXFP4: force the table decode (default: the bit decode where the GPU allows)
 };
 
 std::string case_name(const MatCase& c) {
@@ -184,6 +195,7 @@ std::string case_name(const MatCase& c) {
     if (c.pad) s << "_pad" << c.pad;
     if (c.offset) s << "_off" << c.offset;
     if (c.split) s << "_split" << c.split;
+    if (c.lut) s << "_lut";
     return s.str();
 }
 
@@ -201,6 +213,7 @@ TEST_P(QuantMatmul, MatchesFloat64Reference) {
     Dev<float> dy(static_cast<size_t>(c.M * ldy));
     cuda::QuantMatmulWorkspace ws(c.cols, 0);
     ws.force_split(c.split);
+    if (c.lut) ws.set_mxfp4_bit_decode(false);
     const std::vector<double> ref = ref_matmul(W, x, ldx, c.M);
 
     // Twice: the second run shows a race or a workspace left dirty by the first.
@@ -250,6 +263,10 @@ std::vector<MatCase> matmul_cases() {
             v.push_back({t, 300, 1440, M, 0, 0, 5});
         }
     }
+    // The MXFP4 table decode (the bit decode is the default where the GPU keeps FP16 subnormals).
+    for (int64_t M : {1, 3, 17, 64}) v.push_back({GgmlType::MXFP4, 300, 1440, M, 0, 0, 0, true});
+    v.push_back({GgmlType::MXFP4, 150, 1440, 2, 5, 3, 0, true});
+    v.push_back({GgmlType::MXFP4, 2304, 5120, 1, 0, 0, 0, true});
     return v;
 }
 
@@ -266,6 +283,7 @@ struct FfnCase {
     cpu::SwigluClamp form;
     bool gathered = true;  // tokens gathered from a larger x through rows[], weights w[]
     int split = 0;
+    bool lut = false;
 };
 
 std::string ffn_name(const FfnCase& c) {
@@ -274,6 +292,7 @@ std::string ffn_name(const FfnCase& c) {
       << static_cast<int>(c.limit * 100) << (c.form == cpu::SwigluClamp::kLlamaCpp ? "_llama" : "_deepseek")
       << (c.gathered ? "_gathered" : "_dense");
     if (c.split) s << "_split" << c.split;
+    if (c.lut) s << "_lut";
     return s.str();
 }
 
@@ -328,6 +347,7 @@ TEST_P(ExpertFfn, MatchesFloat64Reference) {
     Dev<int32_t> drows(rows);
     cuda::QuantMatmulWorkspace ws(std::max(E, F), F);
     ws.force_split(c.split);
+    if (c.lut) ws.set_mxfp4_bit_decode(false);
     const cuda::ExpertMats mats{dg.view, du.view, dd.view};
     for (int run = 0; run < 2; ++run) {
         dy.upload(y0);
@@ -370,6 +390,8 @@ std::vector<FfnCase> ffn_cases() {
     for (int64_t M : {1, 3, 16, 64}) v.push_back({GgmlType::MXFP4, 5120, 2304, M, 10.0f, SwigluClamp::kDeepSeek});
     v.push_back({GgmlType::MXFP4, 5120, 2304, 2, 0.5f, SwigluClamp::kLlamaCpp});
     v.push_back({GgmlType::MXFP4, 5120, 2304, 17, 0.5f, SwigluClamp::kDeepSeek});
+    v.push_back({GgmlType::MXFP4, 5120, 2304, 1, 10.0f, SwigluClamp::kDeepSeek, true, 0, true});
+    v.push_back({GgmlType::MXFP4, 5120, 2304, 64, 10.0f, SwigluClamp::kDeepSeek, true, 0, true});
     // Odd sizes, every type, both forms, no clamp, dense token lists, forced splits, > 64 tokens.
     for (GgmlType t : {GgmlType::MXFP4, GgmlType::Q8_0, GgmlType::BF16}) {
         for (int64_t M : {1, 2, 3, 16, 17, 64}) {

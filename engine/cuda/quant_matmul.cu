@@ -111,6 +111,7 @@ struct KParams {
     int ldh = 0;
     float limit = 0.0f;
     int llama = 0;
+    int mx_bits = 0;  // MXFP4: decode by bit placement (needs FP16 subnormals in the MMA)
 };
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -169,6 +170,16 @@ __device__ __forceinline__ uint32_t mxfp4_pair(uint32_t t) {
     const uint32_t mag = __byte_perm(0x03020100u, 0x0C080604u, sel) | 0x64006400u;
     __half2 h = __hsub2(*reinterpret_cast<const __half2*>(&mag), __half2half2(__ushort_as_half(0x6400)));
     return *reinterpret_cast<uint32_t*>(&h) | ((t & 0x00080008u) << 12);
+}
+
+// The bit-placement decode: the MXFP4 codes at bits 0-3 and 16-19 of w -> half2 of
+// e2m1(code) * 2^-14 exactly: (code & 7) << 9 puts E2M1's two exponent bits at the bottom of
+// FP16's exponent and its mantissa bit at the top of FP16's mantissa (code 1, 0.5, lands on the
+// FP16 subnormal 2^-15), the sign bit goes to bit 15. Three instructions per pair (the table
+// decode takes about eight); the scale puts back the 2^14. Used only where
+// fp16_subnormals_in_mma() holds.
+__device__ __forceinline__ uint32_t mxfp4_bits(uint32_t w) {
+    return ((w << 9) & 0x0E000E00u) | ((w << 12) & 0x80008000u);
 }
 
 // Two int8 (q0 at bits 0-7, q1 at bits 16-23 of w) -> half2 exactly: 0x64 | (q ^ 0x80) is
@@ -326,6 +337,7 @@ __global__ void __launch_bounds__(WARPS * 32) qmm_kernel(const KParams p) {
             // A fragments of both k16 steps of block b, and the block's scales.
             uint32_t a[MT][2][4];
             float sc[MT][2];
+            uint32_t big = 0;  // bit 2*mt+h: bit decode with a scale byte > 240 (2^(e-113) not a float)
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -336,11 +348,25 @@ __global__ void __launch_bounds__(WARPS * 32) qmm_kernel(const KParams p) {
                         const uint32_t p0 = blk[1 + 2 * c], p1 = blk[2 + 2 * c];
                         const uint32_t p2 = blk[9 + 2 * c], p3 = blk[10 + 2 * c];
                         const uint32_t wlo = p0 | (p1 << 16), whi = p2 | (p3 << 16);
-                        a[mt][0][h] = mxfp4_pair(wlo & 0x000F000Fu);
-                        a[mt][0][2 + h] = mxfp4_pair(whi & 0x000F000Fu);
-                        a[mt][1][h] = mxfp4_pair((wlo >> 4) & 0x000F000Fu);
-                        a[mt][1][2 + h] = mxfp4_pair((whi >> 4) & 0x000F000Fu);
-                        sc[mt][h] = e8m0_half(blk[0]);
+                        const uint32_t e = blk[0];
+                        if (p.mx_bits) {
+                            a[mt][0][h] = mxfp4_bits(wlo);
+                            a[mt][0][2 + h] = mxfp4_bits(whi);
+                            a[mt][1][h] = mxfp4_bits(wlo >> 4);
+                            a[mt][1][2 + h] = mxfp4_bits(whi >> 4);
+                            if (e <= 240) {
+                                sc[mt][h] = __uint_as_float((e + 14) << 23);  // 2^(e-127) * 2^14
+                            } else {
+                                sc[mt][h] = e8m0_half(e);  // the partial sum is doubled *2^14 below
+                                big |= 1u << (2 * mt + h);
+                            }
+                        } else {
+                            a[mt][0][h] = mxfp4_pair(wlo & 0x000F000Fu);
+                            a[mt][0][2 + h] = mxfp4_pair(whi & 0x000F000Fu);
+                            a[mt][1][h] = mxfp4_pair((wlo >> 4) & 0x000F000Fu);
+                            a[mt][1][2 + h] = mxfp4_pair((whi >> 4) & 0x000F000Fu);
+                            sc[mt][h] = e8m0_half(e);
+                        }
                     } else if constexpr (WT == kQ8) {
                         const uint8_t* q = blk + 2;
                         a[mt][0][h] = q8_pair(q[2 * c] | (static_cast<uint32_t>(q[2 * c + 1]) << 16));
@@ -395,6 +421,17 @@ __global__ void __launch_bounds__(WARPS * 32) qmm_kernel(const KParams p) {
                             }
                         }
                     }
+                }
+            }
+            if constexpr (WT == kMx) {
+                if (big != 0) {  // scale bytes > 240 (|w| > 2^113): e2m1*2^-14 -> doubled
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                            for (int i = 0; i < 4; ++i)
+                                if ((big >> (2 * mt + (i >> 1))) & 1u) part[mt][nt][i] *= 32768.0f;
                 }
             }
             if constexpr (kScaled) {
@@ -474,6 +511,16 @@ __global__ void __launch_bounds__(WARPS * 32) qmm_kernel(const KParams p) {
         hq[static_cast<int64_t>(t) * p.ldh + f] = to_act<Act>(swiglu_dev(gs, us, p.limit, p.llama));
     }
     if (tid == 0) atomicExch(p.counters + blockIdx.x, 0);
+}
+
+// One m16n8k16 FP16 MMA of A = 2^-15 (an FP16 subnormal) by B = 1: every output is 16 * 2^-15
+// = 2^-11 where the tensor cores keep FP16 subnormal inputs (they do on the GPUs we know; this
+// is checked on the device rather than assumed).
+__global__ void fp16_subnormal_probe(float* out) {
+    const uint32_t a[4] = {0x02000200u, 0x02000200u, 0x02000200u, 0x02000200u};
+    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    mma16816<__half>(d, a, 0x3C003C00u, 0x3C003C00u);
+    out[threadIdx.x] = (d[0] == 0x1p-11f && d[1] == 0x1p-11f && d[2] == 0x1p-11f && d[3] == 0x1p-11f) ? 1.0f : 0.0f;
 }
 
 // out[t][k] = x[rows ? rows[t] : t][k] rounded to Act; out rows ldo apart. Grid (k/128, m).
@@ -624,6 +671,16 @@ QuantMatmulWorkspace::QuantMatmulWorkspace(int64_t max_cols, int64_t max_ff) : m
     const uint64_t xq_bytes = static_cast<uint64_t>(kChunk) * max_cols * 2;
     BG_CUDA_CHECK(cudaMalloc(&xq_, xq_bytes));
     bytes_ = xq_bytes;
+    {
+        float* d = nullptr;
+        BG_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d), 32 * sizeof(float)));
+        fp16_subnormal_probe<<<1, 32>>>(d);
+        BG_CUDA_CHECK_LAUNCH();
+        float h[32];
+        BG_CUDA_CHECK(cudaMemcpy(h, d, sizeof(h), cudaMemcpyDeviceToHost));
+        BG_CUDA_CHECK(cudaFree(d));
+        mx_bits_ = fp16_subnormals_ = std::all_of(h, h + 32, [](float v) { return v == 1.0f; });
+    }
     if (max_ff > 0) {
         const uint64_t hq_bytes = static_cast<uint64_t>(kChunk) * max_ff * 2;
         const uint64_t acc_bytes = static_cast<uint64_t>(kChunk) * 2 * max_ff * sizeof(float);
@@ -657,6 +714,7 @@ void quant_matmul(QuantMatmulWorkspace& ws, const DeviceMat& W, const float* x, 
     p.rows = static_cast<int>(W.rows);
     p.nkb = static_cast<int>(W.cols / 32);
     p.aligned = aligned16(W.data);
+    p.mx_bits = W.type == GgmlType::MXFP4 && ws.mxfp4_bit_decode();
     p.xq = ws.xq();
     p.ldxq = static_cast<int>(W.cols);
     p.mode = kStore;
@@ -697,6 +755,7 @@ void expert_ffn(QuantMatmulWorkspace& ws, const ExpertMats& e, const float* x, i
     gu.nkb = static_cast<int>(n_embd / 32);
     gu.gateup = 1;
     gu.aligned = aligned16(e.gate.data) && aligned16(e.up.data);
+    gu.mx_bits = e.gate.type == GgmlType::MXFP4 && ws.mxfp4_bit_decode();
     gu.xq = ws.xq();
     gu.ldxq = static_cast<int>(n_embd);
     gu.mode = kGateUp;
@@ -715,6 +774,7 @@ void expert_ffn(QuantMatmulWorkspace& ws, const ExpertMats& e, const float* x, i
     dn.rows = static_cast<int>(n_embd);
     dn.nkb = static_cast<int>(n_ff / 32);
     dn.aligned = aligned16(e.down.data);
+    dn.mx_bits = e.down.type == GgmlType::MXFP4 && ws.mxfp4_bit_decode();
     dn.xq = ws.hq();
     dn.ldxq = static_cast<int>(n_ff);
     dn.mode = kAtomic;

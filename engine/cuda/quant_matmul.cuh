@@ -69,6 +69,14 @@ public:
     // (clamped to the number of K chunks).
     void force_split(int n) { force_split_ = n; }
 
+    // MXFP4 decode: by bit placement (3 instructions per pair of weights; exact, but code 0.5
+    // becomes an FP16 subnormal, so the constructor first checks with one MMA that this GPU's
+    // tensor cores keep FP16 subnormals) or through a byte_perm table (about 8; no subnormals).
+    // Both are exact; the faster is the default wherever the check passed.
+    bool fp16_subnormals_in_mma() const { return fp16_subnormals_; }
+    bool mxfp4_bit_decode() const { return mx_bits_; }
+    void set_mxfp4_bit_decode(bool on) { mx_bits_ = on && fp16_subnormals_; }
+
     // Internals for the launchers.
     void* xq() const { return xq_; }
     void* hq() const { return hq_; }
@@ -87,6 +95,8 @@ private:
     int64_t n_counters_ = 0;
     uint64_t bytes_ = 0;
     int force_split_ = 0;
+    bool fp16_subnormals_ = false;
+    bool mx_bits_ = false;
 };
 
 // y[t*ldy + r] = sum_i W[r][i] * x[t*ldx + i] for t < n_tok, r < W.rows (bg::cuda::matmul's
