@@ -332,6 +332,7 @@ void BM_ExpertFused(benchmark::State& state) {
     const auto type = static_cast<GgmlType>(state.range(0));
     const int64_t E = state.range(1), F = state.range(2), M = state.range(3);
     const bool graph = state.range(4) != 0;
+    const bool lut = state.range(5) != 0;  // MXFP4: force the table decode
     const auto gimg = random_weights(type, F, E, 1), uimg = random_weights(type, F, E, 2),
                dimg = random_weights(type, E, F, 3);
     const uint64_t expert_bytes = gimg.size() + uimg.size() + dimg.size();
@@ -346,6 +347,8 @@ void BM_ExpertFused(benchmark::State& state) {
     int32_t* drows = device_copy(rows);
     float* w = device_copy(std::vector<float>(static_cast<size_t>(M), 0.25f));
     cuda::QuantMatmulWorkspace ws(std::max(E, F), F);
+    if (lut) ws.set_mxfp4_bit_decode(false);
+    state.counters["bit_decode"] = ws.mxfp4_bit_decode() ? 1 : 0;
     cudaStream_t s = nullptr;
     BG_CUDA_CHECK(cudaStreamCreate(&s));
     const uint64_t rbE = row_bytes(type, E), rbF = row_bytes(type, F);
@@ -402,12 +405,14 @@ constexpr int64_t kBf = static_cast<int64_t>(GgmlType::BF16);
 
 BENCHMARK(BM_D2DCopy)->Arg(static_cast<int64_t>(kD2DBytes))->Iterations(4)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
-// type (39 mxfp4, 8 q8_0, 30 bf16), n_embd, n_ff, M, graph (1: 16 calls replayed as a CUDA graph)
+// type (39 mxfp4, 8 q8_0, 30 bf16), n_embd, n_ff, M, graph (1: 16 calls replayed as a CUDA
+// graph), lut (1: MXFP4 table decode instead of the bit decode; counter bit_decode says which ran)
 BENCHMARK(BM_ExpertFused)
-    ->ArgNames({"type", "n_embd", "n_ff", "M", "graph"})
-    ->ArgsProduct({{kMx}, {5120}, {2304}, {1, 2, 3, 8, 16, 32, 64}, {0, 1}})
-    ->ArgsProduct({{kQ8, kBf}, {5120}, {2304}, {1, 16, 64}, {0}})
-    ->ArgsProduct({{kMx}, {1024}, {768}, {1, 16, 64}, {0}})
+    ->ArgNames({"type", "n_embd", "n_ff", "M", "graph", "lut"})
+    ->ArgsProduct({{kMx}, {5120}, {2304}, {1, 2, 3, 8, 16, 32, 64}, {0, 1}, {0}})
+    ->ArgsProduct({{kMx}, {5120}, {2304}, {1, 16, 64}, {0}, {1}})
+    ->ArgsProduct({{kQ8, kBf}, {5120}, {2304}, {1, 16, 64}, {0}, {0}})
+    ->ArgsProduct({{kMx}, {1024}, {768}, {1, 16, 64}, {0}, {0}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
