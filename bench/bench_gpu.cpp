@@ -1,16 +1,27 @@
 // Micro-benchmarks of the GPU expert path:
+//  - a device-to-device copy probe (512 MiB, CUDA events, median of 20): the device-memory
+//    bandwidth every "x_floor" counter below is measured against, in the same run;
 //  - one routed expert at MXFP4 (gate and up projections, SwiGLU, down projection) through
 //    bg::cuda::matmul, i.e. dequantise to F32 then SGEMM, at device scale (n_embd 1024, n_ff 768)
 //    and full scale (5120 x 2304), for M = 1, 3, 16, 64 tokens; counters: GB/s of MXFP4 weight
-//    bytes consumed and GFLOP/s of the three products;
+//    bytes consumed and GFLOP/s of the three products (the baseline of issue #14);
+//  - the fused kernels of engine/cuda/quant_matmul.cuh: the expert FFN (BM_ExpertFused, MXFP4,
+//    Q8_0, BF16 at full width) and dense matrices of the model's shapes in Q8_0 and BF16
+//    (BM_DenseFused; BM_DenseSgemm is the same through bg::cuda::matmul); every call reads a
+//    different copy of the weights in turn, at least 3 x 60 MB (H200's L2: 60 MB) apart, so
+//    the weights come from device memory; counters: us (median per call), GB/s of weight
+//    bytes, floor_us = weight bytes / measured D2D bandwidth, x_floor = us / floor_us;
 //  - host-to-device copies of one expert's bytes (1.25 MB at device scale, 18.8 MB at full
 //    scale) from page-locked and from pageable memory; counter: GB/s.
-// Times are GPU times (CUDA events) for the expert and wall times around copy + stream sync for
+// Times are GPU times (CUDA events) for the kernels and wall times around copy + stream sync for
 // the copies, reported as manual time. Exits 0 with a message where no GPU is present.
+// Filters: --benchmark_filter=Fused (only the new kernels), =D2D, =Expert, =Dense.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -18,6 +29,7 @@
 #include "cuda/check.cuh"
 #include "cuda/dequant.cuh"
 #include "cuda/ops.cuh"
+#include "cuda/quant_matmul.cuh"
 #include "tensor/ggml_types.h"
 
 namespace {
@@ -136,6 +148,287 @@ void BM_HostToDevice(benchmark::State& state) {
     if (pinned) BG_CUDA_CHECK(cudaFreeHost(host));
 }
 
+// ---------------------------------------------------------------------------------------------
+// Device-memory bandwidth, measured once per run (main) and by BM_D2DCopy.
+
+double g_d2d_gbs = 0;  // bytes read + written per second / 1e9, median
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n == 0 ? 0.0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
+}
+
+// Median seconds of `reps` timed copies of `bytes` between two device buffers (after 3 warm-up
+// copies).
+std::vector<double> d2d_times(size_t bytes, int reps) {
+    uint8_t *a = nullptr, *b = nullptr;
+    BG_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&a), bytes));
+    BG_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&b), bytes));
+    BG_CUDA_CHECK(cudaMemset(a, 0x5a, bytes));  // never time copies of untouched memory
+    BG_CUDA_CHECK(cudaMemset(b, 0xa5, bytes));
+    cudaStream_t s = nullptr;
+    cudaEvent_t t0 = nullptr, t1 = nullptr;
+    BG_CUDA_CHECK(cudaStreamCreate(&s));
+    BG_CUDA_CHECK(cudaEventCreate(&t0));
+    BG_CUDA_CHECK(cudaEventCreate(&t1));
+    for (int i = 0; i < 3; ++i) BG_CUDA_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s));
+    std::vector<double> times;
+    for (int i = 0; i < reps; ++i) {
+        BG_CUDA_CHECK(cudaEventRecord(t0, s));
+        BG_CUDA_CHECK(cudaMemcpyAsync(i % 2 ? a : b, i % 2 ? b : a, bytes, cudaMemcpyDeviceToDevice, s));
+        BG_CUDA_CHECK(cudaEventRecord(t1, s));
+        BG_CUDA_CHECK(cudaEventSynchronize(t1));
+        float ms = 0;
+        BG_CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
+        times.push_back(ms / 1e3);
+    }
+    BG_CUDA_CHECK(cudaEventDestroy(t0));
+    BG_CUDA_CHECK(cudaEventDestroy(t1));
+    BG_CUDA_CHECK(cudaStreamDestroy(s));
+    BG_CUDA_CHECK(cudaFree(a));
+    BG_CUDA_CHECK(cudaFree(b));
+    return times;
+}
+
+constexpr size_t kD2DBytes = size_t{512} << 20;
+
+void BM_D2DCopy(benchmark::State& state) {
+    const size_t bytes = static_cast<size_t>(state.range(0));
+    std::vector<double> all;
+    for (auto _ : state) {
+        const std::vector<double> t = d2d_times(bytes, 5);
+        state.SetIterationTime(median(t));
+        all.insert(all.end(), t.begin(), t.end());
+    }
+    const double med = median(all);
+    state.counters["us"] = med * 1e6;
+    state.counters["GB/s"] = 2.0 * static_cast<double>(bytes) / med / 1e9;  // read + write
+}
+
+// ---------------------------------------------------------------------------------------------
+// The fused kernels
+
+// Random weights of a type, fast (these reach 1.3 GB): MXFP4 scale bytes 120..127, Q8_0 scales
+// ~0.004 (f16), BF16 values of magnitude 2^-9..2^-2; the rest random bytes.
+std::vector<uint8_t> random_weights(GgmlType t, int64_t rows, int64_t cols, uint64_t seed) {
+    const uint64_t rb = row_bytes(t, cols);
+    std::vector<uint8_t> v(rb * static_cast<uint64_t>(rows));
+    uint64_t z = seed * 0x9E3779B97F4A7C15ull + 1;
+    auto next = [&z] {
+        z ^= z << 13;
+        z ^= z >> 7;
+        z ^= z << 17;
+        return z;
+    };
+    for (size_t i = 0; i + 8 <= v.size(); i += 8) {
+        const uint64_t r = next();
+        std::memcpy(&v[i], &r, 8);
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+        uint8_t* row = v.data() + static_cast<uint64_t>(r) * rb;
+        if (t == GgmlType::MXFP4) {
+            for (int64_t b = 0; b < cols / 32; ++b) row[b * 17] = static_cast<uint8_t>(120 + (row[b * 17] & 7));
+        } else if (t == GgmlType::Q8_0) {
+            for (int64_t b = 0; b < cols / 32; ++b) {
+                const uint16_t d = fp32_to_fp16(0.004f + 0.001f * static_cast<float>(row[b * 34] & 3));
+                std::memcpy(row + b * 34, &d, 2);
+            }
+        } else if (t == GgmlType::BF16) {
+            for (int64_t i = 0; i < cols; ++i) {
+                uint16_t h;
+                std::memcpy(&h, row + 2 * i, 2);
+                h = static_cast<uint16_t>((h & 0x807F) | ((118 + ((h >> 7) & 7)) << 7));
+                std::memcpy(row + 2 * i, &h, 2);
+            }
+        }
+    }
+    return v;
+}
+
+// Copies of one weight image, enough that consecutive calls never find the weights in L2.
+struct WeightSets {
+    std::vector<uint8_t*> bufs;
+    uint64_t bytes = 0;
+    WeightSets(const std::vector<uint8_t>& image, uint64_t min_total) : bytes(image.size()) {
+        const uint64_t n = std::max<uint64_t>(2, (min_total + bytes - 1) / bytes);
+        for (uint64_t i = 0; i < std::min<uint64_t>(n, 32); ++i) {
+            uint8_t* d = nullptr;
+            BG_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d), bytes));
+            BG_CUDA_CHECK(cudaMemcpy(d, image.data(), bytes, cudaMemcpyHostToDevice));
+            bufs.push_back(d);
+        }
+    }
+    ~WeightSets() {
+        for (uint8_t* p : bufs) cudaFree(p);
+    }
+};
+
+constexpr uint64_t kRotateBytes = uint64_t{3} * 60 << 20;  // 3 x H200's L2
+constexpr int kCallsPerSample = 16;  // calls between two events (rotating sets), time / 16
+
+// Times `call(set)` kCallsPerSample times per sample on stream s; reports the median per call
+// and the counters against `bytes` of weights per call.
+// With graph: the kCallsPerSample calls are captured once into a CUDA graph and each sample
+// replays it (the launch gaps between the kernels shrink; what remains is device time).
+template <typename F>
+void time_calls(benchmark::State& state, cudaStream_t s, size_t n_sets, double bytes, double flops, bool graph, F call) {
+    cudaEvent_t t0 = nullptr, t1 = nullptr;
+    BG_CUDA_CHECK(cudaEventCreate(&t0));
+    BG_CUDA_CHECK(cudaEventCreate(&t1));
+    size_t set = 0;
+    for (int i = 0; i < 3; ++i) call(set++ % n_sets);  // warm-up: module load, first-call setup
+    BG_CUDA_CHECK(cudaStreamSynchronize(s));
+    cudaGraphExec_t exec = nullptr;
+    if (graph) {
+        cudaGraph_t g = nullptr;
+        BG_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        for (int i = 0; i < kCallsPerSample; ++i) call(set++ % n_sets);
+        BG_CUDA_CHECK(cudaStreamEndCapture(s, &g));
+        BG_CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
+        BG_CUDA_CHECK(cudaGraphDestroy(g));
+        BG_CUDA_CHECK(cudaGraphLaunch(exec, s));  // warm-up of the graph
+        BG_CUDA_CHECK(cudaStreamSynchronize(s));
+    }
+    std::vector<double> per_call;
+    for (auto _ : state) {
+        BG_CUDA_CHECK(cudaEventRecord(t0, s));
+        if (graph) {
+            BG_CUDA_CHECK(cudaGraphLaunch(exec, s));
+        } else {
+            for (int i = 0; i < kCallsPerSample; ++i) call(set++ % n_sets);
+        }
+        BG_CUDA_CHECK(cudaEventRecord(t1, s));
+        BG_CUDA_CHECK(cudaEventSynchronize(t1));
+        float ms = 0;
+        BG_CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
+        const double sec = ms / 1e3 / kCallsPerSample;
+        state.SetIterationTime(sec);
+        per_call.push_back(sec);
+    }
+    BG_CUDA_CHECK(cudaEventDestroy(t0));
+    BG_CUDA_CHECK(cudaEventDestroy(t1));
+    if (exec) BG_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    const double med = median(per_call);
+    const double floor_s = g_d2d_gbs > 0 ? bytes / (g_d2d_gbs * 1e9) : 0;
+    state.counters["us"] = med * 1e6;
+    state.counters["GB/s"] = bytes / med / 1e9;
+    state.counters["TFLOP/s"] = flops / med / 1e12;
+    state.counters["floor_us"] = floor_s * 1e6;
+    state.counters["x_floor"] = floor_s > 0 ? med / floor_s : 0;
+}
+
+std::vector<float> random_activations(int64_t n, uint64_t seed) {
+    std::mt19937 rng(static_cast<uint32_t>(seed));
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::vector<float> v(static_cast<size_t>(n));
+    for (auto& x : v) x = u(rng);
+    return v;
+}
+
+// One full expert (gate, up: F rows of E; down: E rows of F) through cuda::expert_ffn on M
+// gathered tokens with routing weights, accumulating into y.
+void BM_ExpertFused(benchmark::State& state) {
+    const auto type = static_cast<GgmlType>(state.range(0));
+    const int64_t E = state.range(1), F = state.range(2), M = state.range(3);
+    const bool graph = state.range(4) != 0;
+    const bool lut = state.range(5) != 0;  // MXFP4: force the table decode
+    const auto gimg = random_weights(type, F, E, 1), uimg = random_weights(type, F, E, 2),
+               dimg = random_weights(type, E, F, 3);
+    const uint64_t expert_bytes = gimg.size() + uimg.size() + dimg.size();
+    const uint64_t min_total = kRotateBytes * gimg.size() / expert_bytes + 1;
+    WeightSets g(gimg, min_total), u(uimg, min_total), d(dimg, min_total);
+    const size_t n_sets = std::min({g.bufs.size(), u.bufs.size(), d.bufs.size()});
+    const int64_t T = M + 5;  // the expert's M tokens gathered from T
+    float* x = device_copy(random_activations(T * E, 7));
+    float* y = device_copy(random_activations(T * E, 8));
+    std::vector<int32_t> rows(static_cast<size_t>(M));
+    for (int64_t j = 0; j < M; ++j) rows[j] = static_cast<int32_t>(T - 1 - j);
+    int32_t* drows = device_copy(rows);
+    float* w = device_copy(std::vector<float>(static_cast<size_t>(M), 0.25f));
+    cuda::QuantMatmulWorkspace ws(std::max(E, F), F);
+    if (lut) ws.set_mxfp4_bit_decode(false);
+    state.counters["bit_decode"] = ws.mxfp4_bit_decode() ? 1 : 0;
+    cudaStream_t s = nullptr;
+    BG_CUDA_CHECK(cudaStreamCreate(&s));
+    const uint64_t rbE = row_bytes(type, E), rbF = row_bytes(type, F);
+    time_calls(state, s, n_sets, static_cast<double>(expert_bytes), 2.0 * 3.0 * M * E * F, graph, [&](size_t i) {
+        const cuda::ExpertMats m{{g.bufs[i], type, E, F, rbE}, {u.bufs[i], type, E, F, rbE}, {d.bufs[i], type, F, E, rbF}};
+        cuda::expert_ffn(ws, m, x, E, drows, w, M, 10.0f, cpu::SwigluClamp::kDeepSeek, y, E, s);
+    });
+    state.counters["sets"] = static_cast<double>(n_sets);
+    BG_CUDA_CHECK(cudaStreamDestroy(s));
+    for (void* p : {static_cast<void*>(x), static_cast<void*>(y), static_cast<void*>(drows), static_cast<void*>(w)})
+        BG_CUDA_CHECK(cudaFree(p));
+}
+
+// y = W x for a dense matrix of rows x cols: the fused kernel (sgemm = 0) or the baseline
+// bg::cuda::matmul, dequantise to F32 + SGEMM (sgemm = 1).
+void BM_Dense(benchmark::State& state, bool sgemm) {
+    const auto type = static_cast<GgmlType>(state.range(0));
+    const int64_t rows = state.range(1), cols = state.range(2), M = state.range(3);
+    const bool graph = !sgemm && state.range(4) != 0;
+    const auto img = random_weights(type, rows, cols, 11);
+    WeightSets sets(img, kRotateBytes);
+    float* x = device_copy(random_activations(M * cols, 12));
+    float* y = nullptr;
+    BG_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&y), M * rows * sizeof(float)));
+    cudaStream_t s = nullptr;
+    BG_CUDA_CHECK(cudaStreamCreate(&s));
+    const uint64_t rb = row_bytes(type, cols);
+    std::unique_ptr<cuda::QuantMatmulWorkspace> ws;
+    std::unique_ptr<cuda::MatmulContext> ctx;
+    if (sgemm) {
+        ctx = std::make_unique<cuda::MatmulContext>();
+    } else {
+        ws = std::make_unique<cuda::QuantMatmulWorkspace>(cols, 0);
+    }
+    time_calls(state, s, sets.bufs.size(), static_cast<double>(img.size()), 2.0 * M * rows * cols, graph, [&](size_t i) {
+        const cuda::DeviceMat W{sets.bufs[i], type, cols, rows, rb};
+        if (sgemm) {
+            cuda::matmul(*ctx, W, x, cols, M, y, rows, s);
+        } else {
+            cuda::quant_matmul(*ws, W, x, cols, M, y, rows, s);
+        }
+    });
+    state.counters["sets"] = static_cast<double>(sets.bufs.size());
+    BG_CUDA_CHECK(cudaStreamDestroy(s));
+    BG_CUDA_CHECK(cudaFree(x));
+    BG_CUDA_CHECK(cudaFree(y));
+}
+void BM_DenseFused(benchmark::State& state) { BM_Dense(state, false); }
+void BM_DenseSgemm(benchmark::State& state) { BM_Dense(state, true); }
+
+constexpr int64_t kMx = static_cast<int64_t>(GgmlType::MXFP4);
+constexpr int64_t kQ8 = static_cast<int64_t>(GgmlType::Q8_0);
+constexpr int64_t kBf = static_cast<int64_t>(GgmlType::BF16);
+
+BENCHMARK(BM_D2DCopy)->Arg(static_cast<int64_t>(kD2DBytes))->Iterations(4)->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+// type (39 mxfp4, 8 q8_0, 30 bf16), n_embd, n_ff, M, graph (1: 16 calls replayed as a CUDA
+// graph), lut (1: MXFP4 table decode instead of the bit decode; counter bit_decode says which ran)
+BENCHMARK(BM_ExpertFused)
+    ->ArgNames({"type", "n_embd", "n_ff", "M", "graph", "lut"})
+    ->ArgsProduct({{kMx}, {5120}, {2304}, {1, 2, 3, 8, 16, 32, 64}, {0, 1}, {0}})
+    ->ArgsProduct({{kMx}, {5120}, {2304}, {1, 16, 64}, {0}, {1}})
+    ->ArgsProduct({{kQ8, kBf}, {5120}, {2304}, {1, 16, 64}, {0}, {0}})
+    ->ArgsProduct({{kMx}, {1024}, {768}, {1, 16, 64}, {0}, {0}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// Dense shapes of the full model (rows x cols): attn_q_a 1280x5120, attn_q_b 32768x1280,
+// attn_output_b 5120x8192, output head 129280x5120.
+#define BG_DENSE_SHAPES(B)                                                                                  \
+    B->ArgNames({"type", "rows", "cols", "M", "graph"})                                                     \
+        ->ArgsProduct({{kQ8, kBf}, {1280}, {5120}, {1, 3, 16, 64}, {0}})                                    \
+        ->ArgsProduct({{kQ8, kBf}, {32768}, {1280}, {1, 3, 16, 64}, {0}})                                   \
+        ->ArgsProduct({{kQ8, kBf}, {5120}, {8192}, {1, 3, 16, 64}, {0}})                                    \
+        ->ArgsProduct({{kQ8, kBf}, {129280}, {5120}, {1, 64}, {0}})                                         \
+        ->UseManualTime()                                                                                   \
+        ->Unit(benchmark::kMicrosecond)
+BG_DENSE_SHAPES(BENCHMARK(BM_DenseFused))->Args({kQ8, 1280, 5120, 1, 1})->Args({kQ8, 32768, 1280, 1, 1});
+BG_DENSE_SHAPES(BENCHMARK(BM_DenseSgemm));
+
 // One expert's three MXFP4 matrices: 3 * n_embd * n_ff * 17/32 bytes.
 constexpr int64_t kDeviceExpertBytes = 3 * 1024 * 768 / 32 * 17;    // 1,253,376
 constexpr int64_t kFullExpertBytes = 3 * 5120 * 2304 / 32 * 17;     // 18,800,640
@@ -162,6 +455,11 @@ int main(int argc, char** argv) {
     }
     benchmark::Initialize(&argc, argv);
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+    // The bandwidth every x_floor counter is measured against, in this run.
+    const std::vector<double> t = d2d_times(kD2DBytes, 20);
+    g_d2d_gbs = 2.0 * static_cast<double>(kD2DBytes) / median(t) / 1e9;
+    std::fprintf(stderr, "bench_gpu: D2D copy of %zu MiB: median %.1f us over %zu copies, %.0f GB/s (read + write)\n",
+                 kD2DBytes >> 20, median(t) * 1e6, t.size(), g_d2d_gbs);
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
     return 0;

@@ -1,0 +1,803 @@
+// Fused quantized matmul kernels (API, contract and tile shapes: quant_matmul.cuh; design,
+// floors and predictions: bench/KERNELS.md).
+//
+// One kernel template, qmm_kernel<weight type, warps, m-tiles per warp, n-tiles, K chunk,
+// stages>. A CTA computes BM = warps*MT*16 weight rows for BN = NT*8 token columns over one
+// split of K:
+//   - each stage holds, for KCB 32-blocks of K, the raw bytes of the CTA's BM weight rows
+//     (copied with 16-byte cp.async.cg from 16-byte aligned granules; a row's data starts at
+//     its address mod 16 inside its smem slot, so rows of any stride and alignment copy with
+//     whole granules) and the [BN][KCB*32] FP16/BF16 activations (converted once per chunk of
+//     64 tokens by convert_x_kernel);
+//   - each warp owns MT 16-row MMA tiles; per 32-block it reads its rows' bytes from shared
+//     memory and builds the m16n8k16 A fragments in registers: MXFP4 nibbles -> doubled E2M1
+//     integers (-12..12) through one byte_perm table, Q8_0 int8 -> FP16 through the 0x6400
+//     magic, BF16 as stored; B fragments come from ldmatrix; the block's two k16 MMAs go into
+//     a zeroed partial accumulator which is then scaled by the block's FP32 scale into the
+//     running sum (BF16 accumulates directly);
+//   - epilogues: store; atomic add with a per-token output row and weight (split-K and the
+//     expert's down projection); gate/up (each 16-row tile = 8 gate rows over the same 8 up
+//     rows, so a thread holds gate and up of the same feature and token and applies the SwiGLU
+//     in registers; with split-K through a self-cleaning FP32 accumulator and a per-tile
+//     counter, the last CTA applying it).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <climits>
+
+#include "cuda/check.cuh"
+#include "cuda/quant_matmul.cuh"
+#include "util/check.h"
+
+namespace bg::cuda {
+
+namespace {
+
+constexpr int kMx = static_cast<int>(GgmlType::MXFP4);
+constexpr int kQ8 = static_cast<int>(GgmlType::Q8_0);
+constexpr int kBf = static_cast<int>(GgmlType::BF16);
+
+template <int WT>
+struct WTraits;
+template <>
+struct WTraits<kMx> {
+    static constexpr int kBlockBytes = 17;
+    static constexpr int kChunkDiv = 1;  // K chunk = KBASE / kChunkDiv blocks (~same bytes per row)
+    using Act = __half;
+};
+template <>
+struct WTraits<kQ8> {
+    static constexpr int kBlockBytes = 34;
+    static constexpr int kChunkDiv = 2;
+    using Act = __half;
+};
+template <>
+struct WTraits<kBf> {
+    static constexpr int kBlockBytes = 64;
+    static constexpr int kChunkDiv = 4;
+    using Act = __nv_bfloat16;
+};
+
+template <int WT, int WARPS, int MT, int NT, int KBASE, int STAGES>
+struct Cfg {
+    static constexpr int kThreads = WARPS * 32;
+    static constexpr int BM = WARPS * MT * 16;                // weight rows per CTA
+    static constexpr int BN = NT * 8;                         // token columns per CTA
+    static constexpr int KCB = KBASE / WTraits<WT>::kChunkDiv;  // 32-blocks of K per stage
+    static constexpr int BB = WTraits<WT>::kBlockBytes;
+    // A row slot: the chunk's bytes at offset (address mod 16) <= 15, in whole granules; an odd
+    // number of granules so the 8 rows a warp reads at once fall in different banks.
+    static constexpr int SLOT0 = (KCB * BB + 15 + 15) / 16 * 16;
+    static constexpr int SLOT = (SLOT0 / 16) % 2 == 0 ? SLOT0 + 16 : SLOT0;
+    static constexpr int GRAN = SLOT / 16;
+    // B row: KCB*32 activations + 16 bytes of padding (row pitch = 4 banks mod 32: ldmatrix
+    // reads of 8 rows are conflict-free).
+    static constexpr int BROW = KCB * 64 + 16;
+    static constexpr int A_STAGE = BM * SLOT;
+    static constexpr int B_STAGE = BN * BROW;
+    static constexpr int STAGE = A_STAGE + B_STAGE;
+    static constexpr int SMEM = STAGES * STAGE;
+    static_assert(KCB >= 1, "chunk of at least one block");
+    static_assert(NT == 1 || NT % 2 == 0, "n-tiles are loaded in pairs");
+    static_assert(STAGES >= 2, "at least double buffering");
+};
+
+enum Mode : int { kStore = 0, kAtomic = 1, kGateUp = 2 };
+
+struct KParams {
+    const uint8_t* w0 = nullptr;   // the matrix (gate/up mode: gate)
+    const uint8_t* w1 = nullptr;   // gate/up mode: up
+    const uint8_t* end0 = nullptr; // one past the last byte of w0's last row
+    const uint8_t* end1 = nullptr;
+    uint64_t stride0 = 0, stride1 = 0;
+    int rows = 0;      // output rows (gate/up mode: n_ff features)
+    int nkb = 0;       // K / 32
+    int gateup = 0;
+    int aligned = 0;   // w0 (and w1) 16-byte aligned: cp.async; else byte copies
+    const void* xq = nullptr;  // [m][ldxq] converted activations
+    int ldxq = 0;
+    int m = 0;         // tokens (<= BN)
+    int kb_split = 0;  // blocks per split (multiple of KCB)
+    int splits = 1;
+    int mode = kStore;
+    float* y = nullptr;
+    int64_t ldy = 0;
+    const int32_t* out_rows = nullptr;  // atomic mode: output row per token (null: token)
+    const float* out_w = nullptr;       // atomic mode: weight per token (null: 1)
+    float* acc = nullptr;               // gate/up split-K accumulator [m][2*rows], zero
+    int* counters = nullptr;            // per row tile, zero
+    void* hq = nullptr;                 // gate/up: h [m][ldh]
+    int ldh = 0;
+    float limit = 0.0f;
+    int llama = 0;
+    int mx_bits = 0;  // MXFP4: decode by bit placement (needs FP16 subnormals in the MMA)
+};
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3, const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldmatrix_x2(uint32_t& r0, uint32_t& r1, const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r0), "=r"(r1) : "r"(smem_addr(p)));
+}
+
+// d += A (16x16, row) * B (16x8, col); FP32 accumulators.
+template <typename Act>
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
+template <>
+__device__ __forceinline__ void mma16816<__half>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void mma16816<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                                        uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// 2^(e-128) for an E8M0 byte (the CPU's decode multiplies the doubled E2M1 value by this).
+__device__ __forceinline__ float e8m0_half(uint32_t e) {
+    return __uint_as_float(e < 2 ? (0x00200000u << e) : ((e - 1) << 23));
+}
+
+// Two MXFP4 codes at bits 0-3 and 16-19 of t -> half2 of their doubled E2M1 values (exact
+// integers 0, +-1, 2, 3, 4, 6, 8, 12). |doubled| from a byte_perm table, 1024 + v via the
+// FP16 bit pattern 0x6400 | v, minus 1024, then the sign bit.
+__device__ __forceinline__ uint32_t mxfp4_pair(uint32_t t) {
+    const uint32_t sel = (t & 0x7u) | ((t >> 8) & 0x700u);  // byte 0 <- |v0|, byte 2 <- |v1|, others <- 0
+    const uint32_t mag = __byte_perm(0x03020100u, 0x0C080604u, sel) | 0x64006400u;
+    __half2 h = __hsub2(*reinterpret_cast<const __half2*>(&mag), __half2half2(__ushort_as_half(0x6400)));
+    return *reinterpret_cast<uint32_t*>(&h) | ((t & 0x00080008u) << 12);
+}
+
+// The bit-placement decode: the MXFP4 codes at bits 0-3 and 16-19 of w -> half2 of
+// e2m1(code) * 2^-14 exactly: (code & 7) << 9 puts E2M1's two exponent bits at the bottom of
+// FP16's exponent and its mantissa bit at the top of FP16's mantissa (code 1, 0.5, lands on the
+// FP16 subnormal 2^-15), the sign bit goes to bit 15. Three instructions per pair (the table
+// decode takes about eight); the scale puts back the 2^14. Used only where
+// fp16_subnormals_in_mma() holds.
+__device__ __forceinline__ uint32_t mxfp4_bits(uint32_t w) {
+    return ((w << 9) & 0x0E000E00u) | ((w << 12) & 0x80008000u);
+}
+
+// Two int8 (q0 at bits 0-7, q1 at bits 16-23 of w) -> half2 exactly: 0x64 | (q ^ 0x80) is
+// 1024 + 128 + q.
+__device__ __forceinline__ uint32_t q8_pair(uint32_t w) {
+    const uint32_t b = (w ^ 0x00800080u) | 0x64006400u;
+    __half2 h = __hsub2(*reinterpret_cast<const __half2*>(&b), __half2half2(__ushort_as_half(0x6480)));
+    return *reinterpret_cast<uint32_t*>(&h);
+}
+
+__device__ __forceinline__ float sigmoid_dev(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// cpu::swiglu, both clamp forms (limit <= cpu::kSwigluNoClamp: no clamp).
+__device__ __forceinline__ float swiglu_dev(float g, float u, float limit, int llama) {
+    if (limit <= cpu::kSwigluNoClamp) return g * sigmoid_dev(g) * u;
+    const float uc = fminf(limit, fmaxf(-limit, u));
+    if (llama) return fminf(g * sigmoid_dev(g), limit) * uc;
+    const float gc = fminf(g, limit);
+    return gc * sigmoid_dev(gc) * uc;
+}
+
+template <typename Act>
+__device__ __forceinline__ Act to_act(float v);
+template <>
+__device__ __forceinline__ __half to_act<__half>(float v) {
+    return __float2half_rn(v);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 to_act<__nv_bfloat16>(float v) {
+    return __float2bfloat16_rn(v);
+}
+
+// Weight row gr of the CTA's matrix view (gate/up mode: 16-row tiles of 8 gate rows over the
+// same 8 up rows). Null when the row does not exist.
+__device__ __forceinline__ const uint8_t* row_ptr(const KParams& p, int gr, const uint8_t** end) {
+    if (p.gateup) {
+        const int f = (gr >> 4) * 8 + (gr & 7);
+        if (f >= p.rows) return nullptr;
+        const bool up = (gr & 8) != 0;
+        *end = up ? p.end1 : p.end0;
+        return up ? p.w1 + static_cast<uint64_t>(f) * p.stride1 : p.w0 + static_cast<uint64_t>(f) * p.stride0;
+    }
+    if (gr >= p.rows) return nullptr;
+    *end = p.end0;
+    return p.w0 + static_cast<uint64_t>(gr) * p.stride0;
+}
+
+template <class C>
+__device__ __forceinline__ void load_stage(const KParams& p, uint8_t* stage, int row0, int kb0, int nb) {
+    uint8_t* sA = stage;
+    uint8_t* sB = stage + C::A_STAGE;
+    const int nbytes = nb * C::BB;
+    for (int idx = threadIdx.x; idx < C::BM * C::GRAN; idx += C::kThreads) {
+        const int lr = idx / C::GRAN, gi = idx - lr * C::GRAN;
+        const uint8_t* end = nullptr;
+        const uint8_t* rp = row_ptr(p, row0 + lr, &end);
+        if (rp == nullptr) continue;
+        const uint8_t* src = rp + static_cast<uint64_t>(kb0) * C::BB;
+        uint8_t* dst = sA + lr * C::SLOT + 16 * gi;
+        const int o = static_cast<int>(reinterpret_cast<uintptr_t>(src) & 15u);
+        if (16 * gi >= o + nbytes) continue;  // past this row's chunk
+        if (p.aligned) {
+            // The granule starts inside the matrix (its base is 16-byte aligned); it may run past
+            // the row (harmless: those bytes are never decoded) but never past the matrix.
+            const uint8_t* g = src - o + 16 * gi;
+            const long long avail = end - g;
+            cp_async16(dst, g, avail >= 16 ? 16 : static_cast<int>(avail));
+        } else {
+            for (int b = 0; b < 16; ++b) {
+                const int pos = 16 * gi + b - o;
+                if (pos >= 0 && pos < nbytes) dst[b] = src[pos];
+            }
+        }
+    }
+    // Activations: [m][ldxq] rows, chunk at element kb0*32, nb*64 bytes (whole granules,
+    // 16-byte aligned: the workspace is, and ldxq is a multiple of 8).
+    constexpr int kGran = C::KCB * 4;
+    const int ng = nb * 4;
+    const uint8_t* xb = static_cast<const uint8_t*>(p.xq);
+    for (int idx = threadIdx.x; idx < p.m * kGran; idx += C::kThreads) {
+        const int n = idx / kGran, gi = idx - n * kGran;
+        if (gi >= ng) continue;
+        cp_async16(sB + n * C::BROW + 16 * gi,
+                   xb + (static_cast<uint64_t>(n) * p.ldxq + static_cast<uint64_t>(kb0) * 32) * 2 + 16 * gi, 16);
+    }
+}
+
+template <int WT, int WARPS, int MT, int NT, int KBASE, int STAGES>
+__global__ void __launch_bounds__(WARPS * 32) qmm_kernel(const KParams p) {
+    using C = Cfg<WT, WARPS, MT, NT, KBASE, STAGES>;
+    using Act = typename WTraits<WT>::Act;
+    constexpr bool kScaled = WT != kBf;
+    extern __shared__ __align__(16) uint8_t smem[];
+    __shared__ int s_last;
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
+    const int row0 = blockIdx.x * C::BM;
+    const int kb_begin = blockIdx.y * p.kb_split;
+    const int kb_end = min(p.nkb, kb_begin + p.kb_split);
+    const int nchunks = kb_end > kb_begin ? (kb_end - kb_begin + C::KCB - 1) / C::KCB : 0;
+
+    // Token columns past m read zeros in every stage (cp.async never writes them).
+    for (int s = 0; s < STAGES; ++s) {
+        uint8_t* sB = smem + s * C::STAGE + C::A_STAGE;
+        for (int idx = tid; idx < (C::BN - p.m) * (C::BROW / 16); idx += C::kThreads)
+            reinterpret_cast<uint4*>(sB + p.m * C::BROW)[idx] = make_uint4(0, 0, 0, 0);
+    }
+
+    // Byte offset (address mod 16) of this thread's rows g and g+8 of each m-tile.
+    int ob[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const uint8_t* end = nullptr;
+            const uint8_t* rp = row_ptr(p, row0 + warp * MT * 16 + mt * 16 + g + 8 * h, &end);
+            ob[mt][h] = rp ? static_cast<int>(reinterpret_cast<uintptr_t>(rp) & 15u) : 0;
+        }
+
+    float acc[MT][NT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;
+
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < nchunks) {
+            const int kb0 = kb_begin + s * C::KCB;
+            load_stage<C>(p, smem + s * C::STAGE, row0, kb0, min(C::KCB, kb_end - kb0));
+        }
+        cp_async_commit();
+    }
+
+    for (int ch = 0; ch < nchunks; ++ch) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        {
+            const int nx = ch + STAGES - 1;
+            if (nx < nchunks) {
+                const int kb0 = kb_begin + nx * C::KCB;
+                load_stage<C>(p, smem + (nx % STAGES) * C::STAGE, row0, kb0, min(C::KCB, kb_end - kb0));
+            }
+            cp_async_commit();
+        }
+        const uint8_t* sA = smem + (ch % STAGES) * C::STAGE;
+        const uint8_t* sB = sA + C::A_STAGE;
+        const int kb0 = kb_begin + ch * C::KCB;
+        const int nb = min(C::KCB, kb_end - kb0);
+        const int chunk_off = kb0 * C::BB;
+
+        for (int b = 0; b < nb; ++b) {
+            // A fragments of both k16 steps of block b, and the block's scales.
+            uint32_t a[MT][2][4];
+            float sc[MT][2];
+            uint32_t big = 0;  // bit 2*mt+h: bit decode with a scale byte > 240 (2^(e-113) not a float)
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int lr = warp * MT * 16 + mt * 16 + g + 8 * h;
+                    const uint8_t* blk = sA + lr * C::SLOT + ((ob[mt][h] + chunk_off) & 15) + b * C::BB;
+                    if constexpr (WT == kMx) {
+                        const uint32_t p0 = blk[1 + 2 * c], p1 = blk[2 + 2 * c];
+                        const uint32_t p2 = blk[9 + 2 * c], p3 = blk[10 + 2 * c];
+                        const uint32_t wlo = p0 | (p1 << 16), whi = p2 | (p3 << 16);
+                        const uint32_t e = blk[0];
+                        if (p.mx_bits) {
+                            a[mt][0][h] = mxfp4_bits(wlo);
+                            a[mt][0][2 + h] = mxfp4_bits(whi);
+                            a[mt][1][h] = mxfp4_bits(wlo >> 4);
+                            a[mt][1][2 + h] = mxfp4_bits(whi >> 4);
+                            if (e <= 240) {
+                                sc[mt][h] = __uint_as_float((e + 14) << 23);  // 2^(e-127) * 2^14
+                            } else {
+                                sc[mt][h] = e8m0_half(e);  // the partial sum is doubled *2^14 below
+                                big |= 1u << (2 * mt + h);
+                            }
+                        } else {
+                            a[mt][0][h] = mxfp4_pair(wlo & 0x000F000Fu);
+                            a[mt][0][2 + h] = mxfp4_pair(whi & 0x000F000Fu);
+                            a[mt][1][h] = mxfp4_pair((wlo >> 4) & 0x000F000Fu);
+                            a[mt][1][2 + h] = mxfp4_pair((whi >> 4) & 0x000F000Fu);
+                            sc[mt][h] = e8m0_half(e);
+                        }
+                    } else if constexpr (WT == kQ8) {
+                        const uint8_t* q = blk + 2;
+                        a[mt][0][h] = q8_pair(q[2 * c] | (static_cast<uint32_t>(q[2 * c + 1]) << 16));
+                        a[mt][0][2 + h] = q8_pair(q[2 * c + 8] | (static_cast<uint32_t>(q[2 * c + 9]) << 16));
+                        a[mt][1][h] = q8_pair(q[2 * c + 16] | (static_cast<uint32_t>(q[2 * c + 17]) << 16));
+                        a[mt][1][2 + h] = q8_pair(q[2 * c + 24] | (static_cast<uint32_t>(q[2 * c + 25]) << 16));
+                        sc[mt][h] = __half2float(__ushort_as_half(
+                            static_cast<unsigned short>(blk[0] | (static_cast<uint32_t>(blk[1]) << 8))));
+                    } else {
+                        const uint16_t* e = reinterpret_cast<const uint16_t*>(blk);  // rows 2-byte aligned
+#pragma unroll
+                        for (int s = 0; s < 2; ++s) {
+                            a[mt][s][h] = e[16 * s + 2 * c] | (static_cast<uint32_t>(e[16 * s + 2 * c + 1]) << 16);
+                            a[mt][s][2 + h] =
+                                e[16 * s + 2 * c + 8] | (static_cast<uint32_t>(e[16 * s + 2 * c + 9]) << 16);
+                        }
+                        sc[mt][h] = 1.0f;
+                    }
+                }
+
+            float part[MT][NT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) part[mt][nt][i] = 0.0f;
+
+#pragma unroll
+            for (int s = 0; s < 2; ++s) {
+                const int kk = b * 32 + s * 16;  // element offset in the chunk
+#pragma unroll
+                for (int np = 0; np < (NT + 1) / 2; ++np) {
+                    uint32_t bf[2][2];
+                    if constexpr (NT == 1) {
+                        const int n = lane & 7, kx = kk + ((lane >> 3) & 1) * 8;
+                        ldmatrix_x2(bf[0][0], bf[0][1], sB + n * C::BROW + kx * 2);
+                    } else {
+                        const int n = (2 * np + (lane >> 4)) * 8 + (lane & 7), kx = kk + ((lane >> 3) & 1) * 8;
+                        ldmatrix_x4(bf[0][0], bf[0][1], bf[1][0], bf[1][1], sB + n * C::BROW + kx * 2);
+                    }
+#pragma unroll
+                    for (int j = 0; j < 2; ++j) {
+                        const int nt = 2 * np + j;
+                        if (nt >= NT) break;
+#pragma unroll
+                        for (int mt = 0; mt < MT; ++mt) {
+                            if constexpr (kScaled) {
+                                mma16816<Act>(part[mt][nt], a[mt][s], bf[j][0], bf[j][1]);
+                            } else {
+                                mma16816<Act>(acc[mt][nt], a[mt][s], bf[j][0], bf[j][1]);
+                            }
+                        }
+                    }
+                }
+            }
+            if constexpr (WT == kMx) {
+                if (big != 0) {  // scale bytes > 240 (|w| > 2^113): e2m1*2^-14 -> doubled
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                            for (int i = 0; i < 4; ++i)
+                                if ((big >> (2 * mt + (i >> 1))) & 1u) part[mt][nt][i] *= 32768.0f;
+                }
+            }
+            if constexpr (kScaled) {
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                    for (int nt = 0; nt < NT; ++nt) {
+                        acc[mt][nt][0] = fmaf(sc[mt][0], part[mt][nt][0], acc[mt][nt][0]);
+                        acc[mt][nt][1] = fmaf(sc[mt][0], part[mt][nt][1], acc[mt][nt][1]);
+                        acc[mt][nt][2] = fmaf(sc[mt][1], part[mt][nt][2], acc[mt][nt][2]);
+                        acc[mt][nt][3] = fmaf(sc[mt][1], part[mt][nt][3], acc[mt][nt][3]);
+                    }
+            }
+        }
+    }
+    cp_async_wait<0>();
+
+    // Epilogue. acc[mt][nt][i]: row g + 8*(i >= 2) of m-tile mt, token nt*8 + 2c + (i & 1).
+    if (p.mode != kGateUp) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const int gr = row0 + warp * MT * 16 + mt * 16 + g + (i >= 2 ? 8 : 0);
+                    const int t = nt * 8 + 2 * c + (i & 1);
+                    if (gr >= p.rows || t >= p.m) continue;
+                    if (p.mode == kStore) {
+                        p.y[t * p.ldy + gr] = acc[mt][nt][i];
+                    } else {
+                        const int64_t orow = p.out_rows ? p.out_rows[t] : t;
+                        const float wt = p.out_w ? p.out_w[t] : 1.0f;
+                        atomicAdd(p.y + orow * p.ldy + gr, wt * acc[mt][nt][i]);
+                    }
+                }
+        return;
+    }
+
+    // Gate/up: rows g (gate) and g+8 (up) of a tile are feature f = tile*8 + g.
+    Act* hq = static_cast<Act*>(p.hq);
+    const int two_f = 2 * p.rows;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+                const int tile = (row0 + warp * MT * 16 + mt * 16) >> 4;
+                const int f = tile * 8 + g;
+                const int t = nt * 8 + 2 * c + j;
+                if (f >= p.rows || t >= p.m) continue;
+                if (p.splits == 1) {
+                    hq[static_cast<int64_t>(t) * p.ldh + f] =
+                        to_act<Act>(swiglu_dev(acc[mt][nt][j], acc[mt][nt][2 + j], p.limit, p.llama));
+                } else {
+                    atomicAdd(p.acc + t * two_f + f, acc[mt][nt][j]);
+                    atomicAdd(p.acc + t * two_f + p.rows + f, acc[mt][nt][2 + j]);
+                }
+            }
+    if (p.splits == 1) return;
+    // Split-K: the last CTA of this row tile to arrive applies the SwiGLU to the complete sums
+    // and leaves the accumulator and the counter zero for the next call.
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) s_last = atomicAdd(p.counters + blockIdx.x, 1) == p.splits - 1;
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    constexpr int kFeat = C::BM / 2;
+    const int f0 = row0 / 2;
+    for (int idx = tid; idx < kFeat * p.m; idx += C::kThreads) {
+        const int t = idx / kFeat, f = f0 + (idx - t * kFeat);
+        if (f >= p.rows) continue;
+        const float gs = atomicExch(p.acc + t * two_f + f, 0.0f);
+        const float us = atomicExch(p.acc + t * two_f + p.rows + f, 0.0f);
+        hq[static_cast<int64_t>(t) * p.ldh + f] = to_act<Act>(swiglu_dev(gs, us, p.limit, p.llama));
+    }
+    if (tid == 0) atomicExch(p.counters + blockIdx.x, 0);
+}
+
+// One m16n8k16 FP16 MMA of A = 2^-15 (an FP16 subnormal) by B = 1: every output is 16 * 2^-15
+// = 2^-11 where the tensor cores keep FP16 subnormal inputs (they do on the GPUs we know; this
+// is checked on the device rather than assumed).
+__global__ void fp16_subnormal_probe(float* out) {
+    const uint32_t a[4] = {0x02000200u, 0x02000200u, 0x02000200u, 0x02000200u};
+    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    mma16816<__half>(d, a, 0x3C003C00u, 0x3C003C00u);
+    out[threadIdx.x] = (d[0] == 0x1p-11f && d[1] == 0x1p-11f && d[2] == 0x1p-11f && d[3] == 0x1p-11f) ? 1.0f : 0.0f;
+}
+
+// out[t][k] = x[rows ? rows[t] : t][k] rounded to Act; out rows ldo apart. Grid (k/128, m).
+template <typename Act>
+__global__ void convert_x_kernel(const float* x, int64_t ldx, const int32_t* rows, int k_total, Act* out, int ldo) {
+    const int t = blockIdx.y;
+    const int k = 4 * (blockIdx.x * blockDim.x + threadIdx.x);
+    if (k >= k_total) return;  // k_total is a multiple of 32
+    const float* src = x + static_cast<int64_t>(rows ? rows[t] : t) * ldx + k;
+    Act* dst = out + static_cast<int64_t>(t) * ldo + k;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) dst[i] = to_act<Act>(src[i]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host side
+
+template <int WT, int WARPS, int MT, int NT, int KBASE, int STAGES>
+struct Launch {
+    using C = Cfg<WT, WARPS, MT, NT, KBASE, STAGES>;
+    static int blocks_per_sm() {
+        static int n = [] {
+            auto* k = qmm_kernel<WT, WARPS, MT, NT, KBASE, STAGES>;
+            BG_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
+            int b = 0;
+            BG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, k, C::kThreads, C::SMEM));
+            BG_CHECK_MSG(b >= 1, "quant_matmul: a tile does not fit on this GPU");
+            return b;
+        }();
+        return n;
+    }
+    // Fills kb_split/splits for mma_rows rows (the caller's view), launches.
+    static void run(KParams p, int mma_rows, const QuantMatmulWorkspace& ws, cudaStream_t stream, bool zero_y_for_split) {
+        const int row_tiles = (mma_rows + C::BM - 1) / C::BM;
+        const int nchunks = (p.nkb + C::KCB - 1) / C::KCB;
+        int split = 1;
+        if (ws.forced_split() > 0) {
+            split = ws.forced_split();
+        } else {
+            // At most one wave of CTAs: as many splits as fit beside the row tiles, each split at
+            // least two chunks long.
+            const int target = ws.sm_count() * blocks_per_sm();
+            split = std::max(1, target / row_tiles);
+            split = std::min(split, std::max(1, nchunks / 2));
+        }
+        split = std::max(1, std::min(split, nchunks));
+        const int chunks_per_split = (nchunks + split - 1) / split;
+        p.kb_split = chunks_per_split * C::KCB;
+        p.splits = (p.nkb + p.kb_split - 1) / p.kb_split;
+        if (p.mode == kStore && p.splits > 1) {
+            BG_CHECK(zero_y_for_split);
+            BG_CUDA_CHECK(cudaMemset2DAsync(p.y, static_cast<size_t>(p.ldy) * sizeof(float), 0,
+                                            static_cast<size_t>(p.rows) * sizeof(float), static_cast<size_t>(p.m),
+                                            stream));
+            p.mode = kAtomic;
+        }
+        if (p.mode == kGateUp && p.splits > 1) BG_CHECK(row_tiles <= ws.counter_count());
+        blocks_per_sm();  // sets the shared-memory attribute once
+        const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(p.splits));
+        qmm_kernel<WT, WARPS, MT, NT, KBASE, STAGES><<<grid, C::kThreads, C::SMEM, stream>>>(p);
+        BG_CUDA_CHECK_LAUNCH();
+    }
+};
+
+// Shared memory a block may opt in to on the current device (sm_86: 99 KB, sm_90: 227 KB).
+int smem_optin() {
+    static int n = [] {
+        int dev = 0, v = 0;
+        BG_CUDA_CHECK(cudaGetDevice(&dev));
+        BG_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+        return v;
+    }();
+    return n;
+}
+
+// Tile shapes by tokens in the chunk (see quant_matmul.cuh). The 256-row tiles keep 2 stages
+// where shared memory is small (sm_86) and take 4 where it is not (sm_90): one CTA per SM, so
+// the stages are all the bytes in flight.
+template <int WT>
+void launch_qmm(const KParams& p, int mma_rows, const QuantMatmulWorkspace& ws, cudaStream_t stream) {
+    if (p.m <= 8) {
+        Launch<WT, 4, 1, 1, 8, 3>::run(p, mma_rows, ws, stream, true);
+    } else if (p.m <= 16) {
+        Launch<WT, 4, 2, 2, 4, 3>::run(p, mma_rows, ws, stream, true);
+    } else if (p.m <= 32) {
+        if (smem_optin() >= Cfg<WT, 8, 2, 4, 4, 4>::SMEM + 64) {
+            Launch<WT, 8, 2, 4, 4, 4>::run(p, mma_rows, ws, stream, true);
+        } else {
+            Launch<WT, 8, 2, 4, 4, 2>::run(p, mma_rows, ws, stream, true);
+        }
+    } else {
+        if (smem_optin() >= Cfg<WT, 8, 2, 8, 4, 4>::SMEM + 64) {
+            Launch<WT, 8, 2, 8, 4, 4>::run(p, mma_rows, ws, stream, true);
+        } else {
+            Launch<WT, 8, 2, 8, 4, 2>::run(p, mma_rows, ws, stream, true);
+        }
+    }
+}
+
+void launch_by_type(GgmlType t, const KParams& p, int mma_rows, const QuantMatmulWorkspace& ws, cudaStream_t stream) {
+    switch (t) {
+        case GgmlType::MXFP4: launch_qmm<kMx>(p, mma_rows, ws, stream); break;
+        case GgmlType::Q8_0: launch_qmm<kQ8>(p, mma_rows, ws, stream); break;
+        case GgmlType::BF16: launch_qmm<kBf>(p, mma_rows, ws, stream); break;
+        default: BG_CHECK_MSG(false, "quant_matmul: unsupported weight type");
+    }
+}
+
+void convert_x(GgmlType t, const float* x, int64_t ldx, const int32_t* rows, int m, int k, void* out, int ldo,
+               cudaStream_t stream) {
+    const dim3 grid(static_cast<unsigned>((k / 4 + 127) / 128), static_cast<unsigned>(m));
+    if (t == GgmlType::BF16) {
+        convert_x_kernel<__nv_bfloat16><<<grid, 128, 0, stream>>>(x, ldx, rows, k, static_cast<__nv_bfloat16*>(out), ldo);
+    } else {
+        convert_x_kernel<__half><<<grid, 128, 0, stream>>>(x, ldx, rows, k, static_cast<__half*>(out), ldo);
+    }
+    BG_CUDA_CHECK_LAUNCH();
+}
+
+void check_weights(const DeviceMat& W, int64_t max_cols) {
+    BG_CHECK_MSG(quant_matmul_supports(W.type), "quant_matmul: weight type must be mxfp4, q8_0 or bf16");
+    BG_CHECK(W.cols > 0 && W.cols % 32 == 0 && W.rows >= 0 && W.rows <= INT_MAX / 2);
+    BG_CHECK_MSG(W.cols <= max_cols, "quant_matmul: matrix wider than the workspace");
+    BG_CHECK(W.row_stride >= row_bytes(W.type, W.cols));
+    BG_CHECK(W.data != nullptr || W.rows == 0);
+    if (W.type == GgmlType::BF16)
+        BG_CHECK_MSG(W.row_stride % 2 == 0 && reinterpret_cast<uintptr_t>(W.data) % 2 == 0,
+                     "quant_matmul: bf16 rows must be 2-byte aligned");
+}
+
+const uint8_t* mat_end(const DeviceMat& W) {
+    return W.rows == 0 ? W.data : W.data + static_cast<uint64_t>(W.rows - 1) * W.row_stride + row_bytes(W.type, W.cols);
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+bool quant_matmul_supports(GgmlType t) {
+    return t == GgmlType::MXFP4 || t == GgmlType::Q8_0 || t == GgmlType::BF16;
+}
+
+QuantMatmulWorkspace::QuantMatmulWorkspace(int64_t max_cols, int64_t max_ff) : max_cols_(max_cols), max_ff_(max_ff) {
+    BG_CHECK(max_cols > 0 && max_cols % 32 == 0 && max_ff >= 0 && max_ff % 32 == 0);
+    int dev = 0;
+    BG_CUDA_CHECK(cudaGetDevice(&dev));
+    BG_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, dev));
+    const uint64_t xq_bytes = static_cast<uint64_t>(kChunk) * max_cols * 2;
+    BG_CUDA_CHECK(cudaMalloc(&xq_, xq_bytes));
+    bytes_ = xq_bytes;
+    {
+        float* d = nullptr;
+        BG_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d), 32 * sizeof(float)));
+        fp16_subnormal_probe<<<1, 32>>>(d);
+        BG_CUDA_CHECK_LAUNCH();
+        float h[32];
+        BG_CUDA_CHECK(cudaMemcpy(h, d, sizeof(h), cudaMemcpyDeviceToHost));
+        BG_CUDA_CHECK(cudaFree(d));
+        mx_bits_ = fp16_subnormals_ = std::all_of(h, h + 32, [](float v) { return v == 1.0f; });
+    }
+    if (max_ff > 0) {
+        const uint64_t hq_bytes = static_cast<uint64_t>(kChunk) * max_ff * 2;
+        const uint64_t acc_bytes = static_cast<uint64_t>(kChunk) * 2 * max_ff * sizeof(float);
+        // One counter per gate/up row tile of the smallest tile (64 MMA rows = 32 features).
+        n_counters_ = (max_ff + 31) / 32;
+        BG_CUDA_CHECK(cudaMalloc(&hq_, hq_bytes));
+        BG_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&acc_), acc_bytes));
+        BG_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&counters_), n_counters_ * sizeof(int)));
+        BG_CUDA_CHECK(cudaMemset(acc_, 0, acc_bytes));
+        BG_CUDA_CHECK(cudaMemset(counters_, 0, n_counters_ * sizeof(int)));
+        bytes_ += hq_bytes + acc_bytes + n_counters_ * sizeof(int);
+    }
+}
+
+QuantMatmulWorkspace::~QuantMatmulWorkspace() {
+    if (xq_) cudaFree(xq_);
+    if (hq_) cudaFree(hq_);
+    if (acc_) cudaFree(acc_);
+    if (counters_) cudaFree(counters_);
+}
+
+void quant_matmul(QuantMatmulWorkspace& ws, const DeviceMat& W, const float* x, int64_t ldx, int64_t n_tok, float* y,
+                  int64_t ldy, cudaStream_t stream) {
+    check_weights(W, ws.max_cols());
+    BG_CHECK(n_tok <= 1 || (ldx >= W.cols && ldy >= W.rows));
+    if (W.rows == 0 || n_tok <= 0) return;
+    KParams p;
+    p.w0 = W.data;
+    p.end0 = mat_end(W);
+    p.stride0 = W.row_stride;
+    p.rows = static_cast<int>(W.rows);
+    p.nkb = static_cast<int>(W.cols / 32);
+    p.aligned = aligned16(W.data);
+    p.mx_bits = W.type == GgmlType::MXFP4 && ws.mxfp4_bit_decode();
+    p.xq = ws.xq();
+    p.ldxq = static_cast<int>(W.cols);
+    p.mode = kStore;
+    p.ldy = n_tok == 1 ? std::max<int64_t>(ldy, W.rows) : ldy;  // one token: ldy is never stepped
+    const int mma_rows = static_cast<int>((W.rows + 15) / 16 * 16);
+    for (int64_t j0 = 0; j0 < n_tok; j0 += QuantMatmulWorkspace::kChunk) {
+        const int m = static_cast<int>(std::min<int64_t>(QuantMatmulWorkspace::kChunk, n_tok - j0));
+        convert_x(W.type, x + j0 * ldx, ldx, nullptr, m, static_cast<int>(W.cols), ws.xq(), p.ldxq, stream);
+        KParams q = p;
+        q.m = m;
+        q.y = y + j0 * ldy;
+        launch_by_type(W.type, q, mma_rows, ws, stream);
+    }
+}
+
+void expert_ffn(QuantMatmulWorkspace& ws, const ExpertMats& e, const float* x, int64_t ldx, const int32_t* rows,
+                const float* w, int64_t n_tok, float limit, cpu::SwigluClamp form, float* y, int64_t ldy,
+                cudaStream_t stream) {
+    const int64_t n_embd = e.gate.cols, n_ff = e.gate.rows;
+    BG_CHECK_MSG(e.up.type == e.gate.type && e.down.type == e.gate.type, "expert_ffn: one weight type for all three");
+    BG_CHECK_MSG(e.up.rows == n_ff && e.up.cols == n_embd && e.down.rows == n_embd && e.down.cols == n_ff,
+                 "expert_ffn: gate/up are n_ff rows of n_embd, down n_embd rows of n_ff");
+    BG_CHECK_MSG(n_ff > 0 && n_ff <= ws.max_ff(), "expert_ffn: n_ff larger than the workspace's max_ff");
+    check_weights(e.gate, ws.max_cols());
+    check_weights(e.up, ws.max_cols());
+    check_weights(e.down, ws.max_cols());
+    BG_CHECK(ldx >= n_embd || n_tok <= 1);
+    if (n_tok <= 0) return;
+
+    KParams gu;
+    gu.w0 = e.gate.data;
+    gu.w1 = e.up.data;
+    gu.end0 = mat_end(e.gate);
+    gu.end1 = mat_end(e.up);
+    gu.stride0 = e.gate.row_stride;
+    gu.stride1 = e.up.row_stride;
+    gu.rows = static_cast<int>(n_ff);
+    gu.nkb = static_cast<int>(n_embd / 32);
+    gu.gateup = 1;
+    gu.aligned = aligned16(e.gate.data) && aligned16(e.up.data);
+    gu.mx_bits = e.gate.type == GgmlType::MXFP4 && ws.mxfp4_bit_decode();
+    gu.xq = ws.xq();
+    gu.ldxq = static_cast<int>(n_embd);
+    gu.mode = kGateUp;
+    gu.acc = ws.acc();
+    gu.counters = ws.counters();
+    gu.hq = ws.hq();
+    gu.ldh = static_cast<int>(n_ff);
+    gu.limit = limit;
+    gu.llama = form == cpu::SwigluClamp::kLlamaCpp ? 1 : 0;
+    const int gu_rows = static_cast<int>((n_ff + 7) / 8 * 16);
+
+    KParams dn;
+    dn.w0 = e.down.data;
+    dn.end0 = mat_end(e.down);
+    dn.stride0 = e.down.row_stride;
+    dn.rows = static_cast<int>(n_embd);
+    dn.nkb = static_cast<int>(n_ff / 32);
+    dn.aligned = aligned16(e.down.data);
+    dn.mx_bits = e.down.type == GgmlType::MXFP4 && ws.mxfp4_bit_decode();
+    dn.xq = ws.hq();
+    dn.ldxq = static_cast<int>(n_ff);
+    dn.mode = kAtomic;
+    dn.ldy = ldy;
+    const int dn_rows = static_cast<int>((n_embd + 15) / 16 * 16);
+
+    for (int64_t j0 = 0; j0 < n_tok; j0 += QuantMatmulWorkspace::kChunk) {
+        const int m = static_cast<int>(std::min<int64_t>(QuantMatmulWorkspace::kChunk, n_tok - j0));
+        if (rows) {
+            convert_x(e.gate.type, x, ldx, rows + j0, m, static_cast<int>(n_embd), ws.xq(), gu.ldxq, stream);
+        } else {
+            convert_x(e.gate.type, x + j0 * ldx, ldx, nullptr, m, static_cast<int>(n_embd), ws.xq(), gu.ldxq, stream);
+        }
+        KParams a = gu;
+        a.m = m;
+        launch_by_type(e.gate.type, a, gu_rows, ws, stream);
+        KParams d = dn;
+        d.m = m;
+        d.y = rows ? y : y + j0 * ldy;
+        d.out_rows = rows ? rows + j0 : nullptr;
+        d.out_w = w ? w + j0 : nullptr;
+        launch_by_type(e.down.type, d, dn_rows, ws, stream);
+    }
+}
+
+}  // namespace bg::cuda

@@ -1,0 +1,129 @@
+// Fused quantized matmul: y = W x reading W in its ggml block format (MXFP4, Q8_0, BF16),
+// decoding blocks in registers, never writing a dequantised copy of a weight matrix
+// (issue #14, first part). Kernels and launchers: engine/cuda/quant_matmul.cu; tests:
+// tests/test_gpu_quant_matmul.cpp; timings: bench/bench_gpu.cpp; design and floors:
+// bench/KERNELS.md.
+//
+// One tensor-core kernel (mma.sync m16n8k16, sm_80+, so sm_86 and sm_90 alike) serves every M:
+//  - a CTA owns BM weight rows x all tokens of a <= 64-token chunk x a range of K (split-K);
+//    weight rows are staged raw (the file's bytes) into shared memory with 16-byte cp.async,
+//    STAGES deep, and each warp decodes its 16-row A fragments from there into registers;
+//  - tile shapes by tokens: M <= 8 ("GEMV": 64 rows, 8 token columns, 3 stages),
+//    <= 16 (128 x 16), <= 32 (256 x 32), <= 64 (256 rows, 64 token columns; 2 stages on
+//    sm_86, 4 where shared memory allows, sm_90); more than 64 tokens run in chunks of 64,
+//    each chunk reading the weights once;
+//  - split-K sized so the grid fills the GPU; partial sums meet with fp32 atomics in y (plain
+//    matmul: y zeroed first) or, for gate/up, in a self-cleaning fp32 workspace whose last CTA
+//    per row tile applies the SwiGLU.
+//
+// Numerical contract (every path; tests/test_gpu_quant_matmul.cpp holds it against float64):
+//  - activations arrive as FP32 and are rounded once to FP16 (MXFP4, Q8_0 weights) or BF16
+//    (BF16 weights); every product is exact in the tensor core, sums are FP32;
+//  - MXFP4 and Q8_0 weights are decoded EXACTLY: the integer codes (doubled E2M1 values -12..12,
+//    int8 -127..127) are exact FP16 operands and each 32-block's partial sum is multiplied by the
+//    block's scale in FP32 (the scale never meets an FP16 rounding); BF16 weights go in as they
+//    are;
+//  - so the only rounding beyond FP32 summation is the activation's: relative error
+//    ||y - y_exact|| / ||y_exact|| about 2e-4 (FP16, unit roundoff 2^-11) and about 1.5e-3
+//    (BF16, 2^-8) on random data; tests hold 1e-3 and 6e-3;
+//  - activations must lie inside the FP16 range (|x| < 65504) on the MXFP4/Q8_0 paths (the
+//    engine's matmul inputs are normed activations, attention outputs and clamped SwiGLU
+//    outputs);
+//  - split-K partial sums are added with atomics, so results may differ in the last bits from
+//    run to run (never more than FP32 rounding of the partial sums).
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "cpu/ops.h"
+#include "cuda/ops.cuh"
+
+namespace bg::cuda {
+
+// Scratch the quantized matmuls need, allocated once (calls allocate nothing):
+//  - the converted activations of one chunk: [64][max_cols] FP16/BF16;
+//  - the expert FFN's hidden h = SwiGLU(gate, up): [64][max_ff] FP16;
+//  - the split-K accumulator for gate/up: [64][2*max_ff] FP32 and one counter per row tile,
+//    both zero between calls (each call leaves them zero again).
+// One workspace serves one stream at a time (calls on one stream are ordered; calls on
+// different streams need their own workspaces).
+class QuantMatmulWorkspace {
+public:
+    // max_cols: the widest matrix input (n_embd, or n_ff for down), max_ff: the widest expert
+    // FFN (0: no expert FFN). On the current device; aborts when memory runs out.
+    QuantMatmulWorkspace(int64_t max_cols, int64_t max_ff);
+    ~QuantMatmulWorkspace();
+    QuantMatmulWorkspace(const QuantMatmulWorkspace&) = delete;
+    QuantMatmulWorkspace& operator=(const QuantMatmulWorkspace&) = delete;
+
+    static constexpr int64_t kChunk = 64;  // tokens per kernel pass
+
+    int64_t max_cols() const { return max_cols_; }
+    int64_t max_ff() const { return max_ff_; }
+    int sm_count() const { return sm_count_; }
+    uint64_t bytes() const { return bytes_; }
+
+    // Split-K override for benchmarks and tests: 0 = the heuristic (default), n > 0 = n splits
+    // (clamped to the number of K chunks).
+    void force_split(int n) { force_split_ = n; }
+
+    // MXFP4 decode: by bit placement (3 instructions per pair of weights; exact, but code 0.5
+    // becomes an FP16 subnormal, so the constructor first checks with one MMA that this GPU's
+    // tensor cores keep FP16 subnormals) or through a byte_perm table (about 8; no subnormals).
+    // Both are exact; the faster is the default wherever the check passed.
+    bool fp16_subnormals_in_mma() const { return fp16_subnormals_; }
+    bool mxfp4_bit_decode() const { return mx_bits_; }
+    void set_mxfp4_bit_decode(bool on) { mx_bits_ = on && fp16_subnormals_; }
+
+    // Internals for the launchers.
+    void* xq() const { return xq_; }
+    void* hq() const { return hq_; }
+    float* acc() const { return acc_; }
+    int* counters() const { return counters_; }
+    int64_t counter_count() const { return n_counters_; }
+    int forced_split() const { return force_split_; }
+
+private:
+    int64_t max_cols_ = 0, max_ff_ = 0;
+    int sm_count_ = 0;
+    void* xq_ = nullptr;     // [64][max_cols] half or bfloat16
+    void* hq_ = nullptr;     // [64][max_ff] half
+    float* acc_ = nullptr;   // [64][2*max_ff]
+    int* counters_ = nullptr;
+    int64_t n_counters_ = 0;
+    uint64_t bytes_ = 0;
+    int force_split_ = 0;
+    bool fp16_subnormals_ = false;
+    bool mx_bits_ = false;
+};
+
+// y[t*ldy + r] = sum_i W[r][i] * x[t*ldx + i] for t < n_tok, r < W.rows (bg::cuda::matmul's
+// contract, with the numerical contract above). W: MXFP4, Q8_0 or BF16 (BF16 rows 2-byte
+// aligned), any row_stride >= row bytes; W.data 16-byte aligned for the fast path (any other
+// address works, through byte copies). W.cols <= ws.max_cols(). y must not overlap x.
+void quant_matmul(QuantMatmulWorkspace& ws, const DeviceMat& W, const float* x, int64_t ldx, int64_t n_tok,
+                  float* y, int64_t ldy, cudaStream_t stream);
+
+// True for the weight types quant_matmul takes.
+bool quant_matmul_supports(GgmlType t);
+
+// One routed (or shared) expert on its gathered tokens, fused:
+//   for j < n_tok, t = rows ? rows[j] : j:
+//     g = gate . x[t],  u = up . x[t]           (one pass over gate and up together)
+//     h = cpu::swiglu(g, u, limit, form)        (applied where the gate/up sums complete)
+//     y[t*ldy + e] += w[j] * (down . h)[e]      (routing weight and accumulation fused, atomics)
+// gate, up: n_ff rows of n_embd; down: n_embd rows of n_ff; all three one weight type (MXFP4,
+// Q8_0 or BF16). x: [..][ldx] FP32 device; rows: [n_tok] int32 device or null (identity);
+// w: [n_tok] FP32 device or null (1); y: FP32 device, accumulated with atomics, so several
+// experts may add into one y in any order (the sum's rounding then depends on that order).
+// h is rounded to FP16 (BF16 for BF16 weights) before the down projection.
+struct ExpertMats {
+    DeviceMat gate, up, down;
+};
+void expert_ffn(QuantMatmulWorkspace& ws, const ExpertMats& e, const float* x, int64_t ldx, const int32_t* rows,
+                const float* w, int64_t n_tok, float limit, cpu::SwigluClamp form, float* y, int64_t ldy,
+                cudaStream_t stream);
+
+}  // namespace bg::cuda

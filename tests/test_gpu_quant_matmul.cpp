@@ -1,0 +1,416 @@
+// The fused quantized kernels of engine/cuda/quant_matmul.cuh against float64 references on
+// fresh random inputs (each test prints its seed): weights dequantised with the CPU's exact
+// dequantize_row, sums in double. Metric: ||out - ref|| / ||ref|| over every output, held to
+// the tolerance of the path (quant_matmul.cuh's numerical contract):
+//   MXFP4, Q8_0 weights (FP16 activations, exact weights, FP32 sums):  1e-3   (expected ~2e-4)
+//   BF16 weights (BF16 activations):                                    6e-3   (expected ~1.5e-3)
+//   expert FFN, MXFP4/Q8_0 (x and h rounded to FP16):                    2e-3   (expected ~4e-4)
+//   expert FFN, BF16:                                                    1.2e-2 (expected ~3e-3)
+// Outputs are poisoned (NaN) before each run; every output must be written, finite, and nothing
+// outside the outputs (row padding, tokens not routed to the expert) may change.
+// Skipped, visibly, without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cpu/ops.h"
+#include "cuda/check.cuh"
+#include "cuda/dequant.cuh"
+#include "cuda/quant_matmul.cuh"
+#include "random_inputs.h"
+#include "tensor/ggml_types.h"
+
+using namespace bg;
+
+namespace {
+
+using bgtest::fresh_rng;
+
+template <typename T>
+class Dev {
+public:
+    explicit Dev(size_t n) : n_(n) {
+        if (n_) BG_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p_), n_ * sizeof(T)));
+    }
+    explicit Dev(const std::vector<T>& h) : Dev(h.size()) { upload(h); }
+    ~Dev() {
+        if (p_) cudaFree(p_);
+    }
+    Dev(const Dev&) = delete;
+    Dev& operator=(const Dev&) = delete;
+    T* get() { return p_; }
+    void upload(const std::vector<T>& h) {
+        if (n_) BG_CUDA_CHECK(cudaMemcpy(p_, h.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
+    }
+    std::vector<T> download() const {
+        std::vector<T> h(n_);
+        if (n_) BG_CUDA_CHECK(cudaMemcpy(h.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
+        return h;
+    }
+
+private:
+    T* p_ = nullptr;
+    size_t n_ = 0;
+};
+
+constexpr float kTolQuant = 1e-3f;   // MXFP4, Q8_0
+constexpr float kTolBf16 = 6e-3f;    // BF16
+constexpr float kTolFfnQuant = 2e-3f;
+constexpr float kTolFfnBf16 = 1.2e-2f;
+
+float tol_matmul(GgmlType t) { return t == GgmlType::BF16 ? kTolBf16 : kTolQuant; }
+float tol_ffn(GgmlType t) { return t == GgmlType::BF16 ? kTolFfnBf16 : kTolFfnQuant; }
+
+// A host weight matrix: rows of `cols` elements, row_stride bytes apart, padding bytes random
+// (they must never matter), plus its exact float dequantisation.
+struct HostMat {
+    GgmlType type;
+    int64_t rows, cols;
+    uint64_t stride;
+    std::vector<uint8_t> bytes;
+    std::vector<float> deq;  // [rows][cols]
+};
+
+// Realistic blocks: MXFP4 scale bytes 118..124 (2^-9..2^-3, so |w| up to 6/8), uniform codes;
+// Q8_0 scales 1e-3..1e-2 (as f16), uniform int8 in [-127, 127]; BF16 N(0, 0.05) rounded.
+HostMat random_mat(GgmlType t, int64_t rows, int64_t cols, uint64_t pad, std::mt19937& rng) {
+    HostMat m{t, rows, cols, row_bytes(t, cols) + pad, {}, {}};
+    m.bytes.resize(m.stride * rows);
+    std::uniform_int_distribution<int> byte(0, 255);
+    for (auto& b : m.bytes) b = static_cast<uint8_t>(byte(rng));
+    std::uniform_int_distribution<int> e8(118, 124), q8(-127, 127);
+    std::uniform_real_distribution<float> d8(1e-3f, 1e-2f);
+    std::normal_distribution<float> nd(0.0f, 0.05f);
+    for (int64_t r = 0; r < rows; ++r) {
+        uint8_t* row = m.bytes.data() + r * m.stride;
+        for (int64_t b = 0; b < cols / 32; ++b) {
+            if (t == GgmlType::MXFP4) {
+                row[b * 17] = static_cast<uint8_t>(e8(rng));
+            } else if (t == GgmlType::Q8_0) {
+                uint8_t* blk = row + b * 34;
+                const uint16_t d = fp32_to_fp16(d8(rng));
+                std::memcpy(blk, &d, 2);
+                for (int i = 0; i < 32; ++i) blk[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(q8(rng)));
+            } else {
+                for (int i = 0; i < 32; ++i) {
+                    const uint16_t h = fp32_to_bf16(nd(rng));
+                    std::memcpy(row + (b * 32 + i) * 2, &h, 2);
+                }
+            }
+        }
+    }
+    m.deq.resize(static_cast<size_t>(rows * cols));
+    for (int64_t r = 0; r < rows; ++r) dequantize_row(t, m.bytes.data() + r * m.stride, m.deq.data() + r * cols, cols);
+    return m;
+}
+
+// The matrix on the device at byte offset `offset` of its allocation (offset != 0 tests the
+// unaligned fallback).
+struct DevMat {
+    Dev<uint8_t> buf;
+    cuda::DeviceMat view;
+    DevMat(const HostMat& h, int offset) : buf(h.bytes.size() + 16) {
+        BG_CUDA_CHECK(cudaMemcpy(buf.get() + offset, h.bytes.data(), h.bytes.size(), cudaMemcpyHostToDevice));
+        view = cuda::DeviceMat{buf.get() + offset, h.type, h.cols, h.rows, h.stride};
+    }
+};
+
+// y[t][r] = sum_i W[r][i] x[t][i] in double.
+std::vector<double> ref_matmul(const HostMat& W, const std::vector<float>& x, int64_t ldx, int64_t M) {
+    std::vector<double> y(static_cast<size_t>(M * W.rows));
+    for (int64_t t = 0; t < M; ++t) {
+        const float* xt = x.data() + t * ldx;
+        for (int64_t r = 0; r < W.rows; ++r) {
+            const float* w = W.deq.data() + r * W.cols;
+            double s = 0;
+            for (int64_t i = 0; i < W.cols; ++i) s += static_cast<double>(w[i]) * xt[i];
+            y[t * W.rows + r] = s;
+        }
+    }
+    return y;
+}
+
+double swiglu_ref(double g, double u, double limit, cpu::SwigluClamp form) {
+    auto silu = [](double v) { return v / (1.0 + std::exp(-v)); };
+    if (limit <= cpu::kSwigluNoClamp) return silu(g) * u;
+    const double uc = std::min(limit, std::max(-limit, u));
+    if (form == cpu::SwigluClamp::kLlamaCpp) return std::min(silu(g), limit) * uc;
+    return silu(std::min(g, limit)) * uc;
+}
+
+// Relative L2 error and a description of the first bad element (NaN = not written).
+struct Cmp {
+    double rel = 0, ref_norm = 0;
+    int64_t bad = -1;  // first non-finite output
+};
+Cmp compare(const std::vector<float>& out, const std::vector<double>& ref) {
+    Cmp c;
+    double e2 = 0, r2 = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+        if (!std::isfinite(out[i])) {
+            if (c.bad < 0) c.bad = static_cast<int64_t>(i);
+            continue;
+        }
+        e2 += (out[i] - ref[i]) * (out[i] - ref[i]);
+        r2 += ref[i] * ref[i];
+    }
+    c.ref_norm = std::sqrt(r2);
+    c.rel = r2 > 0 ? std::sqrt(e2 / r2) : std::sqrt(e2);
+    return c;
+}
+
+// ---------------------------------------------------------------------------------------------
+// quant_matmul
+
+// Which MXFP4 decode this GPU runs (informational: both are tested where both are available).
+TEST(QuantMatmulDecode, ReportsMxfp4Decode) {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    cuda::QuantMatmulWorkspace ws(32, 0);
+    std::printf("  FP16 subnormals kept by the tensor cores: %s; MXFP4 decode: %s\n",
+                ws.fp16_subnormals_in_mma() ? "yes" : "NO", ws.mxfp4_bit_decode() ? "bit placement" : "table");
+    if (!ws.fp16_subnormals_in_mma())
+        std::printf("  (the bit decode is off on this GPU; every MXFP4 case below runs the table decode)\n");
+}
+
+struct MatCase {
+    GgmlType type;
+    int64_t rows, cols, M;
+    uint64_t pad = 0;  // extra bytes per row (row_stride = row bytes + pad)
+    int offset = 0;    // byte offset of W.data from a 16-byte boundary
+    int split = 0;     // 0: heuristic, n: forced split-K
+    bool lut = false;  // MXFP4: force the table decode (default: the bit decode where the GPU allows)
+};
+
+std::string case_name(const MatCase& c) {
+    std::ostringstream s;
+    s << type_name(c.type) << "_r" << c.rows << "_c" << c.cols << "_M" << c.M;
+    if (c.pad) s << "_pad" << c.pad;
+    if (c.offset) s << "_off" << c.offset;
+    if (c.split) s << "_split" << c.split;
+    if (c.lut) s << "_lut";
+    return s.str();
+}
+
+class QuantMatmul : public ::testing::TestWithParam<MatCase> {};
+
+TEST_P(QuantMatmul, MatchesFloat64Reference) {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device: quant_matmul not tested";
+    const MatCase c = GetParam();
+    auto rng = fresh_rng();
+    const HostMat W = random_mat(c.type, c.rows, c.cols, c.pad, rng);
+    const int64_t ldx = c.cols + 3, ldy = c.rows + 5;  // strided activations and outputs
+    const std::vector<float> x = bgtest::uniform(rng, c.M * ldx, -1.0f, 1.0f);
+    DevMat dW(W, c.offset);
+    Dev<float> dx(x);
+    Dev<float> dy(static_cast<size_t>(c.M * ldy));
+    cuda::QuantMatmulWorkspace ws(c.cols, 0);
+    ws.force_split(c.split);
+    if (c.lut) ws.set_mxfp4_bit_decode(false);
+    const std::vector<double> ref = ref_matmul(W, x, ldx, c.M);
+
+    // Twice: the second run shows a race or a workspace left dirty by the first.
+    for (int run = 0; run < 2; ++run) {
+        BG_CUDA_CHECK(cudaMemset(dy.get(), 0xff, c.M * ldy * sizeof(float)));  // NaN
+        cuda::quant_matmul(ws, dW.view, dx.get(), ldx, c.M, dy.get(), ldy, nullptr);
+        BG_CUDA_CHECK(cudaGetLastError());
+        BG_CUDA_CHECK(cudaDeviceSynchronize());
+        const std::vector<float> yall = dy.download();
+        std::vector<float> out(static_cast<size_t>(c.M * c.rows));
+        for (int64_t t = 0; t < c.M; ++t) {
+            for (int64_t r = 0; r < c.rows; ++r) out[t * c.rows + r] = yall[t * ldy + r];
+            for (int64_t r = c.rows; r < ldy; ++r) {
+                uint32_t bits;
+                std::memcpy(&bits, &yall[t * ldy + r], 4);
+                ASSERT_EQ(bits, 0xffffffffu) << "run " << run << ": wrote y[" << t << "][" << r
+                                             << "], past the " << c.rows << " outputs of the row";
+            }
+        }
+        const Cmp cmp = compare(out, ref);
+        ASSERT_LT(cmp.bad, 0) << "run " << run << ": output [token " << cmp.bad / c.rows << "][row "
+                              << cmp.bad % c.rows << "] not written or not finite (" << out[cmp.bad] << ")";
+        EXPECT_LE(cmp.rel, tol_matmul(c.type))
+            << "run " << run << ": ||out-ref||/||ref|| = " << cmp.rel << " over tolerance " << tol_matmul(c.type)
+            << " (||ref|| = " << cmp.ref_norm << ")";
+        std::printf("  %s run %d: rel err %.3g (tolerance %.3g)\n", case_name(c).c_str(), run, cmp.rel,
+                    tol_matmul(c.type));
+    }
+}
+
+std::vector<MatCase> matmul_cases() {
+    std::vector<MatCase> v;
+    for (GgmlType t : {GgmlType::MXFP4, GgmlType::Q8_0, GgmlType::BF16}) {
+        // Odd sizes: rows not a multiple of any tile, cols a few blocks, not a power of two.
+        for (int64_t M : {1, 2, 3, 16, 17, 64, 100}) v.push_back({t, 77, 224, M});
+        for (int64_t M : {1, 3, 16, 64}) v.push_back({t, 300, 1440, M});
+        // Full-width shapes: an expert's gate/up (2304 x 5120) and down (5120 x 2304).
+        for (int64_t M : {1, 3, 64}) v.push_back({t, 2304, 5120, M});
+        for (int64_t M : {1, 16}) v.push_back({t, 5120, 2304, M});
+        // Odd row strides and an unaligned base (byte-copy fallback); forced split-K 1 and 5.
+        const uint64_t pad = t == GgmlType::BF16 ? 6 : 5;
+        const int off = t == GgmlType::BF16 ? 2 : 3;
+        for (int64_t M : {1, 3, 17, 64}) v.push_back({t, 150, 1440, M, pad, 0, 0});
+        for (int64_t M : {2, 40}) v.push_back({t, 150, 1440, M, pad, off, 0});
+        for (int64_t M : {1, 16, 64}) {
+            v.push_back({t, 300, 1440, M, 0, 0, 1});
+            v.push_back({t, 300, 1440, M, 0, 0, 5});
+        }
+    }
+    // The MXFP4 table decode (the bit decode is the default where the GPU keeps FP16 subnormals).
+    for (int64_t M : {1, 3, 17, 64}) v.push_back({GgmlType::MXFP4, 300, 1440, M, 0, 0, 0, true});
+    v.push_back({GgmlType::MXFP4, 150, 1440, 2, 5, 3, 0, true});
+    v.push_back({GgmlType::MXFP4, 2304, 5120, 1, 0, 0, 0, true});
+    return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, QuantMatmul, ::testing::ValuesIn(matmul_cases()),
+                         [](const auto& info) { return case_name(info.param); });
+
+// ---------------------------------------------------------------------------------------------
+// expert_ffn
+
+struct FfnCase {
+    GgmlType type;
+    int64_t n_embd, n_ff, M;
+    float limit;
+    cpu::SwigluClamp form;
+    bool gathered = true;  // tokens gathered from a larger x through rows[], weights w[]
+    int split = 0;
+    bool lut = false;
+};
+
+std::string ffn_name(const FfnCase& c) {
+    std::ostringstream s;
+    s << type_name(c.type) << "_E" << c.n_embd << "_F" << c.n_ff << "_M" << c.M << "_lim"
+      << static_cast<int>(c.limit * 100) << (c.form == cpu::SwigluClamp::kLlamaCpp ? "_llama" : "_deepseek")
+      << (c.gathered ? "_gathered" : "_dense");
+    if (c.split) s << "_split" << c.split;
+    if (c.lut) s << "_lut";
+    return s.str();
+}
+
+class ExpertFfn : public ::testing::TestWithParam<FfnCase> {};
+
+TEST_P(ExpertFfn, MatchesFloat64Reference) {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device: expert_ffn not tested";
+    const FfnCase c = GetParam();
+    auto rng = fresh_rng();
+    const int64_t E = c.n_embd, F = c.n_ff;
+    const HostMat gate = random_mat(c.type, F, E, 0, rng);
+    const HostMat up = random_mat(c.type, F, E, 0, rng);
+    const HostMat down = random_mat(c.type, E, F, 0, rng);
+    // T tokens in x and y; the expert gets M of them (a random subset in random order).
+    const int64_t T = c.gathered ? c.M + 7 : c.M;
+    const int64_t ldx = E + 4, ldy = E + 2;
+    const std::vector<float> x = bgtest::uniform(rng, T * ldx, -1.0f, 1.0f);
+    const std::vector<float> y0 = bgtest::uniform(rng, T * ldy, -0.5f, 0.5f);
+    std::vector<int32_t> rows(static_cast<size_t>(T));
+    std::iota(rows.begin(), rows.end(), 0);
+    if (c.gathered) std::shuffle(rows.begin(), rows.end(), rng);
+    rows.resize(static_cast<size_t>(c.M));
+    const std::vector<float> w = c.gathered ? bgtest::uniform(rng, c.M, 0.05f, 1.5f) : std::vector<float>(c.M, 1.0f);
+
+    // float64 reference of the delta added to y.
+    std::vector<double> delta(static_cast<size_t>(T * E), 0.0);
+    std::vector<double> h(static_cast<size_t>(F));
+    double max_pre = 0;
+    for (int64_t j = 0; j < c.M; ++j) {
+        const float* xt = x.data() + rows[j] * ldx;
+        for (int64_t f = 0; f < F; ++f) {
+            double g = 0, u = 0;
+            const float* wg = gate.deq.data() + f * E;
+            const float* wu = up.deq.data() + f * E;
+            for (int64_t i = 0; i < E; ++i) {
+                g += static_cast<double>(wg[i]) * xt[i];
+                u += static_cast<double>(wu[i]) * xt[i];
+            }
+            max_pre = std::max({max_pre, std::fabs(g), std::fabs(u)});
+            h[f] = swiglu_ref(g, u, c.limit, c.form);
+        }
+        for (int64_t e = 0; e < E; ++e) {
+            const float* wd = down.deq.data() + e * F;
+            double s = 0;
+            for (int64_t f = 0; f < F; ++f) s += static_cast<double>(wd[f]) * h[f];
+            delta[rows[j] * E + e] += w[j] * s;
+        }
+    }
+
+    DevMat dg(gate, 0), du(up, 0), dd(down, 0);
+    Dev<float> dx(x), dy(y0.size()), dw(w);
+    Dev<int32_t> drows(rows);
+    cuda::QuantMatmulWorkspace ws(std::max(E, F), F);
+    ws.force_split(c.split);
+    if (c.lut) ws.set_mxfp4_bit_decode(false);
+    const cuda::ExpertMats mats{dg.view, du.view, dd.view};
+    for (int run = 0; run < 2; ++run) {
+        dy.upload(y0);
+        cuda::expert_ffn(ws, mats, dx.get(), ldx, c.gathered ? drows.get() : nullptr, c.gathered ? dw.get() : nullptr,
+                         c.M, c.limit, c.form, dy.get(), ldy, nullptr);
+        BG_CUDA_CHECK(cudaGetLastError());
+        BG_CUDA_CHECK(cudaDeviceSynchronize());
+        const std::vector<float> y = dy.download();
+        std::vector<bool> routed(static_cast<size_t>(T), false);
+        for (int32_t r : rows) routed[r] = true;
+        std::vector<float> got;
+        std::vector<double> want;
+        for (int64_t t = 0; t < T; ++t)
+            for (int64_t e = 0; e < ldy; ++e) {
+                const float v = y[t * ldy + e], v0 = y0[t * ldy + e];
+                if (!routed[t] || e >= E) {
+                    ASSERT_EQ(std::memcmp(&v, &v0, 4), 0)
+                        << "run " << run << ": y[" << t << "][" << e << "] changed (" << v0 << " -> " << v
+                        << ") though " << (e >= E ? "past the row" : "token not routed to the expert");
+                    continue;
+                }
+                got.push_back(v - v0);
+                want.push_back(delta[t * E + e]);
+            }
+        const Cmp cmp = compare(got, want);
+        ASSERT_LT(cmp.bad, 0) << "run " << run << ": a routed output is not finite";
+        EXPECT_LE(cmp.rel, tol_ffn(c.type))
+            << "run " << run << ": ||dy-ref||/||ref|| = " << cmp.rel << " over tolerance " << tol_ffn(c.type)
+            << " (||ref|| = " << cmp.ref_norm << ", largest |gate|,|up| " << max_pre << ", limit " << c.limit << ")";
+        std::printf("  %s run %d: rel err %.3g (tolerance %.3g; largest |gate|,|up| %.3g)\n", ffn_name(c).c_str(), run,
+                    cmp.rel, tol_ffn(c.type), max_pre);
+    }
+}
+
+std::vector<FfnCase> ffn_cases() {
+    using cpu::SwigluClamp;
+    std::vector<FfnCase> v;
+    // Full width (the real expert: 5120 x 2304, MXFP4), both clamp forms; limits 10 (the
+    // model's) and 0.5 (clamps often on these inputs).
+    for (int64_t M : {1, 3, 16, 64}) v.push_back({GgmlType::MXFP4, 5120, 2304, M, 10.0f, SwigluClamp::kDeepSeek});
+    v.push_back({GgmlType::MXFP4, 5120, 2304, 2, 0.5f, SwigluClamp::kLlamaCpp});
+    v.push_back({GgmlType::MXFP4, 5120, 2304, 17, 0.5f, SwigluClamp::kDeepSeek});
+    v.push_back({GgmlType::MXFP4, 5120, 2304, 1, 10.0f, SwigluClamp::kDeepSeek, true, 0, true});
+    v.push_back({GgmlType::MXFP4, 5120, 2304, 64, 10.0f, SwigluClamp::kDeepSeek, true, 0, true});
+    // Odd sizes, every type, both forms, no clamp, dense token lists, forced splits, > 64 tokens.
+    for (GgmlType t : {GgmlType::MXFP4, GgmlType::Q8_0, GgmlType::BF16}) {
+        for (int64_t M : {1, 2, 3, 16, 17, 64}) {
+            v.push_back({t, 352, 224, M, 0.5f, SwigluClamp::kDeepSeek});
+            v.push_back({t, 352, 224, M, 0.5f, SwigluClamp::kLlamaCpp});
+        }
+        v.push_back({t, 352, 224, 5, 0.0f, SwigluClamp::kDeepSeek});
+        v.push_back({t, 352, 224, 9, 0.5f, SwigluClamp::kDeepSeek, false});
+        v.push_back({t, 352, 224, 130, 0.5f, SwigluClamp::kLlamaCpp});
+        for (int s : {1, 4}) {
+            v.push_back({t, 1024, 768, 3, 0.5f, SwigluClamp::kDeepSeek, true, s});
+            v.push_back({t, 1024, 768, 40, 0.5f, SwigluClamp::kDeepSeek, true, s});
+        }
+        v.push_back({t, 1024, 768, 64, 10.0f, SwigluClamp::kDeepSeek});
+    }
+    return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, ExpertFfn, ::testing::ValuesIn(ffn_cases()),
+                         [](const auto& info) { return ffn_name(info.param); });
+
+}  // namespace
