@@ -66,6 +66,17 @@ struct IndexerArgs {
     int32_t* sel_n = nullptr;          // [n_ctx]
 };
 
+// The most the forward asks of the ops, so they size their own memory once at start-up and
+// nothing grows on the token path.
+struct OpsLimits {
+    int64_t busy_pairs = 0;        // busy-interval pairs one stretch between two syncs may record
+    size_t timeline_capacity = 0;  // kernel-timeline intervals
+    int64_t max_tok = 0;           // tokens in one call
+    int64_t n_head = 0;            // attention heads
+    int64_t max_att_rows = 0;      // rows one query attends: the window and the compressed top-k
+    int64_t n_expert = 0;          // router width
+};
+
 class Ops {
 public:
     virtual ~Ops() = default;
@@ -79,12 +90,12 @@ public:
     // Zeroed host memory the backend copies from and to (page-locked where it can be).
     virtual void* alloc_host(uint64_t bytes) = 0;
     virtual void free_host(void* p) = 0;
-    // Backend memory the ops themselves hold (the CUDA matmul scratch), and host memory (the
-    // CUDA kernel timeline once reserve_busy sized it); 0 for the CPU.
+    // Backend memory the ops themselves hold (the CUDA matmul scratch), and host memory (once
+    // reserve() sized it: the CUDA kernel timeline, the CPU's attention and router scratch).
     virtual uint64_t own_bytes() const = 0;
     virtual uint64_t own_host_bytes() const = 0;
-    // Busy-interval pairs one stretch between two syncs may record, and the timeline capacity.
-    virtual void reserve_busy(int64_t pairs, size_t timeline_capacity) = 0;
+    // Called once, before the first op.
+    virtual void reserve(const OpsLimits& lim) = 0;
 
     // ---- copies, queued in order with the ops
     virtual void upload(void* dst, const void* src_host, uint64_t bytes) = 0;

@@ -17,9 +17,10 @@ namespace {
 
 constexpr int kHc = 4;
 
+// A scratch vector sized by reserve(): a call that needs more is a forward that broke its limits.
 template <typename T>
-T* grow(std::vector<T>& v, int64_t n) {
-    if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+T* fits(std::vector<T>& v, int64_t n) {
+    BG_CHECK(n <= static_cast<int64_t>(v.size()));
     return v.data();
 }
 
@@ -45,8 +46,17 @@ public:
     }
     void free_host(void* p) override { std::free(p); }
     uint64_t own_bytes() const override { return 0; }
-    uint64_t own_host_bytes() const override { return 0; }
-    void reserve_busy(int64_t, size_t) override {}
+    uint64_t own_host_bytes() const override { return reserved_ ? ops_host_bytes(lim_) : 0; }
+    void reserve(const OpsLimits& lim) override {
+        BG_CHECK(!reserved_);
+        reserved_ = true;
+        lim_ = lim;
+        rows_.resize(static_cast<size_t>(lim.max_tok * lim.max_att_rows));
+        n_rows_.resize(static_cast<size_t>(lim.max_tok));
+        att_scratch_.resize(static_cast<size_t>(lim.max_tok * lim.n_head * lim.max_att_rows));
+        route_scratch_.resize(static_cast<size_t>(2 * lim.n_expert));
+        route_order_.resize(static_cast<size_t>(lim.n_expert));
+    }
 
     void upload(void* dst, const void* src, uint64_t bytes) override { std::memmove(dst, src, bytes); }
     void download(void* dst, const void* src, uint64_t bytes) override { std::memmove(dst, src, bytes); }
@@ -142,9 +152,10 @@ public:
     }
     void attention(const AttentionArgs& a) override {
         const int64_t max_rows = a.window + a.top_k;
-        const float** rows = grow(rows_, a.n_tok * max_rows);
-        int64_t* n_rows = grow(n_rows_, a.n_tok);
-        float* scratch = grow(att_scratch_, a.n_tok * a.n_head * max_rows);
+        BG_CHECK(max_rows <= lim_.max_att_rows && a.n_head <= lim_.n_head);
+        const float** rows = fits(rows_, a.n_tok * max_rows);
+        int64_t* n_rows = fits(n_rows_, a.n_tok);
+        float* scratch = fits(att_scratch_, a.n_tok * a.n_head * max_rows);
         for (int64_t i = 0; i < a.n_tok; ++i) {
             const int64_t p = a.pos[i];
             const float** r = rows + i * max_rows;
@@ -189,8 +200,8 @@ public:
     }
     void route(RoutingPolicy policy, const float* logits, const float* bias, const uint8_t* resident, int64_t n_tok,
                int64_t ne, int k, RouteWeighting wt, int32_t* ids, float* weights) override {
-        float* scratch = grow(route_scratch_, 2 * ne);
-        int32_t* order = grow(route_order_, ne);
+        float* scratch = fits(route_scratch_, 2 * ne);
+        int32_t* order = fits(route_order_, ne);
         for (int64_t t = 0; t < n_tok; ++t)
             bg::route(policy, logits + t * ne, bias, resident, ne, k, wt, ids + t * k, weights + t * k, scratch, order);
     }
@@ -214,7 +225,9 @@ public:
 private:
     ThreadPool& pool_;
     std::vector<void*> allocations_;
-    // Scratch grown to the largest call once, then reused.
+    // Scratch sized once by reserve() (ops_host_bytes), then reused.
+    bool reserved_ = false;
+    OpsLimits lim_;
     std::vector<const float*> rows_;
     std::vector<int64_t> n_rows_;
     std::vector<float> att_scratch_, route_scratch_;
@@ -224,5 +237,12 @@ private:
 }  // namespace
 
 std::unique_ptr<Ops> make_cpu_ops(ThreadPool& pool) { return std::make_unique<CpuOps>(pool); }
+
+uint64_t ops_host_bytes(const OpsLimits& lim) {
+    const uint64_t rows = static_cast<uint64_t>(lim.max_tok * lim.max_att_rows);
+    return rows * sizeof(const float*) + static_cast<uint64_t>(lim.max_tok) * sizeof(int64_t) +
+           rows * static_cast<uint64_t>(lim.n_head) * sizeof(float) + 2 * static_cast<uint64_t>(lim.n_expert) * sizeof(float) +
+           static_cast<uint64_t>(lim.n_expert) * sizeof(int32_t);
+}
 
 }  // namespace bg::cpu

@@ -58,11 +58,11 @@ public:
     void free_host(void* p) override { cudaFreeHost(p); }
     uint64_t own_bytes() const override { return mm_->scratch_bytes(); }
     uint64_t own_host_bytes() const override { return timeline_ ? timeline_->bytes() : 0; }
-    void reserve_busy(int64_t pairs, size_t timeline_capacity) override {
+    void reserve(const OpsLimits& lim) override {
         BG_CHECK(events_.empty());
-        events_.resize(static_cast<size_t>(2 * pairs));
+        events_.resize(static_cast<size_t>(2 * lim.busy_pairs));
         for (cudaEvent_t& e : events_) BG_CUDA_CHECK(cudaEventCreate(&e));
-        timeline_ = std::make_unique<Timeline>(timeline_capacity);
+        timeline_ = std::make_unique<Timeline>(lim.timeline_capacity);
     }
 
     void upload(void* dst, const void* src, uint64_t bytes) override {
@@ -196,7 +196,7 @@ private:
     std::unique_ptr<MatmulContext> mm_;
     std::vector<void*> allocations_;
     cudaEvent_t fences_[kFences] = {};
-    std::vector<cudaEvent_t> events_;  // busy pairs, created by reserve_busy
+    std::vector<cudaEvent_t> events_;  // busy pairs, created by reserve
     size_t events_used_ = 0;
     double busy_ms_ = 0;
     cudaEvent_t anchor_ = nullptr;

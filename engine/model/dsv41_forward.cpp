@@ -202,8 +202,7 @@ Forward::Forward(const Model& m, std::unique_ptr<Ops> ops, ExpertProvider& exper
     // the embedding gather reads for a unit's rows 0..n-1.
     ops_->fill_positions(iota_, ctx, 0, 1);
 
-    // One busy pair per expert and per unit of a layer between two syncs, and a few more.
-    ops_->reserve_busy(hp_.n_expert + (ctx + mu - 1) / mu + 5, timeline_capacity(hp_.n_layer, hp_.n_expert));
+    ops_->reserve(lay_.ops);
     ops_->sync();
     ops_->begin_timeline();
     // `betelgeuse plan` prints what the forward holds from the same layout.

@@ -86,6 +86,13 @@ ForwardLayout ForwardLayout::of(const HParams& hp, const std::vector<LayerRoles>
     f.by_expert_start = ne + 1;
     f.used_experts = ne;
     f.used_tokens = ne;
+    // One busy pair per expert and per unit of a layer between two syncs, and a few more.
+    f.ops.busy_pairs = ne + (ctx + mu - 1) / mu + 5;
+    f.ops.timeline_capacity = timeline_capacity(L, ne);
+    f.ops.max_tok = mu;
+    f.ops.n_head = hp.n_head;
+    f.ops.max_att_rows = hp.sliding_window + hp.idx_top_k;
+    f.ops.n_expert = ne;
     return f;
 }
 

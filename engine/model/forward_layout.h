@@ -48,6 +48,8 @@ struct ForwardLayout {
     // Host (int32 unless said)
     int64_t tokens = 0, rows_host = 0, out_host = 0 /* float */, emb_host = 0 /* float */, onehot = 0 /* float */,
             erows = 0 /* uint64 */, by_expert_count = 0, by_expert_start = 0, used_experts = 0, used_tokens = 0;
+    // What the forward asks of its ops at most (they size their own memory from it).
+    OpsLimits ops;
 
     static ForwardLayout of(const HParams& hp, const std::vector<LayerRoles>& roles, const ForwardConfig& cfg);
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "cpu/cpu_ops.h"
 #include "model/dsv41_forward.h"
 #include "model/forward_layout.h"
 #include "model/make_model.h"
@@ -134,7 +135,7 @@ MemoryPlan plan_memory(const ModelShape& shape, const RunConfig& cfg, bool cuda,
         add(MemoryTier::kHost, "forward buffers and kernel timeline", f.host);
     } else {
         add(MemoryTier::kHost, strf("forward caches (%lld positions), activations and work buffers", (long long)fc.n_ctx),
-            fl.bytes(true, 0, 0, 0).host);
+            fl.bytes(true, 0, 0, cpu::ops_host_bytes(fl.ops)).host);
     }
 
     // The tiered expert store.
