@@ -10,7 +10,9 @@
 #   decode     harness: scenarios/device/decode
 #   fidelity   engine: pinned-top1 and resident-only against exact (64 and 500 tokens) -> measurements/
 #   probes     engine: pinned-copy probes from one device-scale expert to 256 MiB -> measurements/
-#   bench      bench_gpu: kernel micro-benchmarks with same-run probes -> measurements/device/bench/
+#   bench      bench_gpu: kernel micro-benchmarks with same-run probes -> measurements/device/bench/;
+#              all of them ran past 7 minutes on the H200 (2026-12-01, cut short), so pick with
+#              BG_BENCH_FILTER: 'D2D|ExpertFused|ExpertMxfp4' (experts), 'D2D|Dense' (dense weights)
 #   drop-models  removes models/*.gguf (the 64 GiB disk holds the device scale or the slice, not both)
 #   ablation   harness: scenarios/device/ablation (the longest part: about 9 minutes on an H200)
 #   500        harness: scenarios/device/seed-500-baseline and seed-500-optimized
@@ -44,7 +46,7 @@ bg=/tmp/betelgeuse-background
 if [ "${1:-}" = "--background" ]; then
   shift
   rm -rf "$bg" && mkdir -p "$bg/out"
-  setsid bash -c 'OUT="$1/out" bash scripts/device-reproduce.sh --run "${@:2}" > "$1/log" 2>&1; echo $? > "$1/rc"' \
+  setsid bash -c 'OUT="$1/out" BG_RESULTS_ROOT="$1/tree" bash scripts/device-reproduce.sh --run "${@:2}" > "$1/log" 2>&1; echo $? > "$1/rc"' \
     _ "$bg" "$@" < /dev/null > /dev/null 2>&1 &
   echo "background: parts $* started (pid $!); collect with --wait SECONDS"
   exit 0
@@ -62,7 +64,11 @@ fi
 [ "${1:-}" = "--run" ] || { echo "usage: $0 --stage [BUILD] | --run PART..." >&2; exit 2; }
 shift
 out=${OUT:-device-out}
-mkdir -p "$out" results/device results/slice
+# Where results/ and measurements/ are written: the working tree, or (--background) a folder
+# outside it, since the device tool re-copies the tree at the start of every call and removes
+# files it does not have (a background part's output written there was lost once).
+root=${BG_RESULTS_ROOT:-.}
+mkdir -p "$out" "$root/results/device" "$root/results/slice"
 export LD_LIBRARY_PATH="$PWD/$stage${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 bin=$stage/betelgeuse
 harness=$stage/betelgeuse-harness
@@ -73,9 +79,9 @@ note() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$log"; }
 harness_run() {  # run|ablate scenario [profile]
   local profile=${3:-device}
   note "harness $1 $profile/$2"
-  "$harness" "$1" "scenarios/$profile/$2.json" --out results --quiet 2>&1 | tail -n 25 | tee -a "$log" || status=1
+  "$harness" "$1" "scenarios/$profile/$2.json" --out "$root/results" --quiet 2>&1 | tail -n 25 | tee -a "$log" || status=1
   local md
-  md=$(ls -1 "results/$profile/$2"/*.md 2>/dev/null | sort | tail -1)
+  md=$(ls -1 "$root/results/$profile/$2"/*.md 2>/dev/null | sort | tail -1)
   [ -n "$md" ] && cat "$md" | tee -a "$log" >/dev/null && grep -E "^\| |Hardware use|  - |Same-run|Decode|Partition" "$md"
 }
 
@@ -117,29 +123,29 @@ for part in "$@"; do
       # Fidelity is a property of the model and the rule, not of the tiers: no scenario, the engine
       # alone, with the slice scenarios' budgets.
       slice_model
-      mkdir -p measurements/slice/fidelity
-      nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > measurements/slice/fidelity/machine.txt
+      mkdir -p "$root/measurements/slice/fidelity"
+      nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$root/measurements/slice/fidelity/machine.txt"
       for n in 64 500; do
         for pol in resident-only pinned-top1; do
           note "slice fidelity $pol $n tokens"
           "$bin" run --backend cuda --model models/slice.gguf --prompt-tokens $n --prompt-seed 1 \
             --vram-budget 3068 --host-budget 2875 --slots 20 --hot 5 --transient-slots 12 --lru-slots 0 \
             --routing $pol --prefill layer-major --ubatch 16 --promote \
-            --passes 1 --gen 1 --fidelity --metrics-json "measurements/slice/fidelity/$pol-$n.json" 2>&1 \
+            --passes 1 --gen 1 --fidelity --metrics-json "$root/measurements/slice/fidelity/$pol-$n.json" 2>&1 \
             | grep -E "^fidelity|^pass|error" | tee -a "$log" || status=1
         done
       done
       ;;
     fidelity)
       [ -f models/device.gguf ] || "$bin" make-model --scale scenarios/models/device.json --out models/device.gguf --seed 1 2>&1 | tail -n 1
-      mkdir -p measurements/device/fidelity
-      nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > measurements/device/fidelity/machine.txt
+      mkdir -p "$root/measurements/device/fidelity"
+      nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$root/measurements/device/fidelity/machine.txt"
       for n in 64 500; do
         for pol in pinned-top1 resident-only; do
           note "fidelity $pol $n tokens"
           "$bin" run --backend cuda --model models/device.gguf --prompt-tokens $n --prompt-seed 1 \
             --vram-budget 2048 --host-budget 2048 --routing $pol --prefill layer-major --ubatch 16 --promote \
-            --passes 1 --gen 1 --fidelity --metrics-json "measurements/device/fidelity/$pol-$n.json" 2>&1 \
+            --passes 1 --gen 1 --fidelity --metrics-json "$root/measurements/device/fidelity/$pol-$n.json" 2>&1 \
             | grep -E "^fidelity|^pass|error" | tee -a "$log" || status=1
         done
       done
@@ -147,26 +153,26 @@ for part in "$@"; do
     bench)
       # Micro-benchmarks of the GPU kernels, with the device-memory and pinned-copy probes of the
       # same run, as Google Benchmark's JSON beside the console table.
-      mkdir -p measurements/device/bench
-      nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > measurements/device/bench/machine.txt
+      mkdir -p "$root/measurements/device/bench"
+      nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$root/measurements/device/bench/machine.txt"
       note "bench_gpu"
-      "$stage/bench_gpu" --benchmark_min_time=0.2 --benchmark_out=measurements/device/bench/bench_gpu.json --benchmark_out_format=json 2>&1 \
-        | tee measurements/device/bench/bench_gpu.txt | tail -n 60 || status=1
+      "$stage/bench_gpu" --benchmark_filter="${BG_BENCH_FILTER:-.}" --benchmark_min_time=0.2 --benchmark_out="$root/measurements/device/bench/bench_gpu.json" --benchmark_out_format=json 2>&1 \
+        | tee "$root/measurements/device/bench/bench_gpu.txt" | tail -n 60 || status=1
       ;;
     drop-models) note "removing generated models (the disk holds the device scale or the slice, not both)"; rm -f models/*.gguf ;;
     probes)
-      mkdir -p measurements/device/probes
-      nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > measurements/device/probes/machine.txt
+      mkdir -p "$root/measurements/device/probes"
+      nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$root/measurements/device/probes/machine.txt"
       for b in 1314816 4194304 16777216 268435456; do  # one device-scale expert .. 256 MiB
-        "$bin" probe-pcie --bytes $b --reps 20 --json | tee "measurements/device/probes/pcie-$b.json" || status=1
+        "$bin" probe-pcie --bytes $b --reps 20 --json | tee "$root/measurements/device/probes/pcie-$b.json" || status=1
       done
       ;;
     *) echo "unknown part $part" >&2; status=2 ;;
   esac
   # After every part, so a call cut at its time limit still brings back what finished.
   case "$part" in
-    slice-*) tar czf "$out/results-slice.tgz" results/slice $(ls -d measurements/slice 2>/dev/null) 2>/dev/null ;;
-    *) tar czf "$out/results-device.tgz" results/device $(ls -d measurements/device 2>/dev/null) 2>/dev/null ;;
+    slice-*) tar czf "$out/results-slice.tgz" -C "$root" results/slice $(cd "$root" && ls -d measurements/slice 2>/dev/null) 2>/dev/null ;;
+    *) tar czf "$out/results-device.tgz" -C "$root" results/device $(cd "$root" && ls -d measurements/device 2>/dev/null) 2>/dev/null ;;
   esac
 done
 ls -la "$out"
