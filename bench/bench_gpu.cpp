@@ -83,7 +83,7 @@ void BM_ExpertMxfp4(benchmark::State& state) {
     const auto expert = [&] {
         cuda::matmul(ctx, Wg, x, E, M, g, F, s);
         cuda::matmul(ctx, Wu, x, E, M, upo, F, s);
-        cuda::swiglu(g, upo, M * F, 10.0f, cpu::SwigluClamp::kDeepSeek, h, s);
+        cuda::swiglu(g, upo, M * F, 10.0f, bg::SwigluClamp::kDeepSeek, h, s);
         cuda::matmul(ctx, Wd, h, F, M, y, E, s);
     };
     expert();  // first call: cuBLAS picks and loads its kernels
@@ -354,7 +354,7 @@ void BM_ExpertFused(benchmark::State& state) {
     const uint64_t rbE = row_bytes(type, E), rbF = row_bytes(type, F);
     time_calls(state, s, n_sets, static_cast<double>(expert_bytes), 2.0 * 3.0 * M * E * F, graph, [&](size_t i) {
         const cuda::ExpertMats m{{g.bufs[i], type, E, F, rbE}, {u.bufs[i], type, E, F, rbE}, {d.bufs[i], type, F, E, rbF}};
-        cuda::expert_ffn(ws, m, x, E, drows, w, M, 10.0f, cpu::SwigluClamp::kDeepSeek, y, E, s);
+        cuda::expert_ffn(ws, m, x, E, drows, w, M, 10.0f, bg::SwigluClamp::kDeepSeek, y, E, s);
     });
     state.counters["sets"] = static_cast<double>(n_sets);
     BG_CUDA_CHECK(cudaStreamDestroy(s));

@@ -131,7 +131,7 @@ TEST_P(GpuMatmul, MatchesCpuAtEveryBatchSize) {
             dequantize_row(type, wq.data() + r * stride, &wd[r * mc.cols], mc.cols);
         }
         Dev<uint8_t> d_w(wq);
-        cpu::MatView hv{wq.data(), type, mc.cols, mc.rows, stride};
+        bg::MatView hv{wq.data(), type, mc.cols, mc.rows, stride};
         cuda::DeviceMat dv{d_w.get(), type, mc.cols, mc.rows, stride};
         int64_t r_first = 0;
         if (mc.slice_n > 0) {
@@ -304,10 +304,10 @@ TEST_F(GpuTest, RmsNormMatchesCpu) {
 // rope: the angle is computed in double on both sides, so each rotated pair is within
 // 1e-6 * (|x0| + |x1|) (in practice equal); untouched values are bit-equal.
 TEST_F(GpuTest, RopeMatchesCpu) {
-    cpu::RopeParams plain;
+    bg::RopeParams plain;
     plain.n_dims = 64;
     plain.freq_base = 10000.0f;
-    cpu::RopeParams yarn;
+    bg::RopeParams yarn;
     yarn.n_dims = 32;
     yarn.freq_base = 160000.0f;
     yarn.yarn = true;
@@ -316,10 +316,10 @@ TEST_F(GpuTest, RopeMatchesCpu) {
     yarn.beta_fast = 32.0f;
     yarn.beta_slow = 1.0f;
     struct Case {
-        cpu::RopeParams p;
+        bg::RopeParams p;
         int64_t head_dim;
     };
-    cpu::RopeParams linear = plain;  // rope.scaling.type linear: every angle / factor
+    bg::RopeParams linear = plain;  // rope.scaling.type linear: every angle / factor
     linear.freq_base = 160000.0f;
     linear.factor = 16.0f;
     const Case cases[] = {{plain, 64}, {yarn, 96}, {yarn, 32}, {linear, 64}};
@@ -364,7 +364,7 @@ TEST_F(GpuTest, RopeMatchesCpu) {
 // and the unclamped one, also with the output over the gate.
 TEST_F(GpuTest, SwigluMatchesCpu) {
     const int64_t n = 100003;
-    for (cpu::SwigluClamp form : {cpu::SwigluClamp::kDeepSeek, cpu::SwigluClamp::kLlamaCpp}) {
+    for (bg::SwigluClamp form : {bg::SwigluClamp::kDeepSeek, bg::SwigluClamp::kLlamaCpp}) {
         for (float limit : {10.0f, 0.0f, -1.0f}) {
             for (bool in_place : {false, true}) {
                 const std::vector<float> g = uniform(rng_, n, -30.0f, 30.0f);
@@ -397,16 +397,16 @@ TEST_F(GpuTest, HcMixMatchesCpu) {
         const std::vector<float> base = uniform(rng_, 24, -1.0f, 1.0f);
         const std::vector<float> scale = uniform(rng_, 3, 0.5f, 2.0f);
         const float eps = 1e-6f;
-        Dev<float> d_m(m), d_base(base), d_scale(scale), d_mix(static_cast<size_t>(n * cuda::kMixWidth));
+        Dev<float> d_m(m), d_base(base), d_scale(scale), d_mix(static_cast<size_t>(n * bg::kMixWidth));
         cuda::hc_mix(d_m.get(), d_base.get(), d_scale.get(), n, n_iter, eps, d_mix.get(), stream_);
         sync();
         const std::vector<float> got = d_mix.download();
         for (int64_t t = 0; t < n; ++t) {
-            const cpu::HcMix want = cpu::hc_mix(&m[t * 24], base.data(), scale.data(), n_iter, eps);
+            const bg::HcMix want = cpu::hc_mix(&m[t * 24], base.data(), scale.data(), n_iter, eps);
             float w24[24];
             std::memcpy(w24, &want, sizeof(w24));
             for (int i = 0; i < 24; ++i)
-                ASSERT_NEAR(got[t * cuda::kMixWidth + i], w24[i], 2e-6f) << "n_iter " << n_iter << " token " << t << " value " << i;
+                ASSERT_NEAR(got[t * bg::kMixWidth + i], w24[i], 2e-6f) << "n_iter " << n_iter << " token " << t << " value " << i;
         }
     }
 }
@@ -416,9 +416,9 @@ TEST_F(GpuTest, HcMixMatchesCpu) {
 TEST_F(GpuTest, HcCollapseAndExpandMatchForward) {
     const int64_t n = 5, E = 1000;
     const std::vector<float> H = normal(rng_, n * 4 * E, 1.0f);
-    const std::vector<float> mix = uniform(rng_, n * cuda::kMixWidth, 0.05f, 1.5f);
+    const std::vector<float> mix = uniform(rng_, n * bg::kMixWidth, 0.05f, 1.5f);
     Dev<float> d_H(H), d_mix(mix);
-    for (int64_t pre_stride : {int64_t{4}, int64_t{cuda::kMixWidth}}) {
+    for (int64_t pre_stride : {int64_t{4}, int64_t{bg::kMixWidth}}) {
         // pre from a [n][4] array or straight from the mix array
         std::vector<float> pre_buf = pre_stride == 4 ? uniform(rng_, n * 4, 0.0f, 1.0f) : mix;
         Dev<float> d_pre(pre_buf), d_x(static_cast<size_t>(n * E));
@@ -438,14 +438,14 @@ TEST_F(GpuTest, HcCollapseAndExpandMatchForward) {
     const std::vector<float> y = normal(rng_, n * E, 1.0f);
     std::vector<float> want(H.size()), mag(H.size());
     for (int64_t t = 0; t < n; ++t) {
-        const float* mx = &mix[t * cuda::kMixWidth];
+        const float* mx = &mix[t * bg::kMixWidth];
         for (int d = 0; d < 4; ++d)
             for (int64_t e = 0; e < E; ++e) {
-                float s = mx[cuda::kMixPost + d] * y[t * E + e];
+                float s = mx[bg::kMixPost + d] * y[t * E + e];
                 float a = std::fabs(s);
                 for (int c = 0; c < 4; ++c) {
-                    s += mx[cuda::kMixComb + 4 * d + c] * H[(t * 4 + c) * E + e];
-                    a += std::fabs(mx[cuda::kMixComb + 4 * d + c] * H[(t * 4 + c) * E + e]);
+                    s += mx[bg::kMixComb + 4 * d + c] * H[(t * 4 + c) * E + e];
+                    a += std::fabs(mx[bg::kMixComb + 4 * d + c] * H[(t * 4 + c) * E + e]);
                 }
                 want[(t * 4 + d) * E + e] = s;
                 mag[(t * 4 + d) * E + e] = a;
@@ -598,7 +598,7 @@ TEST_F(GpuTest, AttentionMatchesCpu) {
         }
         Dev<float> d_q(q), d_kv(kv), d_comp(comp), d_sinks(sinks), d_out(std::vector<float>(want.size(), sentinel));
         Dev<int32_t> d_sel(sel), d_sel_n(sel_n), d_pos(c.pos);
-        cuda::AttentionArgs a;
+        bg::AttentionArgs a;
         a.q = d_q.get();
         a.ldq = ldq;
         a.kv = d_kv.get();
@@ -650,7 +650,7 @@ IndexerResult run_indexer(const IndexerCase& c, const std::vector<float>& q, con
     Dev<float> d_q(q), d_w(w), d_keys(keys), d_scores(static_cast<size_t>(n * r.ld));
     Dev<int32_t> d_pos(c.pos), d_sel(std::vector<int32_t>(static_cast<size_t>(c.n_ctx * c.top_k), -7));
     Dev<int32_t> d_sel_n(std::vector<int32_t>(static_cast<size_t>(c.n_ctx), -7));
-    cuda::IndexerArgs a;
+    bg::IndexerArgs a;
     a.q = d_q.get();
     a.w = d_w.get();
     a.keys = d_keys.get();
@@ -864,12 +864,12 @@ TEST_F(GpuTest, RouterMatchesRouteForEveryPolicy) {
                 std::vector<int32_t> ord(static_cast<size_t>(ne));
                 for (int64_t t = 0; t < n; ++t)
                     route(policy, &logits[t * ne], with_bias ? bias.data() : nullptr, resident.data(), ne, c.k,
-                          cpu::RouteWeighting{c.norm, c.scale}, &want_ids[t * c.k], &want_w[t * c.k], scratch.data(), ord.data());
+                          bg::RouteWeighting{c.norm, c.scale}, &want_ids[t * c.k], &want_w[t * c.k], scratch.data(), ord.data());
                 Dev<float> d_logits(logits), d_bias(bias), d_w(static_cast<size_t>(n * c.k));
                 Dev<uint8_t> d_res(resident);
                 Dev<int32_t> d_ids(static_cast<size_t>(n * c.k));
                 cuda::route(policy, d_logits.get(), with_bias ? d_bias.get() : nullptr, d_res.get(), n, ne, c.k,
-                            cpu::RouteWeighting{c.norm, c.scale}, d_ids.get(), d_w.get(), stream_);
+                            bg::RouteWeighting{c.norm, c.scale}, d_ids.get(), d_w.get(), stream_);
                 sync();
                 const std::vector<int32_t> ids = d_ids.download();
                 const std::vector<float> w = d_w.download();
@@ -894,7 +894,7 @@ TEST_F(GpuTest, RouterShortResidentSetMarksMissingRanks) {
     Dev<float> d_logits(logits), d_bias(bias), d_w(static_cast<size_t>(k));
     Dev<uint8_t> d_res(resident);
     Dev<int32_t> d_ids(static_cast<size_t>(k));
-    cuda::route(RoutingPolicy::kResidentOnly, d_logits.get(), d_bias.get(), d_res.get(), 1, ne, k, cpu::RouteWeighting{}, d_ids.get(),
+    cuda::route(RoutingPolicy::kResidentOnly, d_logits.get(), d_bias.get(), d_res.get(), 1, ne, k, bg::RouteWeighting{}, d_ids.get(),
                 d_w.get(), stream_);
     sync();
     const std::vector<int32_t> ids = d_ids.download();

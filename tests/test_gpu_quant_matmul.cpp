@@ -138,11 +138,11 @@ std::vector<double> ref_matmul(const HostMat& W, const std::vector<float>& x, in
     return y;
 }
 
-double swiglu_ref(double g, double u, double limit, cpu::SwigluClamp form) {
+double swiglu_ref(double g, double u, double limit, bg::SwigluClamp form) {
     auto silu = [](double v) { return v / (1.0 + std::exp(-v)); };
-    if (limit <= cpu::kSwigluNoClamp) return silu(g) * u;
+    if (limit <= bg::kSwigluNoClamp) return silu(g) * u;
     const double uc = std::min(limit, std::max(-limit, u));
-    if (form == cpu::SwigluClamp::kLlamaCpp) return std::min(silu(g), limit) * uc;
+    if (form == bg::SwigluClamp::kLlamaCpp) return std::min(silu(g), limit) * uc;
     return silu(std::min(g, limit)) * uc;
 }
 
@@ -280,7 +280,7 @@ struct FfnCase {
     GgmlType type;
     int64_t n_embd, n_ff, M;
     float limit;
-    cpu::SwigluClamp form;
+    bg::SwigluClamp form;
     bool gathered = true;  // tokens gathered from a larger x through rows[], weights w[]
     int split = 0;
     bool lut = false;
@@ -289,7 +289,7 @@ struct FfnCase {
 std::string ffn_name(const FfnCase& c) {
     std::ostringstream s;
     s << type_name(c.type) << "_E" << c.n_embd << "_F" << c.n_ff << "_M" << c.M << "_lim"
-      << static_cast<int>(c.limit * 100) << (c.form == cpu::SwigluClamp::kLlamaCpp ? "_llama" : "_deepseek")
+      << static_cast<int>(c.limit * 100) << (c.form == bg::SwigluClamp::kLlamaCpp ? "_llama" : "_deepseek")
       << (c.gathered ? "_gathered" : "_dense");
     if (c.split) s << "_split" << c.split;
     if (c.lut) s << "_lut";
@@ -383,7 +383,7 @@ TEST_P(ExpertFfn, MatchesFloat64Reference) {
 }
 
 std::vector<FfnCase> ffn_cases() {
-    using cpu::SwigluClamp;
+    using bg::SwigluClamp;
     std::vector<FfnCase> v;
     // Full width (the real expert: 5120 x 2304, MXFP4), both clamp forms; limits 10 (the
     // model's) and 0.5 (clamps often on these inputs).

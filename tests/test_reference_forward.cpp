@@ -60,7 +60,7 @@ double compare_with_reference(const std::string& path, ref::SwigluForm form) {
     bg::dsv41::ForwardConfig fc;
     fc.n_ctx = 64;
     fc.max_ubatch = 16;
-    fc.swiglu_form = form == ref::SwigluForm::kDeepSeek ? bg::cpu::SwigluClamp::kDeepSeek : bg::cpu::SwigluClamp::kLlamaCpp;
+    fc.swiglu_form = form == ref::SwigluForm::kDeepSeek ? bg::SwigluClamp::kDeepSeek : bg::SwigluClamp::kLlamaCpp;
     Engine eng(path, fc);
     std::vector<float> last;
     eng.runner.prefill(prompt, bg::PrefillOrder::kLayerMajor, 16, &last);

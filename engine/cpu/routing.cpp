@@ -9,7 +9,7 @@
 namespace bg {
 
 void route(RoutingPolicy policy, const float* logits, const float* bias, const uint8_t* resident,
-           int64_t n_expert, int k, cpu::RouteWeighting wt, int32_t* ids, float* weights, float* scratch,
+           int64_t n_expert, int k, bg::RouteWeighting wt, int32_t* ids, float* weights, float* scratch,
            int32_t* order) {
     if (policy == RoutingPolicy::kExact) {
         cpu::router_exact(logits, bias, n_expert, k, wt, ids, weights, nullptr);

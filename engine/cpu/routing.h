@@ -5,7 +5,7 @@
 //                  of the exact ranking that are resident, in score order
 //   resident-only  top-k of p + bias among the resident experts
 // In every policy the weights are the chosen p weighted over the chosen set as the model does
-// (cpu::RouteWeighting: divided by max(sum p, 6.1035e-5) when expert_weights_norm, times the
+// (bg::RouteWeighting: divided by max(sum p, 6.1035e-5) when expert_weights_norm, times the
 // scale), with p = sqrt(softplus(logit)).
 #pragma once
 
@@ -19,7 +19,7 @@ namespace bg {
 // resident: [n_expert] 1/0 (ignored by kExact; may be null then). scratch: 2*n_expert floats,
 // order: n_expert ints. Writes ids (k, in descending order of p + bias) and weights.
 void route(RoutingPolicy policy, const float* logits, const float* bias, const uint8_t* resident,
-           int64_t n_expert, int k, cpu::RouteWeighting wt, int32_t* ids, float* weights, float* scratch,
+           int64_t n_expert, int k, bg::RouteWeighting wt, int32_t* ids, float* weights, float* scratch,
            int32_t* order);
 
 }  // namespace bg

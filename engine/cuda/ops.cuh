@@ -77,13 +77,6 @@ void matmul(MatmulContext& ctx, const DeviceMat& W, const float* x, int64_t ldx,
 void embed_tokens(const DeviceMat& emb, const int32_t* tokens, int64_t n_tok, float* H,
                   cudaStream_t stream);
 
-using bg::AttentionArgs;
-using bg::IndexerArgs;
-using bg::kMixComb;
-using bg::kMixPost;
-using bg::kMixPre;
-using bg::kMixWidth;
-
 void fill_positions(int32_t* pos, int64_t n, int64_t start, int64_t step, cudaStream_t stream);
 void rmsnorm(const float* x, const float* w, int64_t n, int64_t n_rows, float eps, float* y,
              cudaStream_t stream);

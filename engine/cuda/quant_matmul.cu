@@ -192,9 +192,9 @@ __device__ __forceinline__ uint32_t q8_pair(uint32_t w) {
 
 __device__ __forceinline__ float sigmoid_dev(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-// cpu::swiglu, both clamp forms (limit <= cpu::kSwigluNoClamp: no clamp).
+// cpu::swiglu, both clamp forms (limit <= bg::kSwigluNoClamp: no clamp).
 __device__ __forceinline__ float swiglu_dev(float g, float u, float limit, int llama) {
-    if (limit <= cpu::kSwigluNoClamp) return g * sigmoid_dev(g) * u;
+    if (limit <= bg::kSwigluNoClamp) return g * sigmoid_dev(g) * u;
     const float uc = fminf(limit, fmaxf(-limit, u));
     if (llama) return fminf(g * sigmoid_dev(g), limit) * uc;
     const float gc = fminf(g, limit);
@@ -731,7 +731,7 @@ void quant_matmul(QuantMatmulWorkspace& ws, const DeviceMat& W, const float* x, 
 }
 
 void expert_ffn(QuantMatmulWorkspace& ws, const ExpertMats& e, const float* x, int64_t ldx, const int32_t* rows,
-                const float* w, int64_t n_tok, float limit, cpu::SwigluClamp form, float* y, int64_t ldy,
+                const float* w, int64_t n_tok, float limit, bg::SwigluClamp form, float* y, int64_t ldy,
                 cudaStream_t stream) {
     const int64_t n_embd = e.gate.cols, n_ff = e.gate.rows;
     BG_CHECK_MSG(e.up.type == e.gate.type && e.down.type == e.gate.type, "expert_ffn: one weight type for all three");
@@ -764,7 +764,7 @@ void expert_ffn(QuantMatmulWorkspace& ws, const ExpertMats& e, const float* x, i
     gu.hq = ws.hq();
     gu.ldh = static_cast<int>(n_ff);
     gu.limit = limit;
-    gu.llama = form == cpu::SwigluClamp::kLlamaCpp ? 1 : 0;
+    gu.llama = form == bg::SwigluClamp::kLlamaCpp ? 1 : 0;
     const int gu_rows = static_cast<int>((n_ff + 7) / 8 * 16);
 
     KParams dn;

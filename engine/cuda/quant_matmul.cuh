@@ -123,7 +123,7 @@ struct ExpertMats {
     DeviceMat gate, up, down;
 };
 void expert_ffn(QuantMatmulWorkspace& ws, const ExpertMats& e, const float* x, int64_t ldx, const int32_t* rows,
-                const float* w, int64_t n_tok, float limit, cpu::SwigluClamp form, float* y, int64_t ldy,
+                const float* w, int64_t n_tok, float limit, bg::SwigluClamp form, float* y, int64_t ldy,
                 cudaStream_t stream);
 
 }  // namespace bg::cuda
