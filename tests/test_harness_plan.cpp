@@ -84,7 +84,9 @@ TEST(MemoryPlan, EveryRtx3060AndSliceScenarioFits) {
             const nlohmann::json p = nlohmann::json::parse(out.substr(out.find('{')));
             EXPECT_TRUE(p["fits"].get<bool>());
             EXPECT_LE(p["vram_bytes"].get<uint64_t>(), static_cast<uint64_t>(sc.vram_budget_mib) << 20);
-            if (std::string(profile) == "scenarios/rtx3060") EXPECT_LE(p["vram_bytes"].get<uint64_t>(), 12288ull << 20);
+            if (std::string(profile) == "scenarios/rtx3060") {
+                EXPECT_LE(p["vram_bytes"].get<uint64_t>(), 12288ull << 20);
+            }
             ++checked;
         }
     }

@@ -44,9 +44,9 @@ TEST(Routing, PoliciesArePureFunctionsOfScoresAndResidentSet) {
     const uint8_t resident[8] = {1, 0, 1, 1, 1, 0, 1, 0};
     float scratch[16], w[3];
     int32_t order[8], ids[3];
-    bg::route(RoutingPolicy::kExact, logits, bias, resident, 8, 3, bg::cpu::RouteWeighting{true, 1.5f}, ids, w, scratch, order);
+    bg::route(RoutingPolicy::kExact, logits, bias, resident, 8, 3, bg::RouteWeighting{true, 1.5f}, ids, w, scratch, order);
     EXPECT_EQ(std::vector<int32_t>(ids, ids + 3), (std::vector<int32_t>{5, 7, 1}));
-    bg::route(RoutingPolicy::kPinnedTop1, logits, bias, resident, 8, 3, bg::cpu::RouteWeighting{true, 1.5f}, ids, w, scratch, order);
+    bg::route(RoutingPolicy::kPinnedTop1, logits, bias, resident, 8, 3, bg::RouteWeighting{true, 1.5f}, ids, w, scratch, order);
     EXPECT_EQ(std::vector<int32_t>(ids, ids + 3), (std::vector<int32_t>{5, 4, 3})) << "rank 1 exact, then resident in score order";
     float sum = 0;
     for (float x : w) sum += x;
@@ -54,7 +54,7 @@ TEST(Routing, PoliciesArePureFunctionsOfScoresAndResidentSet) {
     const float p5 = std::sqrt(std::log1p(std::exp(4.0f))), p4 = std::sqrt(std::log1p(std::exp(1.5f))),
                 p3 = std::sqrt(std::log1p(std::exp(0.5f)));
     EXPECT_NEAR(w[0], 1.5f * p5 / (p5 + p4 + p3), 1e-5);
-    bg::route(RoutingPolicy::kResidentOnly, logits, bias, resident, 8, 3, bg::cpu::RouteWeighting{true, 1.5f}, ids, w, scratch, order);
+    bg::route(RoutingPolicy::kResidentOnly, logits, bias, resident, 8, 3, bg::RouteWeighting{true, 1.5f}, ids, w, scratch, order);
     EXPECT_EQ(std::vector<int32_t>(ids, ids + 3), (std::vector<int32_t>{4, 3, 0}));
 }
 
@@ -278,7 +278,9 @@ TEST(Residency, PlanRoundTripsAndBadPlansAreRejected) {
     const float* bias = m->layer(3).exp_probs_b;
     for (int32_t e : p.resident[3])
         for (int32_t o = 0; o < 64; ++o)
-            if (!p.is_resident(3, o)) EXPECT_GE(bias[e], bias[o]);
+            if (!p.is_resident(3, o)) {
+                EXPECT_GE(bias[e], bias[o]);
+            }
     const std::string path = bgtest::test_models_dir() + "/plan.json";
     bg::save_plan(p, path);
     const bg::ResidencyPlan q = bg::load_plan(path, *m);

@@ -235,18 +235,6 @@ void router_exact(const float* logits, const float* bias, int64_t n_expert, int 
     if (p_out) std::copy(p, p + n_expert, p_out);
 }
 
-void engram_hash(const uint64_t c[4], const uint64_t mult[4], const uint64_t* primes,
-                 const uint64_t* offsets, int n_head, uint64_t* rows) {
-    uint64_t h = c[0] * mult[0];  // unsigned: wraps mod 2^64 by definition
-    for (int k = 1; k <= 3; ++k) {
-        h ^= c[k] * mult[k];
-        for (int j = 0; j < n_head; ++j) {
-            const int idx = (k - 1) * n_head + j;
-            rows[idx] = h % primes[idx] + offsets[idx];
-        }
-    }
-}
-
 float engram_gate(const float* key, const float* h, const float* wk, const float* wq, int64_t n,
                   float eps) {
     const float rk = 1.0f / std::sqrt(sum_squares(key, n) / static_cast<float>(n) + eps);

@@ -12,14 +12,6 @@
 
 namespace bg::cpu {
 
-// The op parameter types are the backend interface's (backend/types.h).
-using bg::HcMix;
-using bg::kSwigluNoClamp;
-using bg::MatView;
-using bg::RopeParams;
-using bg::RouteWeighting;
-using bg::SwigluClamp;
-
 // y[t*ldy + r] = sum_i W[r][i] * x[t*ldx + i] for t < n_tok, r < W.rows.
 // Each weight row is dequantised once and used for all n_tok inputs. Parallel over rows.
 void matmul(ThreadPool& pool, const MatView& W, const float* x, int64_t ldx, int64_t n_tok,
@@ -51,13 +43,6 @@ HcMix hc_mix(const float m[24], const float base[24], const float scale[3], int 
 // Writes ids (in descending order of p + bias) and weights; p_out (n_expert values) optional.
 void router_exact(const float* logits, const float* bias, int64_t n_expert, int k, RouteWeighting wt,
                   int32_t* ids, float* weights, float* p_out);
-
-// Engram n-gram hash of one token for one table. c[0] is the token's compressed id, c[1..3] the
-// three before it (pad_id where missing). h = c0*m0 (mod 2^64); for k = 1..3: h ^= c_k*m_k, then
-// for head j in 0..n_head-1: rows[(k-1)*n_head + j] = (h mod primes[(k-1)*n_head + j]) +
-// offsets[(k-1)*n_head + j]. Writes 3*n_head row ids (bucket-major).
-void engram_hash(const uint64_t c[4], const uint64_t mult[4], const uint64_t* primes,
-                 const uint64_t* offsets, int n_head, uint64_t* rows);
 
 // Engram gate of one residual copy: s = <rmsnorm(key)*wk, rmsnorm(h)*wq> / sqrt(n);
 // g = sigmoid(sign(s) * sqrt(max(|s|, 1e-6))). Returns g.

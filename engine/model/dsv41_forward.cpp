@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstring>
 
-#include "cpu/ops.h"  // engram_hash: the host hashes tokens to rows
 #include "util/check.h"
 #include "util/file_io.h"
 
@@ -229,6 +228,18 @@ void Forward::reset() {
         if (sel_n_[l]) ops_->zero(sel_n_[l], lay_.sel_n[l] * sizeof(int32_t));
 }
 
+void engram_hash(const uint64_t c[4], const uint64_t mult[4], const uint64_t* primes,
+                 const uint64_t* offsets, int n_head, uint64_t* rows) {
+    uint64_t h = c[0] * mult[0];  // unsigned: wraps mod 2^64 by definition
+    for (int k = 1; k <= 3; ++k) {
+        h ^= c[k] * mult[k];
+        for (int j = 0; j < n_head; ++j) {
+            const int idx = (k - 1) * n_head + j;
+            rows[idx] = h % primes[idx] + offsets[idx];
+        }
+    }
+}
+
 void engram_rows_for(const HParams& hp, int64_t l, const int32_t* tokens, int64_t pos, uint64_t* rows) {
     const int64_t tab = hp.engram_table_index(l);
     BG_CHECK(tab >= 0 && hp.engram_max_ngram == 4);
@@ -243,7 +254,7 @@ void engram_rows_for(const HParams& hp, int64_t l, const int32_t* tokens, int64_
         c[k] = static_cast<size_t>(t) < hp.engram_token_map.size() ? hp.engram_token_map[t] : hp.engram_pad_id;
     }
     const int64_t nb = hp.engram_buckets();
-    cpu::engram_hash(c, &hp.engram_multipliers[tab * 4], &hp.engram_primes[tab * nb], &hp.engram_offsets[tab * nb],
+    engram_hash(c, &hp.engram_multipliers[tab * 4], &hp.engram_primes[tab * nb], &hp.engram_offsets[tab * nb],
                      static_cast<int>(hp.engram_heads), rows);
 }
 

@@ -35,6 +35,13 @@ public:
     virtual void on_route(int64_t layer, int64_t pos, const int32_t* ids, const float* weights, int k) = 0;
 };
 
+// Engram n-gram hash of one token for one table. c[0] is the token's compressed id, c[1..3] the
+// three before it (pad_id where missing). h = c0*m0 (mod 2^64); for k = 1..3: h ^= c_k*m_k, then
+// for head j in 0..n_head-1: rows[(k-1)*n_head + j] = (h mod primes[(k-1)*n_head + j]) +
+// offsets[(k-1)*n_head + j]. Writes 3*n_head row ids (bucket-major).
+void engram_hash(const uint64_t c[4], const uint64_t mult[4], const uint64_t* primes,
+                 const uint64_t* offsets, int n_head, uint64_t* rows);
+
 // Rows of layer's Engram table that the token at `pos` hashes to (24 for dsv41), bucket-major;
 // tokens[0..pos] is the sequence so far.
 void engram_rows_for(const HParams& hp, int64_t layer, const int32_t* tokens, int64_t pos, uint64_t* rows);
