@@ -186,9 +186,11 @@ TEST(HarnessResults, AblationWritesItsTableAndAnSvgTheMarkdownLinks) {
     EXPECT_EQ(bgh::render_ablation_svg(r), svg);
 }
 
-TEST(HarnessResults, SigintLeavesCompleteAtomicResultsAndNoCgroup) {
+// Interrupts a harness run of many passes after `wait_ms` (once its result file exists) and
+// checks what it left; returns how many passes had finished, or -1 where a check failed.
+static int interrupt_after(int wait_ms) {
     TempDir dir;
-    const std::string sc = bghtest::tiny_scenario(dir.path, "long", {{"repetitions", 1}, {"passes", 600}, {"baseline_reference", false}});
+    const std::string sc = bghtest::tiny_scenario(dir.path, "long", {{"repetitions", 1}, {"passes", 1000}, {"baseline_reference", false}});
     const bool cg = bghtest::can_create_cgroups();
     std::vector<std::string> args = {bghtest::harness_bin(), "run", sc, "--out", dir / "out", "--no-probe", "--quiet"};
     if (!cg) args.push_back("--no-cgroup");
@@ -203,28 +205,27 @@ TEST(HarnessResults, SigintLeavesCompleteAtomicResultsAndNoCgroup) {
         ::execv(argv[0], argv.data());
         ::_exit(127);
     }
-    // Interrupt once the engine is into its passes: the result file exists from the start, the
-    // engine needs a moment to load.
-    const std::string out_dir = dir / "out/test/long";
+    // The result file exists from the start; the engine then needs a moment to load.
     for (int i = 0; i < 200 && bghtest::only_result(dir / "out", "test", "long").empty(); ++i)
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-    ASSERT_EQ(::kill(pid, SIGINT), 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
+    EXPECT_EQ(::kill(pid, SIGINT), 0);
     int st = 0;
-    ASSERT_EQ(::waitpid(pid, &st, 0), pid);
-    ASSERT_TRUE(WIFEXITED(st));
+    EXPECT_EQ(::waitpid(pid, &st, 0), pid);
+    EXPECT_TRUE(WIFEXITED(st));
     EXPECT_EQ(WEXITSTATUS(st), 130);
 
     const std::string path = bghtest::only_result(dir / "out", "test", "long");
-    ASSERT_FALSE(path.empty());
+    EXPECT_FALSE(path.empty());
+    if (path.empty()) return -1;
     const json r = bghtest::read_json(path);  // parses: never truncated
     EXPECT_EQ(r["status"], "interrupted");
     const json& run = r["configurations"][0]["runs"][0];
     EXPECT_EQ(run["status"], "interrupted");
-    ASSERT_TRUE(run.contains("partial"));
+    EXPECT_TRUE(run.contains("partial"));
+    if (!run.contains("partial")) return -1;
     const size_t done = run["partial"]["passes"].size();
-    EXPECT_GT(done, 0u) << "passes finished before Ctrl-C are kept";
-    EXPECT_LT(done, 600u);
+    EXPECT_LT(done, 1000u);
     EXPECT_EQ(r["configurations"][0]["summary"]["passes"].size(), done);
     EXPECT_EQ(bghtest::read_text(stem_of(path) + ".md"), bgh::render_markdown(r, ""));
     EXPECT_TRUE(stray_files(dir / "out").empty()) << ::testing::PrintToString(stray_files(dir / "out"));
@@ -233,6 +234,19 @@ TEST(HarnessResults, SigintLeavesCompleteAtomicResultsAndNoCgroup) {
         const std::string hierarchy = bghtest::fs::path(r["cgroup"]["path"].get<std::string>()).parent_path().string();
         EXPECT_TRUE(bghtest::leftover_cgroups(hierarchy, pid).empty());
     }
+    return ::testing::Test::HasFailure() ? -1 : static_cast<int>(done);
+}
+
+TEST(HarnessResults, SigintLeavesCompleteAtomicResultsAndNoCgroup) {
+    // Passes finished before Ctrl-C are kept. On a loaded machine the engine may not have
+    // finished one by the first interrupt, so the wait grows until one has; every attempt must
+    // still leave a complete, parseable result and no cgroup.
+    int done = 0;
+    for (int wait_ms : {1500, 4000, 10000}) {
+        done = interrupt_after(wait_ms);
+        if (done != 0) break;
+    }
+    EXPECT_GT(done, 0) << "no pass had finished even 10 s after the engine started";
 }
 
 // SPEC §5's hardware figures are shown as shares of the probes measured in the same run.
