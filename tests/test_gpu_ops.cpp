@@ -17,6 +17,7 @@
 
 #include "cpu/ops.h"
 #include "cpu/thread_pool.h"
+#include "device_buffer.h"
 #include "random_inputs.h"
 #include "cuda/check.cuh"
 #include "cuda/dequant.cuh"
@@ -38,36 +39,7 @@ std::vector<float> normal(std::mt19937& rng, int64_t n, float sigma) {
     return v;
 }
 
-// A device copy of a host vector; aborts (check.cuh) on any CUDA failure.
-template <typename T>
-class Dev {
-public:
-    explicit Dev(size_t n) : n_(n) {
-        if (n_) BG_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p_), n_ * sizeof(T)));
-    }
-    explicit Dev(const std::vector<T>& h) : Dev(h.size()) { upload(h); }
-    ~Dev() {
-        if (p_) cudaFree(p_);
-    }
-    Dev(const Dev&) = delete;
-    Dev& operator=(const Dev&) = delete;
-
-    T* get() { return p_; }
-    const T* get() const { return p_; }
-    void upload(const std::vector<T>& h) {
-        EXPECT_EQ(h.size(), n_);
-        if (n_) BG_CUDA_CHECK(cudaMemcpy(p_, h.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
-    }
-    std::vector<T> download() const {
-        std::vector<T> h(n_);
-        if (n_) BG_CUDA_CHECK(cudaMemcpy(h.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
-        return h;
-    }
-
-private:
-    T* p_ = nullptr;
-    size_t n_ = 0;
-};
+using bgtest::Dev;
 
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
 

@@ -25,6 +25,7 @@
 #include "cuda/check.cuh"
 #include "cuda/dequant.cuh"
 #include "cuda/quant_matmul.cuh"
+#include "device_buffer.h"
 #include "random_inputs.h"
 #include "tensor/ggml_types.h"
 
@@ -34,32 +35,7 @@ namespace {
 
 using bgtest::fresh_rng;
 
-template <typename T>
-class Dev {
-public:
-    explicit Dev(size_t n) : n_(n) {
-        if (n_) BG_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p_), n_ * sizeof(T)));
-    }
-    explicit Dev(const std::vector<T>& h) : Dev(h.size()) { upload(h); }
-    ~Dev() {
-        if (p_) cudaFree(p_);
-    }
-    Dev(const Dev&) = delete;
-    Dev& operator=(const Dev&) = delete;
-    T* get() { return p_; }
-    void upload(const std::vector<T>& h) {
-        if (n_) BG_CUDA_CHECK(cudaMemcpy(p_, h.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
-    }
-    std::vector<T> download() const {
-        std::vector<T> h(n_);
-        if (n_) BG_CUDA_CHECK(cudaMemcpy(h.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
-        return h;
-    }
-
-private:
-    T* p_ = nullptr;
-    size_t n_ = 0;
-};
+using bgtest::Dev;
 
 constexpr float kTolQuant = 1e-3f;   // MXFP4, Q8_0
 constexpr float kTolBf16 = 6e-3f;    // BF16

@@ -122,6 +122,6 @@ ForwardBytes ForwardLayout::bytes(bool memory_is_host, uint64_t device_image_byt
     return b;
 }
 
-uint64_t gpu_ops_host_bytes(const HParams& hp) { return timeline_capacity(hp.n_layer, hp.n_expert) * sizeof(Interval); }
+uint64_t gpu_ops_host_bytes(const OpsLimits& lim) { return lim.timeline_capacity * sizeof(Interval); }
 
 }  // namespace bg::dsv41

@@ -63,6 +63,6 @@ struct ForwardLayout {
 // The CUDA ops' own memory, for plans made without a device: the matmul context's dequantisation
 // scratch (cuda::MatmulContext::kDefaultScratchBytes) and the kernel timeline.
 constexpr uint64_t kGpuMatmulScratchBytes = uint64_t{128} << 20;
-uint64_t gpu_ops_host_bytes(const HParams& hp);
+uint64_t gpu_ops_host_bytes(const OpsLimits& lim);
 
 }  // namespace bg::dsv41

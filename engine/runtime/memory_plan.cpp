@@ -127,7 +127,7 @@ MemoryPlan plan_memory(const ModelShape& shape, const RunConfig& cfg, bool cuda,
     const dsv41::ForwardLayout fl = dsv41::ForwardLayout::of(hp, shape.roles, fc);
     if (cuda) {
         const dsv41::ForwardBytes f =
-            fl.bytes(false, layout.device_image_bytes, dsv41::kGpuMatmulScratchBytes, dsv41::gpu_ops_host_bytes(hp));
+            fl.bytes(false, layout.device_image_bytes, dsv41::kGpuMatmulScratchBytes, dsv41::gpu_ops_host_bytes(fl.ops));
         add(MemoryTier::kVram, "dense weights (all but the token embedding)", f.device_dense);
         add(MemoryTier::kVram, strf("KV and compressed caches (%lld positions)", (long long)fc.n_ctx), f.device_caches);
         add(MemoryTier::kVram, "activations, work buffers and routing masks", f.device_work);
