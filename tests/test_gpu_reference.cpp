@@ -14,8 +14,15 @@
 namespace {
 
 // Greedy tokens after a 24-token prompt, and the logits of every prompt position.
-// Tolerance: 2e-3 relative, the CPU/GPU logits tolerance of test_gpu_e2e (the GPU sums in
-// another order, through FP32 cuBLAS GEMMs); tokens exactly.
+// Tolerance: kLogitsTol relative (max |diff| / max |logit| per position), the CPU/GPU logits
+// tolerance of test_gpu_e2e; tokens exactly. It was 2e-3 while the GPU dequantised weights to
+// FP32 for cuBLAS (sum order alone); the fused kernels round each matmul's activations to FP16
+// (these models: Q8_0 dense weights, MXFP4 experts), about 2e-4 relative per matmul
+// (quant_matmul.cuh), compounded over the layers. test_emulated_gpu_numerics.cpp runs these
+// same variants on the CPU with that rounding emulated and prints what it measures.
+constexpr double kLogitsTol = 2e-2;
+
+
 TEST(GpuReference, CudaForwardAgreesWithReferenceOnEveryKeyVariant) {
     if (bg::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
     std::vector<bgtest::KeyVariant> variants = bgtest::key_variants();
@@ -38,8 +45,8 @@ TEST(GpuReference, CudaForwardAgreesWithReferenceOnEveryKeyVariant) {
         const auto want = ref.logits(prompt);
         ASSERT_EQ(got.size(), prompt.size() * static_cast<size_t>(V));
         const double worst = ref::max_rel_diff(want, got, V);
-        std::printf("%-32s max rel diff %.3g\n", v.name.c_str(), worst);
-        EXPECT_LT(worst, 2e-3);
+        std::printf("%-32s max rel diff %.3g (tolerance %.3g)\n", v.name.c_str(), worst, kLogitsTol);
+        EXPECT_LT(worst, kLogitsTol);
         gpu.run(false);
         EXPECT_EQ(gpu.generated(), ref.greedy(prompt, 8));
     }
