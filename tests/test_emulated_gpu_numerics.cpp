@@ -12,10 +12,17 @@
 //    metric of test_gpu_e2e) of the CPU backend's;
 //  - every key variant of the tiny model (Q8_0 dense, MXFP4 experts) against the float64
 //    reference within kLogitsTol, greedy tokens equal.
+// Measured when this was written (hi + lo split activations): ci scale every routing decision
+// and token equal, logits 1.2e-5 (exact) and 1.4e-5 (pinned-top1) from the CPU's; the variants
+// at most 7.1e-7 from the reference. With one rounding per activation (hi only), the ci scale
+// kept 47 % (exact) and 70 % (pinned-top1) of routing decisions, no token, logits 0.58 apart;
+// the variants up to 0.25 from the reference, 4 of 13 with other tokens. So this test fails for
+// the single-rounding contract and passes for the split one.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 
 #include "emulated_gpu_numerics.h"
 #include "key_variants.h"
@@ -25,14 +32,10 @@
 
 namespace {
 
-// Derivation (quant_matmul.cuh's contract): one matmul with BF16-rounded activations is off by
-// ~1.5e-3 relative (2^-9 unit roundoff, random signs), FP16 ~2e-4. Between two layers the
-// residual stream passes through ~10 such matmuls whose errors are independent, but the
-// stream's norm is carried by the residual copies, so the relative error of the hidden state
-// grows roughly with the square root of the matmuls on the path, not their number; the output
-// head adds one more. Measured on this emulation: see the printed figures (and the report of
-// the branch that set this); the tolerance keeps a factor of about 2 over the worst measured.
-constexpr double kLogitsTol = 2e-2;
+// The GPU tests' figure (test_gpu_e2e, test_gpu_reference): 2e-3, set for FP32 sums in another
+// order; the split activations' residue (2^-22 FP16, 2^-16 BF16 per activation) stays two
+// orders of magnitude below it here.
+constexpr double kLogitsTol = 2e-3;
 constexpr double kRoutingAgreement = 0.995;
 
 class Routes final : public bg::dsv41::RoutingObserver {
@@ -120,6 +123,37 @@ TEST(EmulatedGpuNumerics, KeyVariantsAgainstTheFloat64Reference) {
         EXPECT_EQ(emu.generated(), ref.greedy(prompt, 8));
     }
     std::printf("  worst over the variants: %.3g (tolerance %.3g)\n", worst_all, kLogitsTol);
+}
+
+// The device scale where BG_DEVICE_MODEL names its file (as GpuE2E.DeviceScaleSameExpertsAsTheCpuBackend;
+// skipped, visibly, elsewhere): >= 99.5 % of routing decisions equal.
+TEST(EmulatedGpuNumerics, DeviceScaleSameExperts) {
+    const char* path = std::getenv("BG_DEVICE_MODEL");
+    if (!path || !*path) GTEST_SKIP() << "BG_DEVICE_MODEL (the device-scale model's path) is not set";
+    bgtest::GpuNumericsDevice emulated;
+    bg::RunConfig c;
+    c.model_path = path;
+    c.prompt_tokens = 32;
+    c.prompt_seed = 5;
+    c.gen = 4;
+    c.routing = "exact";
+    c.vram_budget_mib = 16384;
+    c.host_budget_mib = 65536;
+    bg::Session cpu(c);
+    Routes rc;
+    cpu.forward().set_observer(&rc);
+    cpu.run(false);
+    bg::Session emu(c, &emulated);
+    Routes re;
+    emu.forward().set_observer(&re);
+    emu.run(false);
+    ASSERT_EQ(rc.seen.size(), re.seen.size());
+    size_t same = 0;
+    for (size_t i = 0; i < rc.seen.size(); ++i) same += rc.seen[i] == re.seen[i];
+    const double agree = static_cast<double>(same) / rc.seen.size();
+    std::printf("  device scale: routing agreement %.5f (%zu of %zu); tokens %s\n", agree, same, rc.seen.size(),
+                cpu.generated() == emu.generated() ? "equal" : "differ");
+    EXPECT_GE(agree, kRoutingAgreement) << same << " of " << rc.seen.size();
 }
 
 }  // namespace

@@ -3,12 +3,13 @@
 // place and F16 through the dequantisation scratch), the routed expert op fused and unfused, the
 // memory reserve() holds (exactly bg::cuda_ops_device_bytes, what `betelgeuse plan` prints), and
 // bit-identical results run to run. The reference is the CPU ops with the fused kernels'
-// activation rounding emulated (tests/emulated_gpu_numerics.h), so what is left is the order of
-// FP32 sums: tolerance 2e-5 relative (L2 over all outputs) on these widths, where the rounding
-// itself would be ~2e-4 (FP16) or ~1.5e-3 (BF16); an F32/F16 matrix in place of a fused one, or a
-// fused one without the rounding, misses it by an order of magnitude. Skipped without a GPU.
+// activation rounding emulated (tests/emulated_gpu_numerics.h: hi + lo split), so what is left
+// is the order of FP32 sums: tolerance 2e-5 relative (L2 over all outputs) on these widths; a
+// kernel that dropped the lo half (one rounding: ~2e-4 FP16, ~1.5e-3 BF16) misses it by an
+// order of magnitude. Skipped without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -177,9 +178,11 @@ TEST_F(GpuCudaOps, ExpertFfnFusedAndUnfused) {
         EXPECT_EQ(std::memcmp(got[0].data(), got[1].data(), out0.size() * 4), 0) << "not bit-identical run to run";
         std::vector<bool> written(static_cast<size_t>(2 * T), false);
         for (int32_t r : out_rows) written[r] = true;
-        for (int64_t r = 0; r < 2 * T; ++r)
-            if (!written[r])
+        for (int64_t r = 0; r < 2 * T; ++r) {
+            if (!written[r]) {
                 ASSERT_EQ(std::memcmp(&got[0][r * E], &out0[r * E], E * 4), 0) << "row " << r << " changed";
+            }
+        }
         const double rel = rel_l2(got[0], want);
         std::printf("  %-6s rel %.3g\n", type_name(t), rel);
         EXPECT_LT(rel, kTol);

@@ -1,12 +1,14 @@
 // The whole engine on the GPU against the CPU backend, and the store's invariants on the GPU.
 //
 // The CUDA backend multiplies MXFP4, Q8_0 and BF16 weights with the fused quantized kernels,
-// which round each matmul's activations to FP16 (BF16 for BF16 weights) first
-// (engine/cuda/quant_matmul.cuh). Issue #14 asks of that backend: the same experts as the CPU on
+// which take each activation as hi + lo, two FP16 (BF16 for BF16 weights) roundings
+// (engine/cuda/quant_matmul.cuh): about 2^-22 (2^-16) relative per activation, so the FP32-level
+// figures below still hold. Issue #14 asks of that backend: the same experts as the CPU on
 // >= 99.5 % of routing decisions on the ci and device scales, the same greedy tokens on the ci
-// scale; the logits within kLogitsTol of the CPU's. These figures are checked on the CPU too, with
-// the rounding emulated (tests/test_emulated_gpu_numerics.cpp, which prints what it measured);
-// the GPU differs from that emulation only in the order of FP32 sums.
+// scale. These figures are checked on the CPU too, with the kernels' rounding emulated
+// (tests/test_emulated_gpu_numerics.cpp): ci-scale logits 1.4e-5 from the CPU's, every routing
+// decision and token equal; with one rounding per activation instead, 47 % of routing decisions
+// and no token would match. The GPU differs from that emulation only in the order of FP32 sums.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -20,10 +22,10 @@
 
 namespace {
 
-// Logits: max |gpu - cpu| / max |cpu| over every prompt position (bgtest::max_rel_diff). Was 2e-3
-// while the GPU dequantised to FP32 for cuBLAS (sum order alone); see
-// test_emulated_gpu_numerics.cpp for the derivation and the measured figure.
-constexpr double kLogitsTol = 2e-2;
+// Logits: max |gpu - cpu| / max |cpu| over every prompt position (bgtest::max_rel_diff): 2e-3, as
+// when the GPU dequantised to FP32 for cuBLAS (FP32 sum order, a near-tie expert falling the
+// other way); the split activations add about 1e-5 (emulated: 1.4e-5 at the ci scale).
+constexpr double kLogitsTol = 2e-3;
 constexpr double kRoutingAgreement = 0.995;
 
 class Routes final : public bg::dsv41::RoutingObserver {
