@@ -327,12 +327,13 @@ std::vector<float> random_activations(int64_t n, uint64_t seed) {
 }
 
 // One full expert (gate, up: F rows of E; down: E rows of F) through cuda::expert_ffn on M
-// gathered tokens with routing weights, accumulating into y.
+// gathered tokens, each token's output stored into its own row of y (as the forward's eo).
 void BM_ExpertFused(benchmark::State& state) {
     const auto type = static_cast<GgmlType>(state.range(0));
     const int64_t E = state.range(1), F = state.range(2), M = state.range(3);
     const bool graph = state.range(4) != 0;
     const bool lut = state.range(5) != 0;  // MXFP4: force the table decode
+    const bool single = state.range(6) != 0;  // one activation rounding (split activations off)
     const auto gimg = random_weights(type, F, E, 1), uimg = random_weights(type, F, E, 2),
                dimg = random_weights(type, E, F, 3);
     const uint64_t expert_bytes = gimg.size() + uimg.size() + dimg.size();
@@ -345,26 +346,27 @@ void BM_ExpertFused(benchmark::State& state) {
     std::vector<int32_t> rows(static_cast<size_t>(M));
     for (int64_t j = 0; j < M; ++j) rows[j] = static_cast<int32_t>(T - 1 - j);
     int32_t* drows = device_copy(rows);
-    float* w = device_copy(std::vector<float>(static_cast<size_t>(M), 0.25f));
     cuda::QuantMatmulWorkspace ws(std::max(E, F), F);
     if (lut) ws.set_mxfp4_bit_decode(false);
+    if (single) ws.set_split_activations(false);
     state.counters["bit_decode"] = ws.mxfp4_bit_decode() ? 1 : 0;
+    state.counters["split_x"] = ws.split_activations() ? 1 : 0;
     cudaStream_t s = nullptr;
     BG_CUDA_CHECK(cudaStreamCreate(&s));
     const uint64_t rbE = row_bytes(type, E), rbF = row_bytes(type, F);
     time_calls(state, s, n_sets, static_cast<double>(expert_bytes), 2.0 * 3.0 * M * E * F, graph, [&](size_t i) {
-        const cuda::ExpertMats m{{g.bufs[i], type, E, F, rbE}, {u.bufs[i], type, E, F, rbE}, {d.bufs[i], type, F, E, rbF}};
-        cuda::expert_ffn(ws, m, x, E, drows, w, M, 10.0f, bg::SwigluClamp::kDeepSeek, y, E, s);
+        const ExpertMats m{{g.bufs[i], type, E, F, rbE}, {u.bufs[i], type, E, F, rbE}, {d.bufs[i], type, F, E, rbF}};
+        cuda::expert_ffn(ws, m, x, E, drows, M, 10.0f, bg::SwigluClamp::kDeepSeek, y, E, drows, s);
     });
     state.counters["sets"] = static_cast<double>(n_sets);
     BG_CUDA_CHECK(cudaStreamDestroy(s));
-    for (void* p : {static_cast<void*>(x), static_cast<void*>(y), static_cast<void*>(drows), static_cast<void*>(w)})
+    for (void* p : {static_cast<void*>(x), static_cast<void*>(y), static_cast<void*>(drows)})
         BG_CUDA_CHECK(cudaFree(p));
 }
 
 // y = W x for a dense matrix of rows x cols: the fused kernel (sgemm = 0) or the baseline
 // bg::cuda::matmul, dequantise to F32 + SGEMM (sgemm = 1).
-void BM_Dense(benchmark::State& state, bool sgemm) {
+void BM_Dense(benchmark::State& state, bool sgemm, bool single = false) {
     const auto type = static_cast<GgmlType>(state.range(0));
     const int64_t rows = state.range(1), cols = state.range(2), M = state.range(3);
     const bool graph = !sgemm && state.range(4) != 0;
@@ -382,6 +384,7 @@ void BM_Dense(benchmark::State& state, bool sgemm) {
         ctx = std::make_unique<cuda::MatmulContext>();
     } else {
         ws = std::make_unique<cuda::QuantMatmulWorkspace>(cols, 0);
+        ws->set_split_activations(!single);
     }
     time_calls(state, s, sets.bufs.size(), static_cast<double>(img.size()), 2.0 * M * rows * cols, graph, [&](size_t i) {
         const cuda::DeviceMat W{sets.bufs[i], type, cols, rows, rb};
@@ -398,6 +401,8 @@ void BM_Dense(benchmark::State& state, bool sgemm) {
 }
 void BM_DenseFused(benchmark::State& state) { BM_Dense(state, false); }
 void BM_DenseSgemm(benchmark::State& state) { BM_Dense(state, true); }
+// The fused kernel with one activation rounding (split activations off): what the split costs.
+void BM_DenseFusedSingle(benchmark::State& state) { BM_Dense(state, false, true); }
 
 constexpr int64_t kMx = static_cast<int64_t>(GgmlType::MXFP4);
 constexpr int64_t kQ8 = static_cast<int64_t>(GgmlType::Q8_0);
@@ -406,13 +411,16 @@ constexpr int64_t kBf = static_cast<int64_t>(GgmlType::BF16);
 BENCHMARK(BM_D2DCopy)->Arg(static_cast<int64_t>(kD2DBytes))->Iterations(4)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 // type (39 mxfp4, 8 q8_0, 30 bf16), n_embd, n_ff, M, graph (1: 16 calls replayed as a CUDA
-// graph), lut (1: MXFP4 table decode instead of the bit decode; counter bit_decode says which ran)
+// graph), lut (1: MXFP4 table decode instead of the bit decode; counter bit_decode says which ran),
+// single (1: one activation rounding instead of the default hi + lo split; what the split costs)
 BENCHMARK(BM_ExpertFused)
-    ->ArgNames({"type", "n_embd", "n_ff", "M", "graph", "lut"})
-    ->ArgsProduct({{kMx}, {5120}, {2304}, {1, 2, 3, 8, 16, 32, 64}, {0, 1}, {0}})
-    ->ArgsProduct({{kMx}, {5120}, {2304}, {1, 16, 64}, {0}, {1}})
-    ->ArgsProduct({{kQ8, kBf}, {5120}, {2304}, {1, 16, 64}, {0}, {0}})
-    ->ArgsProduct({{kMx}, {1024}, {768}, {1, 16, 64}, {0}, {0}})
+    ->ArgNames({"type", "n_embd", "n_ff", "M", "graph", "lut", "single"})
+    ->ArgsProduct({{kMx}, {5120}, {2304}, {1, 2, 3, 8, 16, 32, 64}, {0, 1}, {0}, {0}})
+    ->ArgsProduct({{kMx}, {5120}, {2304}, {1, 16, 64}, {0}, {1}, {0}})
+    ->ArgsProduct({{kQ8, kBf}, {5120}, {2304}, {1, 16, 64}, {0}, {0}, {0}})
+    ->ArgsProduct({{kMx}, {1024}, {768}, {1, 16, 64}, {0}, {0}, {0}})
+    ->ArgsProduct({{kMx}, {5120}, {2304}, {1, 3, 8, 16, 32, 64}, {0}, {0}, {1}})
+    ->ArgsProduct({{kMx}, {1024}, {768}, {1, 16, 64}, {0}, {0}, {1}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
@@ -428,6 +436,7 @@ BENCHMARK(BM_ExpertFused)
         ->Unit(benchmark::kMicrosecond)
 BG_DENSE_SHAPES(BENCHMARK(BM_DenseFused))->Args({kQ8, 1280, 5120, 1, 1})->Args({kQ8, 32768, 1280, 1, 1});
 BG_DENSE_SHAPES(BENCHMARK(BM_DenseSgemm));
+BG_DENSE_SHAPES(BENCHMARK(BM_DenseFusedSingle));
 
 // One expert's three MXFP4 matrices: 3 * n_embd * n_ff * 17/32 bytes.
 constexpr int64_t kDeviceExpertBytes = 3 * 1024 * 768 / 32 * 17;    // 1,253,376

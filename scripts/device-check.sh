@@ -21,6 +21,9 @@ mkdir -p "$out"
 status=0
 export BG_SOURCE_DIR=$PWD BG_TEST_MODELS_DIR=/tmp/bg-test-models
 mkdir -p "$BG_TEST_MODELS_DIR"
+# The device-scale routing agreement test (GpuE2E.DeviceScaleSameExpertsAsTheCpuBackend) runs
+# where the device-scale model exists (device-reproduce.sh writes it); it skips, visibly, elsewhere.
+if [ -f models/device.gguf ]; then export BG_DEVICE_MODEL=$PWD/models/device.gguf; fi
 echo "## GPU tests"
 for t in "$stage"/test_gpu_*; do
   "$t" --gtest_output="json:$out/$(basename "$t").json" > "$out/$(basename "$t").log" 2>&1 || status=1

@@ -1,6 +1,18 @@
 // The whole engine on the GPU against the CPU backend, and the store's invariants on the GPU.
+//
+// The CUDA backend multiplies MXFP4, Q8_0 and BF16 weights with the fused quantized kernels,
+// which take each activation as hi + lo, two FP16 (BF16 for BF16 weights) roundings
+// (engine/cuda/quant_matmul.cuh): about 2^-22 (2^-16) relative per activation, so the FP32-level
+// figures below still hold. Issue #14 asks of that backend: the same experts as the CPU on
+// >= 99.5 % of routing decisions on the ci and device scales, the same greedy tokens on the ci
+// scale. These figures are checked on the CPU too, with the kernels' rounding emulated
+// (tests/test_emulated_gpu_numerics.cpp): ci-scale logits 1.4e-5 from the CPU's, every routing
+// decision and token equal; with one rounding per activation instead, 47 % of routing decisions
+// and no token would match. The GPU differs from that emulation only in the order of FP32 sums.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <set>
 
 #include "cuda/cuda_device.cuh"
@@ -9,6 +21,12 @@
 #include "runtime/session.h"
 
 namespace {
+
+// Logits: max |gpu - cpu| / max |cpu| over every prompt position (bgtest::max_rel_diff): 2e-3, as
+// when the GPU dequantised to FP32 for cuBLAS (FP32 sum order, a near-tie expert falling the
+// other way); the split activations add about 1e-5 (emulated: 1.4e-5 at the ci scale).
+constexpr double kLogitsTol = 2e-3;
+constexpr double kRoutingAgreement = 0.995;
 
 class Routes final : public bg::dsv41::RoutingObserver {
 public:
@@ -54,9 +72,12 @@ TEST(GpuE2E, SameExpertsAndTokensAsTheCpuBackend) {
         ASSERT_EQ(rc.seen.size(), rg.seen.size());
         size_t same = 0;
         for (size_t i = 0; i < rc.seen.size(); ++i) same += rc.seen[i] == rg.seen[i];
-        // Float sums run in another order on the GPU: a near-tie between the 6th and 7th expert
-        // may fall the other way. Every decision must match but for such rare ties.
-        EXPECT_GE(static_cast<double>(same) / rc.seen.size(), 0.995) << same << " of " << rc.seen.size();
+        // The GPU rounds activations before its matmuls and sums in another order: a near-tie
+        // between the 6th and 7th expert may fall the other way. Every decision must match but
+        // for such rare ties (issue #14: >= 99.5 %).
+        std::printf("  %-12s routing agreement %.5f (%zu of %zu)\n", routing,
+                    static_cast<double>(same) / rc.seen.size(), same, rc.seen.size());
+        EXPECT_GE(static_cast<double>(same) / rc.seen.size(), kRoutingAgreement) << same << " of " << rc.seen.size();
         EXPECT_EQ(cpu.generated(), gpu.generated());
         EXPECT_EQ(m["engine"]["backend"], "cuda");
     }
@@ -73,9 +94,14 @@ TEST(GpuE2E, LogitsCloseToTheCpuAndTierStateInvariant) {
     const std::vector<float> warm = gpu.all_logits(bg::RoutingPolicy::kPinnedTop1);
     gpu.store().promote();
     const std::vector<float> promoted = gpu.all_logits(bg::RoutingPolicy::kPinnedTop1);
+    // Bit-identical: the fused kernels reduce split-K partial sums in a fixed order, and each
+    // routed expert writes its own rows, so neither the tier an expert sits in nor the order
+    // experts arrive in can change a bit (SPEC section 3).
     EXPECT_EQ(cold, warm) << "on the GPU too, tier state must not change a result";
     EXPECT_EQ(cold, promoted);
-    EXPECT_LT(bgtest::max_rel_diff(want, cold), 2e-3);
+    const double rel = bgtest::max_rel_diff(want, cold);
+    std::printf("  logits max rel diff to the CPU %.3g (tolerance %.3g)\n", rel, kLogitsTol);
+    EXPECT_LT(rel, kLogitsTol);
     EXPECT_GT(gpu.store().verify_slots(), 0u);
 }
 
@@ -108,6 +134,40 @@ TEST(GpuE2E, DenseWeightsOnTheDeviceOnlyAndReportedVramWithinBudget) {
     bg::Session cpu(c);
     cpu.run(false);
     EXPECT_EQ(cpu.generated(), gpu.generated());
+}
+
+// The device scale (scenarios/models/device.json: 40 layers, 384 experts, 1024 wide, BF16 dense
+// weights), from the file device-reproduce.sh writes: too large to generate in a test, so it
+// runs where BG_DEVICE_MODEL names it (skipped, visibly, elsewhere). The CPU backend over a short
+// prompt is the reference; issue #14 asks >= 99.5 % of routing decisions equal. Tokens are not
+// required equal at this scale (a flipped near-tie changes later logits), only reported.
+TEST(GpuE2E, DeviceScaleSameExpertsAsTheCpuBackend) {
+    if (bg::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    const char* path = std::getenv("BG_DEVICE_MODEL");
+    if (!path || !*path) GTEST_SKIP() << "BG_DEVICE_MODEL (the device-scale model's path) is not set";
+    bg::RunConfig c;
+    c.model_path = path;
+    c.prompt_tokens = 32;
+    c.prompt_seed = 5;
+    c.gen = 4;
+    c.routing = "exact";
+    c.vram_budget_mib = 16384;
+    c.host_budget_mib = 65536;
+    bg::Session cpu(c);
+    Routes rc;
+    cpu.forward().set_observer(&rc);
+    cpu.run(false);
+    bg::Session gpu(c, &bg::cuda::cuda_device());
+    Routes rg;
+    gpu.forward().set_observer(&rg);
+    gpu.run(false);
+    ASSERT_EQ(rc.seen.size(), rg.seen.size());
+    size_t same = 0;
+    for (size_t i = 0; i < rc.seen.size(); ++i) same += rc.seen[i] == rg.seen[i];
+    const double agree = static_cast<double>(same) / rc.seen.size();
+    std::printf("  device scale: routing agreement %.5f (%zu of %zu); tokens %s\n", agree, same, rc.seen.size(),
+                cpu.generated() == gpu.generated() ? "equal" : "differ");
+    EXPECT_GE(agree, kRoutingAgreement) << same << " of " << rc.seen.size();
 }
 
 }  // namespace

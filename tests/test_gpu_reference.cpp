@@ -14,8 +14,16 @@
 namespace {
 
 // Greedy tokens after a 24-token prompt, and the logits of every prompt position.
-// Tolerance: 2e-3 relative, the CPU/GPU logits tolerance of test_gpu_e2e (the GPU sums in
-// another order, through FP32 cuBLAS GEMMs); tokens exactly.
+// Tolerance: kLogitsTol relative (max |diff| / max |logit| per position), the CPU/GPU logits
+// tolerance of test_gpu_e2e; tokens exactly. 2e-3 as when the GPU dequantised weights to FP32
+// for cuBLAS (FP32 sum order): the fused kernels take each activation as hi + lo FP16 (these
+// models: Q8_0 dense weights, MXFP4 experts), about 2^-22 relative (quant_matmul.cuh);
+// test_emulated_gpu_numerics.cpp runs these same variants on the CPU with that rounding emulated:
+// at most 7.1e-7 from the float64 reference, every token equal (with one FP16 rounding instead:
+// up to 0.25, and 4 of the 13 variants' tokens differ).
+constexpr double kLogitsTol = 2e-3;
+
+
 TEST(GpuReference, CudaForwardAgreesWithReferenceOnEveryKeyVariant) {
     if (bg::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
     std::vector<bgtest::KeyVariant> variants = bgtest::key_variants();
@@ -38,8 +46,8 @@ TEST(GpuReference, CudaForwardAgreesWithReferenceOnEveryKeyVariant) {
         const auto want = ref.logits(prompt);
         ASSERT_EQ(got.size(), prompt.size() * static_cast<size_t>(V));
         const double worst = ref::max_rel_diff(want, got, V);
-        std::printf("%-32s max rel diff %.3g\n", v.name.c_str(), worst);
-        EXPECT_LT(worst, 2e-3);
+        std::printf("%-32s max rel diff %.3g (tolerance %.3g)\n", v.name.c_str(), worst, kLogitsTol);
+        EXPECT_LT(worst, kLogitsTol);
         gpu.run(false);
         EXPECT_EQ(gpu.generated(), ref.greedy(prompt, 8));
     }

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 
+#include "backend/matmul_plan.h"
 #include "backend/types.h"
 #include "tensor/ggml_types.h"
 #include "util/timeline.h"
@@ -75,7 +76,33 @@ struct OpsLimits {
     int64_t n_head = 0;            // attention heads
     int64_t max_att_rows = 0;      // rows one query attends: the window and the compressed top-k
     int64_t n_expert = 0;          // router width
+    // Routed experts (Ops::expert_ffn): most tokens in one call, and the expert's widths.
+    int64_t expert_max_tok = 0, n_embd = 0, n_ff = 0;
+    // The weight matrices by the path the CUDA matmul takes (backend/matmul_plan.h), and whether
+    // some routed expert runs unfused there (gather, three matmuls, SwiGLU, scatter).
+    MatmulNeeds matmul;
+    bool experts_unfused = false;
 };
+
+// The memory the ops hold for the routed-expert scratch of the unfused sequence (gathered x,
+// gate, up, hidden, output): floats, each of the five buffers.
+inline int64_t expert_work_floats_x(const OpsLimits& lim) { return lim.expert_max_tok * lim.n_embd; }
+inline int64_t expert_work_floats_ff(const OpsLimits& lim) { return lim.expert_max_tok * lim.n_ff; }
+inline uint64_t expert_work_bytes(const OpsLimits& lim) {
+    return (2 * static_cast<uint64_t>(expert_work_floats_x(lim)) + 3 * static_cast<uint64_t>(expert_work_floats_ff(lim))) *
+           sizeof(float);
+}
+
+// The CUDA ops' own device memory once reserve(lim) ran (engine/cuda/cuda_ops.cu allocates
+// exactly this): the fused kernels' workspace, the FP32 dequantisation scratch and, where some
+// expert runs unfused, its scratch. Here so `betelgeuse plan` knows it without a device.
+inline uint64_t cuda_ops_device_bytes(const OpsLimits& lim) {
+    uint64_t b = 0;
+    if (lim.matmul.quant_max_cols > 0) b += quant_workspace_bytes(lim.matmul.quant_max_cols, lim.matmul.quant_max_ff);
+    b += lim.matmul.dequant_bytes;
+    if (lim.experts_unfused) b += expert_work_bytes(lim);
+    return b;
+}
 
 class Ops {
 public:
@@ -90,11 +117,12 @@ public:
     // Zeroed host memory the backend copies from and to (page-locked where it can be).
     virtual void* alloc_host(uint64_t bytes) = 0;
     virtual void free_host(void* p) = 0;
-    // Backend memory the ops themselves hold (the CUDA matmul scratch), and host memory (once
-    // reserve() sized it: the CUDA kernel timeline, the CPU's attention and router scratch).
+    // Backend memory the ops themselves hold (once reserve() sized it: the CUDA fused-matmul
+    // workspace and dequantisation scratch, cuda_ops_device_bytes), and host memory (the CUDA
+    // kernel timeline; the CPU's attention, router and expert scratch).
     virtual uint64_t own_bytes() const = 0;
     virtual uint64_t own_host_bytes() const = 0;
-    // Called once, before the first op.
+    // Called once, before the first op (the ops allocate their own memory here).
     virtual void reserve(const OpsLimits& lim) = 0;
 
     // ---- copies, queued in order with the ops
@@ -158,6 +186,15 @@ public:
     virtual void moe_gather(const float* x, int64_t ldx, const int32_t* rows, int64_t m, int64_t width, float* out) = 0;
     // dst[rows[j]*width .. + width) = src[j] for j < m (rows distinct).
     virtual void moe_scatter(const float* src, const int32_t* rows, int64_t m, int64_t width, float* dst) = 0;
+    // One routed expert on m <= OpsLimits::expert_max_tok gathered tokens: for j < m, with
+    // x_j = x[rows[j]*ldx ..], out[out_rows[j]*width ..) = down . swiglu(gate . x_j, up . x_j, limit,
+    // form), width = e.down.rows, out_rows distinct. The CPU runs exactly moe_gather, matmul
+    // (gate), matmul (up), swiglu, matmul (down), moe_scatter; the CUDA backend the fused expert
+    // FFN where the weights allow (cuda::expert_ffn), else that same sequence. Nothing is
+    // accumulated across experts (each routed (token, rank) has its own output row), so results
+    // do not depend on the order experts run in.
+    virtual void expert_ffn(const ExpertMats& e, const float* x, int64_t ldx, const int32_t* rows, int64_t m, float limit,
+                            SwigluClamp form, float* out, const int32_t* out_rows) = 0;
     // y[t][e] += sum_j w[t][j] * eo[t][j][e], j in rank order, summed into a zero first.
     virtual void moe_weighted_sum(const float* eo, const float* w, int64_t n_tok, int64_t k, int64_t width, float* y) = 0;
 };

@@ -35,6 +35,11 @@ struct MatView {
     }
 };
 
+// One expert's three matrices: gate, up (n_ff rows of n_embd) and down (n_embd rows of n_ff).
+struct ExpertMats {
+    MatView gate, up, down;
+};
+
 // Rotary embedding, ggml NORM mode: adjacent pairs (x[2i], x[2i+1]) of the n_dims values at x
 // are rotated by angle theta_i(pos); inverse=true rotates by -theta (undoes it).
 // Frequencies: theta_extrap = pos * freq_base^(-2i/n_dims). Without YaRN theta =

@@ -56,6 +56,8 @@ public:
         att_scratch_.resize(static_cast<size_t>(lim.max_tok * lim.n_head * lim.max_att_rows));
         route_scratch_.resize(static_cast<size_t>(2 * lim.n_expert));
         route_order_.resize(static_cast<size_t>(lim.n_expert));
+        for (auto* v : {&xg_, &eo_}) v->resize(static_cast<size_t>(expert_work_floats_x(lim)));
+        for (auto* v : {&g_, &up_, &h_}) v->resize(static_cast<size_t>(expert_work_floats_ff(lim)));
     }
 
     void upload(void* dst, const void* src, uint64_t bytes) override { std::memmove(dst, src, bytes); }
@@ -211,6 +213,22 @@ public:
     void moe_scatter(const float* src, const int32_t* rows, int64_t m, int64_t width, float* dst) override {
         for (int64_t j = 0; j < m; ++j) std::memcpy(dst + rows[j] * width, src + j * width, width * sizeof(float));
     }
+    void expert_ffn(const ExpertMats& e, const float* x, int64_t ldx, const int32_t* rows, int64_t m, float limit,
+                    SwigluClamp form, float* out, const int32_t* out_rows) override {
+        const int64_t E = e.gate.cols, F = e.gate.rows;
+        BG_CHECK(E == lim_.n_embd && F == lim_.n_ff && e.down.rows == E && e.down.cols == F);
+        float* xg = fits(xg_, m * E);
+        float* g = fits(g_, m * F);
+        float* up = fits(up_, m * F);
+        float* h = fits(h_, m * F);
+        float* eo = fits(eo_, m * E);
+        moe_gather(x, ldx, rows, m, E, xg);
+        matmul(e.gate, xg, E, m, g, F);
+        matmul(e.up, xg, E, m, up, F);
+        swiglu(g, up, m * F, limit, form, h);
+        matmul(e.down, h, F, m, eo, E);
+        moe_scatter(eo, out_rows, m, E, out);
+    }
     void moe_weighted_sum(const float* eo, const float* w, int64_t n_tok, int64_t k, int64_t width, float* y) override {
         for (int64_t t = 0; t < n_tok; ++t)
             for (int64_t c = 0; c < width; ++c) {
@@ -231,6 +249,7 @@ private:
     std::vector<const float*> rows_;
     std::vector<int64_t> n_rows_;
     std::vector<float> att_scratch_, route_scratch_;
+    std::vector<float> xg_, g_, up_, h_, eo_;  // expert_ffn: gathered x, gate, up, hidden, output
     std::vector<int32_t> route_order_;
 };
 
@@ -242,7 +261,7 @@ uint64_t ops_host_bytes(const OpsLimits& lim) {
     const uint64_t rows = static_cast<uint64_t>(lim.max_tok * lim.max_att_rows);
     return rows * sizeof(const float*) + static_cast<uint64_t>(lim.max_tok) * sizeof(int64_t) +
            rows * static_cast<uint64_t>(lim.n_head) * sizeof(float) + 2 * static_cast<uint64_t>(lim.n_expert) * sizeof(float) +
-           static_cast<uint64_t>(lim.n_expert) * sizeof(int32_t);
+           static_cast<uint64_t>(lim.n_expert) * sizeof(int32_t) + expert_work_bytes(lim);
 }
 
 }  // namespace bg::cpu

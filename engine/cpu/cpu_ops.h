@@ -12,7 +12,8 @@ namespace bg::cpu {
 
 std::unique_ptr<Ops> make_cpu_ops(ThreadPool& pool);
 
-// Host bytes the CPU ops hold once reserve(lim) ran: attention rows and scores, router scratch.
+// Host bytes the CPU ops hold once reserve(lim) ran: attention rows and scores, router scratch,
+// the routed expert's gathered input, gate, up, hidden and output.
 uint64_t ops_host_bytes(const OpsLimits& lim);
 
 // The CPU device: the host-memory backend (cpu_backend.cpp) and these ops.

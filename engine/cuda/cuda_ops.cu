@@ -7,6 +7,7 @@
 #include "cuda/check.cuh"
 #include "cuda/dequant.cuh"
 #include "cuda/ops.cuh"
+#include "cuda/quant_matmul.cuh"
 #include "util/check.h"
 
 namespace bg::cuda {
@@ -22,7 +23,6 @@ class CudaOps final : public Ops {
 public:
     CudaOps() {
         BG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-        mm_ = std::make_unique<MatmulContext>();
         for (cudaEvent_t& e : fences_) BG_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
         BG_CUDA_CHECK(cudaEventCreate(&anchor_));
     }
@@ -32,7 +32,9 @@ public:
         for (cudaEvent_t e : fences_) cudaEventDestroy(e);
         cudaEventDestroy(anchor_);
         for (void* p : allocations_) cudaFree(p);
+        for (void* p : own_) cudaFree(p);
         mm_.reset();
+        qws_.reset();
         cudaStreamDestroy(stream_);
     }
 
@@ -56,13 +58,29 @@ public:
         return p;
     }
     void free_host(void* p) override { cudaFreeHost(p); }
-    uint64_t own_bytes() const override { return mm_->scratch_bytes(); }
+    uint64_t own_bytes() const override { return own_bytes_; }
     uint64_t own_host_bytes() const override { return timeline_ ? timeline_->bytes() : 0; }
     void reserve(const OpsLimits& lim) override {
         BG_CHECK(events_.empty());
         events_.resize(static_cast<size_t>(2 * lim.busy_pairs));
         for (cudaEvent_t& e : events_) BG_CUDA_CHECK(cudaEventCreate(&e));
         timeline_ = std::make_unique<Timeline>(lim.timeline_capacity);
+        // The matmul paths the model's weights take (backend/matmul_plan.h), sized once.
+        lim_ = lim;
+        const MatmulNeeds& mn = lim.matmul;
+        if (mn.quant_max_cols > 0) {
+            qws_ = std::make_unique<QuantMatmulWorkspace>(mn.quant_max_cols, mn.quant_max_ff);
+            own_bytes_ += qws_->bytes();
+        }
+        if (mn.sgemm) {
+            mm_ = std::make_unique<MatmulContext>(mn.dequant_bytes);
+            own_bytes_ += mm_->scratch_bytes();
+        }
+        if (lim.experts_unfused) {
+            for (float** p : {&xg_, &eo_}) *p = own_floats(expert_work_floats_x(lim));
+            for (float** p : {&g_, &up_, &h_}) *p = own_floats(expert_work_floats_ff(lim));
+        }
+        BG_CHECK(own_bytes_ == cuda_ops_device_bytes(lim));
     }
 
     void upload(void* dst, const void* src, uint64_t bytes) override {
@@ -124,8 +142,40 @@ public:
     }
     const Timeline* timeline() const override { return timeline_.get(); }
 
+    // The fused quantized kernels wherever they take the weights; cuBLAS for the rest (F32 in
+    // place; F16 and the odd cases dequantised into the scratch first).
     void matmul(const MatView& W, const float* x, int64_t ldx, int64_t n_tok, float* y, int64_t ldy) override {
+        if (fused_matmul_takes(W.type, W.cols, reinterpret_cast<uintptr_t>(W.data))) {
+            BG_CHECK_MSG(qws_ && W.cols <= qws_->max_cols(), "cuda ops: a fused matrix wider than reserve() was told of");
+            quant_matmul(*qws_, W, x, ldx, n_tok, y, ldy, stream_);
+            return;
+        }
+        BG_CHECK_MSG(mm_ != nullptr, "cuda ops: a matrix for cuBLAS that reserve() was not told of");
+        BG_CHECK_MSG(sgemm_direct(W.type, reinterpret_cast<uintptr_t>(W.data)) ||
+                         static_cast<uint64_t>(W.cols) * sizeof(float) <= mm_->scratch_bytes(),
+                     "cuda ops: a matrix to dequantise that reserve() was not told of");
         cuda::matmul(*mm_, W, x, ldx, n_tok, y, ldy, stream_);
+    }
+    void expert_ffn(const ExpertMats& e, const float* x, int64_t ldx, const int32_t* rows, int64_t m, float limit,
+                    SwigluClamp form, float* out, const int32_t* out_rows) override {
+        const int64_t E = e.gate.cols, F = e.gate.rows;
+        BG_CHECK(rows && out_rows && e.down.rows == E && e.down.cols == F);
+        if (MatmulNeeds::fused_expert(e.gate.type, e.up.type, e.down.type, E, F, reinterpret_cast<uintptr_t>(e.gate.data),
+                                      reinterpret_cast<uintptr_t>(e.up.data), reinterpret_cast<uintptr_t>(e.down.data))) {
+            BG_CHECK_MSG(qws_ && F <= qws_->max_ff() && std::max(E, F) <= qws_->max_cols(),
+                         "cuda ops: an expert wider than reserve() was told of");
+            cuda::expert_ffn(*qws_, e, x, ldx, rows, m, limit, form, out, E, out_rows, stream_);
+            return;
+        }
+        // The CPU's sequence.
+        BG_CHECK_MSG(xg_ != nullptr && m <= lim_.expert_max_tok && E == lim_.n_embd && F == lim_.n_ff,
+                     "cuda ops: an unfused expert that reserve() was not told of");
+        moe_gather(x, ldx, rows, m, E, xg_);
+        matmul(e.gate, xg_, E, m, g_, F);
+        matmul(e.up, xg_, E, m, up_, F);
+        swiglu(g_, up_, m * F, limit, form, h_);
+        matmul(e.down, h_, F, m, eo_, E);
+        moe_scatter(eo_, out_rows, m, E, out);
     }
     void dequantize(GgmlType t, const uint8_t* src, float* dst, int64_t n) override {
         BG_CUDA_CHECK(cuda::dequantize(t, src, dst, n, stream_));
@@ -192,8 +242,25 @@ public:
     }
 
 private:
+    // Device memory of the ops' own, counted in own_bytes_ (max(1, n) floats: cudaMalloc of 0).
+    float* own_floats(int64_t n) {
+        const uint64_t bytes = std::max<uint64_t>(1, static_cast<uint64_t>(n)) * sizeof(float);
+        void* p = nullptr;
+        const cudaError_t e = cudaMalloc(&p, bytes);
+        if (e != cudaSuccess)
+            fail("cuda ops: cannot allocate %llu bytes of device memory: %s", (unsigned long long)bytes, cudaGetErrorString(e));
+        own_.push_back(p);
+        own_bytes_ += bytes;
+        return static_cast<float*>(p);
+    }
+
     cudaStream_t stream_ = nullptr;
-    std::unique_ptr<MatmulContext> mm_;
+    OpsLimits lim_;
+    std::unique_ptr<QuantMatmulWorkspace> qws_;  // the fused kernels (null: no fused matrix)
+    std::unique_ptr<MatmulContext> mm_;          // cuBLAS (null: no matrix needs it)
+    std::vector<void*> own_;
+    uint64_t own_bytes_ = 0;
+    float *xg_ = nullptr, *g_ = nullptr, *up_ = nullptr, *h_ = nullptr, *eo_ = nullptr;  // unfused experts
     std::vector<void*> allocations_;
     cudaEvent_t fences_[kFences] = {};
     std::vector<cudaEvent_t> events_;  // busy pairs, created by reserve

@@ -131,13 +131,13 @@ void check_mat(const DeviceMat& W) {
 }  // namespace
 
 MatmulContext::MatmulContext(uint64_t scratch_bytes) : scratch_bytes_(scratch_bytes) {
-    BG_CHECK(scratch_bytes >= sizeof(float));
+
     int dev = 0, major = 0;
     BG_CUDA_CHECK(cudaGetDevice(&dev));
     BG_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
     // cuBLAS's recommended workspace: 32 MiB on Hopper and later, 4 MiB before.
     workspace_bytes_ = major >= 9 ? (uint64_t{32} << 20) : (uint64_t{4} << 20);
-    BG_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&scratch_), scratch_bytes_));
+    if (scratch_bytes_ > 0) BG_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&scratch_), scratch_bytes_));
     BG_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
     BG_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
     BG_CUBLAS_CHECK(cublasCreate(&handle_));

@@ -34,8 +34,10 @@ using DeviceMat = MatView;
 
 // Owns what matmul needs so that calls allocate nothing: the cuBLAS handle (FP32 math, no TF32),
 // its workspace, and an F32 scratch of scratch_bytes into which weight rows are dequantised a
-// chunk at a time. One context serves one host thread; it may be used on different streams
-// (each call waits for the previous call's use of the scratch), but calls are cheapest on one.
+// chunk at a time (0: none, for F32 matrices read in place only). One context serves one host
+// thread; it may be used on different streams (each call waits for the previous call's use of
+// the scratch), but calls are cheapest on one. The CUDA ops take MXFP4/Q8_0/BF16 weights through
+// the fused kernels (quant_matmul.cuh) instead; this path serves F32, F16 and the odd cases.
 class MatmulContext {
 public:
     static constexpr uint64_t kDefaultScratchBytes = uint64_t{128} << 20;

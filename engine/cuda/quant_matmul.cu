@@ -15,11 +15,15 @@
 //     magic, BF16 as stored; B fragments come from ldmatrix; the block's two k16 MMAs go into
 //     a zeroed partial accumulator which is then scaled by the block's FP32 scale into the
 //     running sum (BF16 accumulates directly);
-//   - epilogues: store; atomic add with a per-token output row and weight (split-K and the
-//     expert's down projection); gate/up (each 16-row tile = 8 gate rows over the same 8 up
-//     rows, so a thread holds gate and up of the same feature and token and applies the SwiGLU
-//     in registers; with split-K through a self-cleaning FP32 accumulator and a per-tile
-//     counter, the last CTA applying it).
+//   - split-K: every CTA of a split stores its FP32 partial tile ([split][token][row] in the
+//     workspace), then counts itself in with an atomic on its row tile's counter; the last CTA
+//     to arrive reads the tile's partials back in split order 0, 1, .. (so the sum's order is
+//     fixed whichever CTA arrives last: bit-identical results run to run), leaves the counter
+//     zero and runs the epilogue on the sums;
+//   - epilogues: store, to a per-token output row (the expert's down projection writes each
+//     token's own row); gate/up (each 16-row tile = 8 gate rows over the same 8 up rows, so a
+//     thread holds gate and up of the same feature and token and applies the SwiGLU in
+//     registers).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -83,7 +87,7 @@ struct Cfg {
     static_assert(STAGES >= 2, "at least double buffering");
 };
 
-enum Mode : int { kStore = 0, kAtomic = 1, kGateUp = 2 };
+enum Mode : int { kStore = 0, kGateUp = 2 };
 
 struct KParams {
     const uint8_t* w0 = nullptr;   // the matrix (gate/up mode: gate)
@@ -97,15 +101,17 @@ struct KParams {
     int aligned = 0;   // w0 (and w1) 16-byte aligned: cp.async; else byte copies
     const void* xq = nullptr;  // [m][ldxq] converted activations
     int ldxq = 0;
-    int m = 0;         // tokens (<= BN)
+    int m = 0;         // activation columns (<= BN): m_hi, or lo_off + m_hi with split activations
+    int m_hi = 0;      // tokens
+    int lo_off = 0;    // split activations: column of the first lo row (BN / 2); 0: none
     int kb_split = 0;  // blocks per split (multiple of KCB)
     int splits = 1;
     int mode = kStore;
     float* y = nullptr;
     int64_t ldy = 0;
-    const int32_t* out_rows = nullptr;  // atomic mode: output row per token (null: token)
-    const float* out_w = nullptr;       // atomic mode: weight per token (null: 1)
-    float* acc = nullptr;               // gate/up split-K accumulator [m][2*rows], zero
+    const int32_t* out_rows = nullptr;  // store mode: output row per token (null: token)
+    float* part = nullptr;              // split-K partials [splits][m][prow]
+    int prow = 0;                       // row tiles x BM
     int* counters = nullptr;            // per row tile, zero
     void* hq = nullptr;                 // gate/up: h [m][ldh]
     int ldh = 0;
@@ -201,6 +207,9 @@ __device__ __forceinline__ float swiglu_dev(float g, float u, float limit, int l
     return gc * sigmoid_dev(gc) * uc;
 }
 
+__device__ __forceinline__ float act_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float act_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+
 template <typename Act>
 __device__ __forceinline__ Act to_act(float v);
 template <>
@@ -261,7 +270,7 @@ __device__ __forceinline__ void load_stage(const KParams& p, uint8_t* stage, int
     const uint8_t* xb = static_cast<const uint8_t*>(p.xq);
     for (int idx = threadIdx.x; idx < p.m * kGran; idx += C::kThreads) {
         const int n = idx / kGran, gi = idx - n * kGran;
-        if (gi >= ng) continue;
+        if (gi >= ng || (n >= p.m_hi && n < p.lo_off)) continue;  // the gap between hi and lo rows stays zero
         cp_async16(sB + n * C::BROW + 16 * gi,
                    xb + (static_cast<uint64_t>(n) * p.ldxq + static_cast<uint64_t>(kb0) * 32) * 2 + 16 * gi, 16);
     }
@@ -281,11 +290,14 @@ __global__ void __launch_bounds__(WARPS * 32) qmm_kernel(const KParams p) {
     const int kb_end = min(p.nkb, kb_begin + p.kb_split);
     const int nchunks = kb_end > kb_begin ? (kb_end - kb_begin + C::KCB - 1) / C::KCB : 0;
 
-    // Token columns past m read zeros in every stage (cp.async never writes them).
+    // Columns no activation row is loaded into (past m, and between the hi and lo rows) read
+    // zeros in every stage (cp.async never writes them).
     for (int s = 0; s < STAGES; ++s) {
         uint8_t* sB = smem + s * C::STAGE + C::A_STAGE;
-        for (int idx = tid; idx < (C::BN - p.m) * (C::BROW / 16); idx += C::kThreads)
-            reinterpret_cast<uint4*>(sB + p.m * C::BROW)[idx] = make_uint4(0, 0, 0, 0);
+        for (int idx = tid; idx < C::BN * (C::BROW / 16); idx += C::kThreads) {
+            const int n = idx / (C::BROW / 16);
+            if (n >= p.m || (n >= p.m_hi && n < p.lo_off)) reinterpret_cast<uint4*>(sB)[idx] = make_uint4(0, 0, 0, 0);
+        }
     }
 
     // Byte offset (address mod 16) of this thread's rows g and g+8 of each m-tile.
@@ -449,8 +461,10 @@ __global__ void __launch_bounds__(WARPS * 32) qmm_kernel(const KParams p) {
     }
     cp_async_wait<0>();
 
-    // Epilogue. acc[mt][nt][i]: row g + 8*(i >= 2) of m-tile mt, token nt*8 + 2c + (i & 1).
-    if (p.mode != kGateUp) {
+    // acc[mt][nt][i]: row g + 8*(i >= 2) of m-tile mt, token nt*8 + 2c + (i & 1).
+    if (p.splits > 1) {
+        // Deterministic split-K: partials out, the row tile's last CTA sums them in split order.
+        float* part = p.part + static_cast<int64_t>(blockIdx.y) * p.m * p.prow;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -459,21 +473,68 @@ __global__ void __launch_bounds__(WARPS * 32) qmm_kernel(const KParams p) {
                 for (int i = 0; i < 4; ++i) {
                     const int gr = row0 + warp * MT * 16 + mt * 16 + g + (i >= 2 ? 8 : 0);
                     const int t = nt * 8 + 2 * c + (i & 1);
-                    if (gr >= p.rows || t >= p.m) continue;
-                    if (p.mode == kStore) {
-                        p.y[t * p.ldy + gr] = acc[mt][nt][i];
-                    } else {
-                        const int64_t orow = p.out_rows ? p.out_rows[t] : t;
-                        const float wt = p.out_w ? p.out_w[t] : 1.0f;
-                        atomicAdd(p.y + orow * p.ldy + gr, wt * acc[mt][nt][i]);
-                    }
+                    if (t < p.m) part[static_cast<int64_t>(t) * p.prow + gr] = acc[mt][nt][i];
+                }
+        __threadfence();
+        __syncthreads();
+        if (tid == 0) s_last = atomicAdd(p.counters + blockIdx.x, 1) == p.splits - 1;
+        __syncthreads();
+        if (!s_last) return;
+        __threadfence();
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const int gr = row0 + warp * MT * 16 + mt * 16 + g + (i >= 2 ? 8 : 0);
+                    const int t = nt * 8 + 2 * c + (i & 1);
+                    if (t >= p.m) continue;
+                    float sum = 0.0f;
+                    for (int sp = 0; sp < p.splits; ++sp)
+                        sum += __ldcg(p.part + (static_cast<int64_t>(sp) * p.m + t) * p.prow + gr);
+                    acc[mt][nt][i] = sum;
+                }
+        if (tid == 0) p.counters[blockIdx.x] = 0;  // the next launch on the stream finds it zero
+    }
+
+    // Split activations: token t's product is its hi column's plus its lo column's (t + BN/2),
+    // added once, in FP32, in that order.
+    if (p.lo_off) {
+        if constexpr (NT >= 2) {
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int nt = 0; nt < NT / 2; ++nt)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) acc[mt][nt][i] += acc[mt][nt + NT / 2][i];
+        } else {
+            // BN = 8: column t + 4 sits two lanes on (c + 2); lanes with c < 2 hold the tokens.
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) acc[mt][0][i] += __shfl_down_sync(0xffffffffu, acc[mt][0][i], 2);
+        }
+    }
+
+    if (p.mode == kStore) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const int gr = row0 + warp * MT * 16 + mt * 16 + g + (i >= 2 ? 8 : 0);
+                    const int t = nt * 8 + 2 * c + (i & 1);
+                    if (gr >= p.rows || t >= p.m_hi) continue;
+                    const int64_t orow = p.out_rows ? p.out_rows[t] : t;
+                    p.y[orow * p.ldy + gr] = acc[mt][nt][i];
                 }
         return;
     }
 
     // Gate/up: rows g (gate) and g+8 (up) of a tile are feature f = tile*8 + g.
     Act* hq = static_cast<Act*>(p.hq);
-    const int two_f = 2 * p.rows;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -483,34 +544,12 @@ __global__ void __launch_bounds__(WARPS * 32) qmm_kernel(const KParams p) {
                 const int tile = (row0 + warp * MT * 16 + mt * 16) >> 4;
                 const int f = tile * 8 + g;
                 const int t = nt * 8 + 2 * c + j;
-                if (f >= p.rows || t >= p.m) continue;
-                if (p.splits == 1) {
-                    hq[static_cast<int64_t>(t) * p.ldh + f] =
-                        to_act<Act>(swiglu_dev(acc[mt][nt][j], acc[mt][nt][2 + j], p.limit, p.llama));
-                } else {
-                    atomicAdd(p.acc + t * two_f + f, acc[mt][nt][j]);
-                    atomicAdd(p.acc + t * two_f + p.rows + f, acc[mt][nt][2 + j]);
-                }
+                if (f >= p.rows || t >= p.m_hi) continue;
+                const float v = swiglu_dev(acc[mt][nt][j], acc[mt][nt][2 + j], p.limit, p.llama);
+                const Act hi = to_act<Act>(v);
+                hq[static_cast<int64_t>(t) * p.ldh + f] = hi;
+                if (p.lo_off) hq[static_cast<int64_t>(p.lo_off + t) * p.ldh + f] = to_act<Act>(v - act_float(hi));
             }
-    if (p.splits == 1) return;
-    // Split-K: the last CTA of this row tile to arrive applies the SwiGLU to the complete sums
-    // and leaves the accumulator and the counter zero for the next call.
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) s_last = atomicAdd(p.counters + blockIdx.x, 1) == p.splits - 1;
-    __syncthreads();
-    if (!s_last) return;
-    __threadfence();
-    constexpr int kFeat = C::BM / 2;
-    const int f0 = row0 / 2;
-    for (int idx = tid; idx < kFeat * p.m; idx += C::kThreads) {
-        const int t = idx / kFeat, f = f0 + (idx - t * kFeat);
-        if (f >= p.rows) continue;
-        const float gs = atomicExch(p.acc + t * two_f + f, 0.0f);
-        const float us = atomicExch(p.acc + t * two_f + p.rows + f, 0.0f);
-        hq[static_cast<int64_t>(t) * p.ldh + f] = to_act<Act>(swiglu_dev(gs, us, p.limit, p.llama));
-    }
-    if (tid == 0) atomicExch(p.counters + blockIdx.x, 0);
 }
 
 // One m16n8k16 FP16 MMA of A = 2^-15 (an FP16 subnormal) by B = 1: every output is 16 * 2^-15
@@ -523,16 +562,24 @@ __global__ void fp16_subnormal_probe(float* out) {
     out[threadIdx.x] = (d[0] == 0x1p-11f && d[1] == 0x1p-11f && d[2] == 0x1p-11f && d[3] == 0x1p-11f) ? 1.0f : 0.0f;
 }
 
-// out[t][k] = x[rows ? rows[t] : t][k] rounded to Act; out rows ldo apart. Grid (k/128, m).
+// out[t][k] = x[rows ? rows[t] : t][k] rounded to Act (hi); with lo_off, also
+// out[lo_off + t][k] = x - hi rounded to Act (lo). Rows ldo apart. Grid (k/128, m).
 template <typename Act>
-__global__ void convert_x_kernel(const float* x, int64_t ldx, const int32_t* rows, int k_total, Act* out, int ldo) {
+__global__ void convert_x_kernel(const float* x, int64_t ldx, const int32_t* rows, int k_total, Act* out, int ldo,
+                                 int lo_off) {
     const int t = blockIdx.y;
     const int k = 4 * (blockIdx.x * blockDim.x + threadIdx.x);
     if (k >= k_total) return;  // k_total is a multiple of 32
     const float* src = x + static_cast<int64_t>(rows ? rows[t] : t) * ldx + k;
     Act* dst = out + static_cast<int64_t>(t) * ldo + k;
+    Act* dlo = out + static_cast<int64_t>(lo_off + t) * ldo + k;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) dst[i] = to_act<Act>(src[i]);
+    for (int i = 0; i < 4; ++i) {
+        const float v = src[i];
+        const Act hi = to_act<Act>(v);
+        dst[i] = hi;
+        if (lo_off) dlo[i] = to_act<Act>(v - act_float(hi));
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -553,7 +600,7 @@ struct Launch {
         return n;
     }
     // Fills kb_split/splits for mma_rows rows (the caller's view), launches.
-    static void run(KParams p, int mma_rows, const QuantMatmulWorkspace& ws, cudaStream_t stream, bool zero_y_for_split) {
+    static void run(KParams p, int mma_rows, const QuantMatmulWorkspace& ws, cudaStream_t stream) {
         const int row_tiles = (mma_rows + C::BM - 1) / C::BM;
         const int nchunks = (p.nkb + C::KCB - 1) / C::KCB;
         int split = 1;
@@ -566,18 +613,17 @@ struct Launch {
             split = std::max(1, target / row_tiles);
             split = std::min(split, std::max(1, nchunks / 2));
         }
+        // The partial sums must fit the workspace, and each row tile needs its counter.
+        p.prow = row_tiles * C::BM;
+        const int64_t per_split = static_cast<int64_t>(p.m) * p.prow;
+        split = static_cast<int>(std::min<int64_t>(split, static_cast<int64_t>(kQuantPartialFloats) / per_split));
+        if (row_tiles > kQuantCounters) split = 1;
         split = std::max(1, std::min(split, nchunks));
         const int chunks_per_split = (nchunks + split - 1) / split;
         p.kb_split = chunks_per_split * C::KCB;
         p.splits = (p.nkb + p.kb_split - 1) / p.kb_split;
-        if (p.mode == kStore && p.splits > 1) {
-            BG_CHECK(zero_y_for_split);
-            BG_CUDA_CHECK(cudaMemset2DAsync(p.y, static_cast<size_t>(p.ldy) * sizeof(float), 0,
-                                            static_cast<size_t>(p.rows) * sizeof(float), static_cast<size_t>(p.m),
-                                            stream));
-            p.mode = kAtomic;
-        }
-        if (p.mode == kGateUp && p.splits > 1) BG_CHECK(row_tiles <= ws.counter_count());
+        p.part = ws.partials();
+        p.counters = ws.counters();
         blocks_per_sm();  // sets the shared-memory attribute once
         const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(p.splits));
         qmm_kernel<WT, WARPS, MT, NT, KBASE, STAGES><<<grid, C::kThreads, C::SMEM, stream>>>(p);
@@ -602,20 +648,20 @@ int smem_optin() {
 template <int WT>
 void launch_qmm(const KParams& p, int mma_rows, const QuantMatmulWorkspace& ws, cudaStream_t stream) {
     if (p.m <= 8) {
-        Launch<WT, 4, 1, 1, 8, 3>::run(p, mma_rows, ws, stream, true);
+        Launch<WT, 4, 1, 1, 8, 3>::run(p, mma_rows, ws, stream);
     } else if (p.m <= 16) {
-        Launch<WT, 4, 2, 2, 4, 3>::run(p, mma_rows, ws, stream, true);
+        Launch<WT, 4, 2, 2, 4, 3>::run(p, mma_rows, ws, stream);
     } else if (p.m <= 32) {
         if (smem_optin() >= Cfg<WT, 8, 2, 4, 4, 4>::SMEM + 64) {
-            Launch<WT, 8, 2, 4, 4, 4>::run(p, mma_rows, ws, stream, true);
+            Launch<WT, 8, 2, 4, 4, 4>::run(p, mma_rows, ws, stream);
         } else {
-            Launch<WT, 8, 2, 4, 4, 2>::run(p, mma_rows, ws, stream, true);
+            Launch<WT, 8, 2, 4, 4, 2>::run(p, mma_rows, ws, stream);
         }
     } else {
         if (smem_optin() >= Cfg<WT, 8, 2, 8, 4, 4>::SMEM + 64) {
-            Launch<WT, 8, 2, 8, 4, 4>::run(p, mma_rows, ws, stream, true);
+            Launch<WT, 8, 2, 8, 4, 4>::run(p, mma_rows, ws, stream);
         } else {
-            Launch<WT, 8, 2, 8, 4, 2>::run(p, mma_rows, ws, stream, true);
+            Launch<WT, 8, 2, 8, 4, 2>::run(p, mma_rows, ws, stream);
         }
     }
 }
@@ -630,12 +676,13 @@ void launch_by_type(GgmlType t, const KParams& p, int mma_rows, const QuantMatmu
 }
 
 void convert_x(GgmlType t, const float* x, int64_t ldx, const int32_t* rows, int m, int k, void* out, int ldo,
-               cudaStream_t stream) {
+               int lo_off, cudaStream_t stream) {
     const dim3 grid(static_cast<unsigned>((k / 4 + 127) / 128), static_cast<unsigned>(m));
     if (t == GgmlType::BF16) {
-        convert_x_kernel<__nv_bfloat16><<<grid, 128, 0, stream>>>(x, ldx, rows, k, static_cast<__nv_bfloat16*>(out), ldo);
+        convert_x_kernel<__nv_bfloat16><<<grid, 128, 0, stream>>>(x, ldx, rows, k, static_cast<__nv_bfloat16*>(out), ldo,
+                                                                   lo_off);
     } else {
-        convert_x_kernel<__half><<<grid, 128, 0, stream>>>(x, ldx, rows, k, static_cast<__half*>(out), ldo);
+        convert_x_kernel<__half><<<grid, 128, 0, stream>>>(x, ldx, rows, k, static_cast<__half*>(out), ldo, lo_off);
     }
     BG_CUDA_CHECK_LAUNCH();
 }
@@ -657,6 +704,22 @@ const uint8_t* mat_end(const DeviceMat& W) {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// Split activations: m tokens take 2m columns, hi rows 0..m-1 and lo rows from half the tile's
+// width on (the tile launch_qmm picks for lo_off + m columns is the one picked here for 2m).
+int lo_off_for(int m) {
+    const int cols = 2 * m;
+    return (cols <= 8 ? 8 : cols <= 16 ? 16 : cols <= 32 ? 32 : 64) / 2;
+}
+// Tokens of one kernel pass, and its columns.
+int pass_tokens(const QuantMatmulWorkspace& ws) {
+    return static_cast<int>(ws.split_activations() ? QuantMatmulWorkspace::kChunk / 2 : QuantMatmulWorkspace::kChunk);
+}
+void set_columns(KParams& q, int m, bool split) {
+    q.m_hi = m;
+    q.lo_off = split ? lo_off_for(m) : 0;
+    q.m = split ? q.lo_off + m : m;
+}
+
 }  // namespace
 
 bool quant_matmul_supports(GgmlType t) {
@@ -668,9 +731,6 @@ QuantMatmulWorkspace::QuantMatmulWorkspace(int64_t max_cols, int64_t max_ff) : m
     int dev = 0;
     BG_CUDA_CHECK(cudaGetDevice(&dev));
     BG_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, dev));
-    const uint64_t xq_bytes = static_cast<uint64_t>(kChunk) * max_cols * 2;
-    BG_CUDA_CHECK(cudaMalloc(&xq_, xq_bytes));
-    bytes_ = xq_bytes;
     {
         float* d = nullptr;
         BG_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d), 32 * sizeof(float)));
@@ -681,24 +741,26 @@ QuantMatmulWorkspace::QuantMatmulWorkspace(int64_t max_cols, int64_t max_ff) : m
         BG_CUDA_CHECK(cudaFree(d));
         mx_bits_ = fp16_subnormals_ = std::all_of(h, h + 32, [](float v) { return v == 1.0f; });
     }
+    // The allocations bg::quant_workspace_bytes counts, and nothing else.
+    const uint64_t xq_bytes = static_cast<uint64_t>(kChunk) * max_cols * 2;
+    BG_CUDA_CHECK(cudaMalloc(&xq_, xq_bytes));
+    bytes_ = xq_bytes;
     if (max_ff > 0) {
         const uint64_t hq_bytes = static_cast<uint64_t>(kChunk) * max_ff * 2;
-        const uint64_t acc_bytes = static_cast<uint64_t>(kChunk) * 2 * max_ff * sizeof(float);
-        // One counter per gate/up row tile of the smallest tile (64 MMA rows = 32 features).
-        n_counters_ = (max_ff + 31) / 32;
         BG_CUDA_CHECK(cudaMalloc(&hq_, hq_bytes));
-        BG_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&acc_), acc_bytes));
-        BG_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&counters_), n_counters_ * sizeof(int)));
-        BG_CUDA_CHECK(cudaMemset(acc_, 0, acc_bytes));
-        BG_CUDA_CHECK(cudaMemset(counters_, 0, n_counters_ * sizeof(int)));
-        bytes_ += hq_bytes + acc_bytes + n_counters_ * sizeof(int);
+        bytes_ += hq_bytes;
     }
+    BG_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&part_), kQuantPartialFloats * sizeof(float)));
+    BG_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&counters_), kQuantCounters * sizeof(int)));
+    BG_CUDA_CHECK(cudaMemset(counters_, 0, kQuantCounters * sizeof(int)));
+    bytes_ += kQuantPartialFloats * sizeof(float) + kQuantCounters * sizeof(int);
+    BG_CHECK(bytes_ == quant_workspace_bytes(max_cols, max_ff));
 }
 
 QuantMatmulWorkspace::~QuantMatmulWorkspace() {
     if (xq_) cudaFree(xq_);
     if (hq_) cudaFree(hq_);
-    if (acc_) cudaFree(acc_);
+    if (part_) cudaFree(part_);
     if (counters_) cudaFree(counters_);
 }
 
@@ -720,18 +782,19 @@ void quant_matmul(QuantMatmulWorkspace& ws, const DeviceMat& W, const float* x, 
     p.mode = kStore;
     p.ldy = n_tok == 1 ? std::max<int64_t>(ldy, W.rows) : ldy;  // one token: ldy is never stepped
     const int mma_rows = static_cast<int>((W.rows + 15) / 16 * 16);
-    for (int64_t j0 = 0; j0 < n_tok; j0 += QuantMatmulWorkspace::kChunk) {
-        const int m = static_cast<int>(std::min<int64_t>(QuantMatmulWorkspace::kChunk, n_tok - j0));
-        convert_x(W.type, x + j0 * ldx, ldx, nullptr, m, static_cast<int>(W.cols), ws.xq(), p.ldxq, stream);
+    const int per_pass = pass_tokens(ws);
+    for (int64_t j0 = 0; j0 < n_tok; j0 += per_pass) {
+        const int m = static_cast<int>(std::min<int64_t>(per_pass, n_tok - j0));
         KParams q = p;
-        q.m = m;
+        set_columns(q, m, ws.split_activations());
+        convert_x(W.type, x + j0 * ldx, ldx, nullptr, m, static_cast<int>(W.cols), ws.xq(), p.ldxq, q.lo_off, stream);
         q.y = y + j0 * ldy;
         launch_by_type(W.type, q, mma_rows, ws, stream);
     }
 }
 
 void expert_ffn(QuantMatmulWorkspace& ws, const ExpertMats& e, const float* x, int64_t ldx, const int32_t* rows,
-                const float* w, int64_t n_tok, float limit, bg::SwigluClamp form, float* y, int64_t ldy,
+                int64_t n_tok, float limit, bg::SwigluClamp form, float* y, int64_t ldy, const int32_t* out_rows,
                 cudaStream_t stream) {
     const int64_t n_embd = e.gate.cols, n_ff = e.gate.rows;
     BG_CHECK_MSG(e.up.type == e.gate.type && e.down.type == e.gate.type, "expert_ffn: one weight type for all three");
@@ -742,6 +805,7 @@ void expert_ffn(QuantMatmulWorkspace& ws, const ExpertMats& e, const float* x, i
     check_weights(e.up, ws.max_cols());
     check_weights(e.down, ws.max_cols());
     BG_CHECK(ldx >= n_embd || n_tok <= 1);
+    BG_CHECK(ldy >= n_embd || (n_tok <= 1 && !out_rows));
     if (n_tok <= 0) return;
 
     KParams gu;
@@ -759,8 +823,6 @@ void expert_ffn(QuantMatmulWorkspace& ws, const ExpertMats& e, const float* x, i
     gu.xq = ws.xq();
     gu.ldxq = static_cast<int>(n_embd);
     gu.mode = kGateUp;
-    gu.acc = ws.acc();
-    gu.counters = ws.counters();
     gu.hq = ws.hq();
     gu.ldh = static_cast<int>(n_ff);
     gu.limit = limit;
@@ -777,25 +839,26 @@ void expert_ffn(QuantMatmulWorkspace& ws, const ExpertMats& e, const float* x, i
     dn.mx_bits = e.down.type == GgmlType::MXFP4 && ws.mxfp4_bit_decode();
     dn.xq = ws.hq();
     dn.ldxq = static_cast<int>(n_ff);
-    dn.mode = kAtomic;
-    dn.ldy = ldy;
+    dn.mode = kStore;
+    dn.ldy = std::max(ldy, n_embd);
     const int dn_rows = static_cast<int>((n_embd + 15) / 16 * 16);
 
-    for (int64_t j0 = 0; j0 < n_tok; j0 += QuantMatmulWorkspace::kChunk) {
-        const int m = static_cast<int>(std::min<int64_t>(QuantMatmulWorkspace::kChunk, n_tok - j0));
-        if (rows) {
-            convert_x(e.gate.type, x, ldx, rows + j0, m, static_cast<int>(n_embd), ws.xq(), gu.ldxq, stream);
-        } else {
-            convert_x(e.gate.type, x + j0 * ldx, ldx, nullptr, m, static_cast<int>(n_embd), ws.xq(), gu.ldxq, stream);
-        }
+    const int per_pass = pass_tokens(ws);
+    for (int64_t j0 = 0; j0 < n_tok; j0 += per_pass) {
+        const int m = static_cast<int>(std::min<int64_t>(per_pass, n_tok - j0));
         KParams a = gu;
-        a.m = m;
+        set_columns(a, m, ws.split_activations());
+        if (rows) {
+            convert_x(e.gate.type, x, ldx, rows + j0, m, static_cast<int>(n_embd), ws.xq(), gu.ldxq, a.lo_off, stream);
+        } else {
+            convert_x(e.gate.type, x + j0 * ldx, ldx, nullptr, m, static_cast<int>(n_embd), ws.xq(), gu.ldxq, a.lo_off,
+                      stream);
+        }
         launch_by_type(e.gate.type, a, gu_rows, ws, stream);
         KParams d = dn;
-        d.m = m;
-        d.y = rows ? y : y + j0 * ldy;
-        d.out_rows = rows ? rows + j0 : nullptr;
-        d.out_w = w ? w + j0 : nullptr;
+        set_columns(d, m, ws.split_activations());
+        d.y = out_rows ? y : y + j0 * ldy;
+        d.out_rows = out_rows ? out_rows + j0 : nullptr;
         launch_by_type(e.down.type, d, dn_rows, ws, stream);
     }
 }

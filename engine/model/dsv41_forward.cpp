@@ -105,7 +105,11 @@ void Forward::load_dense_image() {
 Forward::Forward(const Model& m, std::unique_ptr<Ops> ops, ExpertProvider& experts, EngramProvider& engram,
                  const ForwardConfig& cfg)
     : m_(m), hp_(m.hp()), ops_(std::move(ops)), experts_(experts), engram_(engram), cfg_(cfg),
-      lay_(ForwardLayout::of(hp_, m.roles(), cfg)) {
+      lay_(ForwardLayout::of(hp_, m.roles(), cfg, [&m](const std::string& name) {
+          const gguf::TensorInfo* t = m.gguf().tensor(name);
+          BG_CHECK(t != nullptr);
+          return t->type;
+      })) {
     BG_CHECK(hp_.hc_count == kHc);
     if (cfg_.n_ctx < 1 || cfg_.max_ubatch < 1 || cfg_.moe_chunk < 1) fail("forward: n_ctx, max_ubatch and moe_chunk must be >= 1");
     if (cfg_.routing != RoutingPolicy::kExact && (!cfg_.resident || static_cast<int64_t>(cfg_.resident->size()) != hp_.n_layer))
@@ -178,8 +182,8 @@ Forward::Forward(const Model& m, std::unique_ptr<Ops> ops, ExpertProvider& exper
     for (auto [p, c] : {std::pair{&hflat_, f.hflat}, {&mixm_, f.mixm}, {&mixa_, f.mixa}, {&x_, f.x}, {&y_, f.y},
                         {&qa_, f.qa}, {&q_, f.q}, {&kvb_, f.kvb}, {&att_, f.att}, {&oa_, f.oa}, {&iq_, f.iq},
                         {&iw_, f.iw}, {&iscore_, f.iscore}, {&rlogits_, f.rlogits}, {&pooled_, f.pooled},
-                        {&emb_, f.emb}, {&erow_, f.erow}, {&ekv_, f.ekv}, {&xg_, f.xg}, {&g_, f.g}, {&up_, f.up},
-                        {&h_, f.h}, {&eo_tmp_, f.eo_tmp}, {&sg_, f.sg}, {&su_, f.su}, {&sh_, f.sh}, {&logits_, f.logits}})
+                        {&emb_, f.emb}, {&erow_, f.erow}, {&ekv_, f.ekv}, {&sg_, f.sg}, {&su_, f.su}, {&sh_, f.sh},
+                        {&logits_, f.logits}})
         *p = alloc<float>(c);
     bpos_ = alloc<int32_t>(f.bpos);
     gather_rows_ = alloc<int32_t>(f.gather_rows);
@@ -493,14 +497,13 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
         const int32_t e = experts_.next_ready(&v);
         const int64_t s0 = by_expert_start_[e], m_total = by_expert_start_[e + 1] - s0;
         ops_->busy_begin();
+        // Each (token, rank) writes its own row of eo, summed in rank order below: the result
+        // does not depend on the order the experts arrive in.
+        const ExpertMats mats{v.gate, v.up, v.down};
         for (int64_t c0 = 0; c0 < m_total; c0 += chunk) {
             const int64_t m = std::min(chunk, m_total - c0);
-            ops_->moe_gather(xf_, E_, gather_rows_ + s0 + c0, m, E_, xg_);
-            ops_->matmul(v.gate, xg_, E_, m, g_, nff);
-            ops_->matmul(v.up, xg_, E_, m, up_, nff);
-            ops_->swiglu(g_, up_, m * nff, hp_.swiglu_limit[l], cfg_.swiglu_form, h_);
-            ops_->matmul(v.down, h_, nff, m, eo_tmp_, E_);
-            ops_->moe_scatter(eo_tmp_, scatter_rows_ + s0 + c0, m, E_, eo_);
+            ops_->expert_ffn(mats, xf_, E_, gather_rows_ + s0 + c0, m, hp_.swiglu_limit[l], cfg_.swiglu_form, eo_,
+                             scatter_rows_ + s0 + c0);
         }
         ops_->busy_end();
         // The slot may be refilled once released: the ops reading it must be done first.

@@ -137,7 +137,7 @@ private:
     int32_t *ids_, *iota_;
     // Work buffers for one unit
     float *hflat_, *mixm_, *mixa_, *x_, *y_, *qa_, *q_, *kvb_, *att_, *oa_, *iq_, *iw_, *iscore_, *rlogits_;
-    float *pooled_, *emb_, *erow_, *ekv_, *xg_, *g_, *up_, *h_, *eo_tmp_, *sg_, *su_, *sh_, *logits_;
+    float *pooled_, *emb_, *erow_, *ekv_, *sg_, *su_, *sh_, *logits_;
     int32_t *bpos_, *gather_rows_, *scatter_rows_;
     // Host side
     int32_t* tokens_;          // [n_ctx], for Engram hashing

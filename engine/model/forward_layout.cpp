@@ -15,7 +15,8 @@ uint64_t sized(int64_t count, uint64_t size) { return std::max<uint64_t>(1, stat
 
 }  // namespace
 
-ForwardLayout ForwardLayout::of(const HParams& hp, const std::vector<LayerRoles>& roles, const ForwardConfig& cfg) {
+ForwardLayout ForwardLayout::of(const HParams& hp, const std::vector<LayerRoles>& roles, const ForwardConfig& cfg,
+                                const std::function<GgmlType(const std::string&)>& type_of) {
     const int64_t L = hp.n_layer, E = hp.n_embd, hd = hp.head_dim, mu = cfg.max_ubatch, ctx = cfg.n_ctx;
     const int64_t k = hp.n_expert_used, ne = hp.n_expert, nff = hp.n_ff_exp, chunk = cfg.moe_chunk;
     const int64_t nsh = std::max<int64_t>(1, hp.n_ff_exp * hp.n_expert_shared);
@@ -69,9 +70,6 @@ ForwardLayout ForwardLayout::of(const HParams& hp, const std::vector<LayerRoles>
     const int64_t nb = hp.engram_layers.empty() ? 0 : hp.engram_buckets();
     f.erow = mu * std::max<int64_t>(1, nb * hp.engram_dim);
     f.ekv = mu * (kHc + 1) * E;
-    f.xg = chunk * E;
-    f.g = f.up = f.h = chunk * nff;
-    f.eo_tmp = chunk * E;
     f.sg = f.su = f.sh = mu * nsh;
     f.logits = hp.n_vocab;
     f.bpos = mu + 1;
@@ -93,6 +91,21 @@ ForwardLayout ForwardLayout::of(const HParams& hp, const std::vector<LayerRoles>
     f.ops.n_head = hp.n_head;
     f.ops.max_att_rows = hp.sliding_window + hp.idx_top_k;
     f.ops.n_expert = ne;
+    f.ops.expert_max_tok = chunk;
+    f.ops.n_embd = E;
+    f.ops.n_ff = nff;
+    // Every matrix the forward multiplies by (the token embedding is gathered on the host), dense
+    // ones from the 64-byte aligned image, experts from 4 KiB aligned slots.
+    for (const TensorSpec& s : tensor_specs(hp, roles)) {
+        if (s.cls == TensorClass::kMatrix && s.name != "token_embd.weight")
+            f.ops.matmul.add_matrix(type_of(s.name), s.ne[0], s.ne[1], 0);
+    }
+    for (int64_t l = 0; l < L; ++l) {
+        const bool fused = f.ops.matmul.add_expert(type_of(layer_tensor_name(l, "ffn_gate_exps", "weight")),
+                                                   type_of(layer_tensor_name(l, "ffn_up_exps", "weight")),
+                                                   type_of(layer_tensor_name(l, "ffn_down_exps", "weight")), E, nff);
+        if (!fused) f.ops.experts_unfused = true;
+    }
     return f;
 }
 
@@ -104,7 +117,7 @@ ForwardBytes ForwardLayout::bytes(bool memory_is_host, uint64_t device_image_byt
             if (c > 0) b.device_caches += sized(c, 4);
     b.device_work += static_cast<uint64_t>(resident_masks) * sized(resident_mask, 1);
     for (int64_t c : {H, pre, xf, mixf, ids, wts, eo, iota, hflat, mixm, mixa, x, y, qa, q, kvb, att, oa, iq, iw, iscore,
-                      rlogits, pooled, emb, erow, ekv, xg, g, up, h, eo_tmp, sg, su, sh, logits, bpos, gather_rows,
+                      rlogits, pooled, emb, erow, ekv, sg, su, sh, logits, bpos, gather_rows,
                       scatter_rows})
         b.device_work += sized(c, 4);
     for (int64_t c : {tokens, rows_host, out_host, emb_host, onehot, by_expert_count, by_expert_start, used_experts,

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "backend/ops.h"
@@ -28,7 +30,7 @@ struct ForwardBytes {
     uint64_t device_dense = 0;    // the dense image on the device (all but the token embedding)
     uint64_t device_caches = 0;   // KV cache, compressed streams, index keys and selections for n_ctx
     uint64_t device_work = 0;     // activations by position, work buffers, routing masks
-    uint64_t device_matmul = 0;   // the backend's own (the CUDA matmul dequantisation scratch)
+    uint64_t device_matmul = 0;   // the backend's own (the CUDA fused-matmul workspace and dequantisation scratch)
     uint64_t host = 0;            // host buffers (and, on the CPU, all of the above but the dense image)
     uint64_t device_total() const { return device_dense + device_caches + device_work + device_matmul; }
 };
@@ -42,27 +44,30 @@ struct ForwardLayout {
     int64_t H = 0, pre = 0, xf = 0, mixf = 0, ids = 0, wts = 0, eo = 0, iota = 0;
     // Work buffers (floats, then int32)
     int64_t hflat = 0, mixm = 0, mixa = 0, x = 0, y = 0, qa = 0, q = 0, kvb = 0, att = 0, oa = 0, iq = 0, iw = 0,
-            iscore = 0, rlogits = 0, pooled = 0, emb = 0, erow = 0, ekv = 0, xg = 0, g = 0, up = 0, h = 0, eo_tmp = 0,
-            sg = 0, su = 0, sh = 0, logits = 0;
+            iscore = 0, rlogits = 0, pooled = 0, emb = 0, erow = 0, ekv = 0, sg = 0, su = 0, sh = 0, logits = 0;
     int64_t bpos = 0, gather_rows = 0, scatter_rows = 0;
     // Host (int32 unless said)
     int64_t tokens = 0, rows_host = 0, out_host = 0 /* float */, emb_host = 0 /* float */, onehot = 0 /* float */,
             erows = 0 /* uint64 */, by_expert_count = 0, by_expert_start = 0, used_experts = 0, used_tokens = 0;
-    // What the forward asks of its ops at most (they size their own memory from it).
+    // What the forward asks of its ops at most (they size their own memory from it: the routed
+    // experts' scratch, and on CUDA the matmul paths' memory from the weight types).
     OpsLimits ops;
 
-    static ForwardLayout of(const HParams& hp, const std::vector<LayerRoles>& roles, const ForwardConfig& cfg);
+    // type_of: the type of each tensor of tensor_specs(hp, roles), by name (the file's).
+    static ForwardLayout of(const HParams& hp, const std::vector<LayerRoles>& roles, const ForwardConfig& cfg,
+                            const std::function<GgmlType(const std::string&)>& type_of);
 
     // What the forward holds: `memory_is_host` for a backend whose memory is the host's (the
     // dense image is then the model's own, not counted); own_device_bytes and own_host_bytes are
-    // the ops' own (matmul scratch, kernel timeline).
+    // the ops' own (matmul workspace and scratch, kernel timeline; the CPU's expert scratch).
     ForwardBytes bytes(bool memory_is_host, uint64_t device_image_bytes, uint64_t own_device_bytes,
                        uint64_t own_host_bytes) const;
 };
 
-// The CUDA ops' own memory, for plans made without a device: the matmul context's dequantisation
-// scratch (cuda::MatmulContext::kDefaultScratchBytes) and the kernel timeline.
-constexpr uint64_t kGpuMatmulScratchBytes = uint64_t{128} << 20;
+// The CUDA ops' own memory, for plans made without a device: on the device, the fused-matmul
+// workspace and dequantisation scratch the layout's limits ask for (bg::cuda_ops_device_bytes);
+// on the host, the kernel timeline.
+inline uint64_t gpu_ops_device_bytes(const ForwardLayout& f) { return cuda_ops_device_bytes(f.ops); }
 uint64_t gpu_ops_host_bytes(const OpsLimits& lim);
 
 }  // namespace bg::dsv41

@@ -124,14 +124,20 @@ MemoryPlan plan_memory(const ModelShape& shape, const RunConfig& cfg, bool cuda,
     // A run always builds a residency plan (the default from router bias): one mask per layer.
     const std::vector<std::vector<uint8_t>> masks(static_cast<size_t>(hp.n_layer), std::vector<uint8_t>(hp.n_expert));
     fc.resident = &masks;
-    const dsv41::ForwardLayout fl = dsv41::ForwardLayout::of(hp, shape.roles, fc);
+    std::map<std::string, GgmlType> types;
+    for (const ModelShape::Tensor& t : shape.tensors) types[t.name] = t.type;
+    const dsv41::ForwardLayout fl =
+        dsv41::ForwardLayout::of(hp, shape.roles, fc, [&types](const std::string& name) { return types.at(name); });
     if (cuda) {
         const dsv41::ForwardBytes f =
-            fl.bytes(false, layout.device_image_bytes, dsv41::kGpuMatmulScratchBytes, dsv41::gpu_ops_host_bytes(fl.ops));
+            fl.bytes(false, layout.device_image_bytes, dsv41::gpu_ops_device_bytes(fl), dsv41::gpu_ops_host_bytes(fl.ops));
         add(MemoryTier::kVram, "dense weights (all but the token embedding)", f.device_dense);
         add(MemoryTier::kVram, strf("KV and compressed caches (%lld positions)", (long long)fc.n_ctx), f.device_caches);
         add(MemoryTier::kVram, "activations, work buffers and routing masks", f.device_work);
-        add(MemoryTier::kVram, "matmul dequantisation scratch", f.device_matmul);
+        add(MemoryTier::kVram,
+            fl.ops.matmul.dequant_bytes > 0 ? "matmul workspace (fused kernels) and dequantisation scratch"
+                                            : "matmul workspace (fused kernels)",
+            f.device_matmul);
         add(MemoryTier::kHost, "forward buffers and kernel timeline", f.host);
     } else {
         add(MemoryTier::kHost, strf("forward caches (%lld positions), activations and work buffers", (long long)fc.n_ctx),

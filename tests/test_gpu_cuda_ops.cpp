@@ -1,0 +1,192 @@
+// The CUDA ops binding (engine/cuda/cuda_ops.cu) at the Ops interface the forward uses: which
+// path each weight type takes (fused quantized kernels for MXFP4/Q8_0/BF16, cuBLAS for F32 in
+// place and F16 through the dequantisation scratch), the routed expert op fused and unfused, the
+// memory reserve() holds (exactly bg::cuda_ops_device_bytes, what `betelgeuse plan` prints), and
+// bit-identical results run to run. The reference is the CPU ops with the fused kernels'
+// activation rounding emulated (tests/emulated_gpu_numerics.h: hi + lo split), so what is left
+// is the order of FP32 sums: tolerance 2e-5 relative (L2 over all outputs) on these widths; a
+// kernel that dropped the lo half (one rounding: ~2e-4 FP16, ~1.5e-3 BF16) misses it by an
+// order of magnitude. Skipped without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "cpu/cpu_ops.h"
+#include "cpu/thread_pool.h"
+#include "cuda/check.cuh"
+#include "cuda/cuda_ops.cuh"
+#include "cuda/dequant.cuh"
+#include "emulated_gpu_numerics.h"
+#include "random_inputs.h"
+#include "tensor/ggml_types.h"
+
+using namespace bg;
+
+namespace {
+
+constexpr double kTol = 2e-5;
+
+// Host bytes of a rows x cols matrix of type t quantised from N(0, 0.05).
+std::vector<uint8_t> random_weights(GgmlType t, int64_t rows, int64_t cols, std::mt19937& rng) {
+    std::normal_distribution<float> nd(0.0f, 0.05f);
+    std::vector<float> row(static_cast<size_t>(cols));
+    const uint64_t rb = row_bytes(t, cols);
+    std::vector<uint8_t> b(rb * rows);
+    for (int64_t r = 0; r < rows; ++r) {
+        for (auto& v : row) v = nd(rng);
+        quantize_row(t, row.data(), b.data() + r * rb, cols);
+    }
+    return b;
+}
+
+double rel_l2(const std::vector<float>& got, const std::vector<float>& want) {
+    double e2 = 0, r2 = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+        if (!std::isfinite(got[i])) return INFINITY;
+        e2 += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
+        r2 += static_cast<double>(want[i]) * want[i];
+    }
+    return std::sqrt(e2 / std::max(r2, 1e-300));
+}
+
+// The same weights on both sides: host bytes for the CPU, device bytes for CUDA.
+struct Weights {
+    std::vector<uint8_t> host;
+    void* dev = nullptr;
+    Weights(Ops& cuda, std::vector<uint8_t> h) : host(std::move(h)) {
+        dev = cuda.alloc(host.size());
+        cuda.upload(dev, host.data(), host.size());
+    }
+    MatView view(bool device, GgmlType t, int64_t cols, int64_t rows, uint64_t offset = 0) const {
+        const uint8_t* base = device ? static_cast<const uint8_t*>(dev) : host.data();
+        return MatView{base + offset, t, cols, rows, row_bytes(t, cols)};
+    }
+};
+
+class GpuCudaOps : public ::testing::Test {
+protected:
+    void SetUp() override {
+        if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+        rng_ = bgtest::fresh_rng();
+    }
+    std::mt19937 rng_;
+    cpu::ThreadPool pool_{2};
+};
+
+// Every weight type through Ops::matmul, 1, 5 and 64 tokens.
+TEST_F(GpuCudaOps, MatmulTakesThePathOfItsWeightType) {
+    const int64_t E = 256, R = 200;
+    OpsLimits lim;
+    lim.max_tok = 64;
+    const GgmlType types[] = {GgmlType::MXFP4, GgmlType::Q8_0, GgmlType::BF16, GgmlType::F16, GgmlType::F32};
+    for (GgmlType t : types) lim.matmul.add_matrix(t, E, R, 0);
+    EXPECT_EQ(lim.matmul.quant_max_cols, E);
+    EXPECT_TRUE(lim.matmul.sgemm);
+    EXPECT_EQ(lim.matmul.dequant_bytes, static_cast<uint64_t>(E * R) * 4) << "the F16 matrix, whole";
+    std::unique_ptr<Ops> gpu = cuda::make_cuda_ops();
+    gpu->reserve(lim);
+    EXPECT_EQ(gpu->own_bytes(), cuda_ops_device_bytes(lim));
+    bgtest::GpuNumericsOps emu(cpu::make_cpu_ops(pool_));
+    emu.reserve(lim);
+    for (GgmlType t : types) {
+        const Weights w(*gpu, random_weights(t, R, E, rng_));
+        for (int64_t n : {1, 5, 64}) {
+            SCOPED_TRACE(std::string(type_name(t)) + " tokens " + std::to_string(n));
+            const int64_t ldx = E + 3, ldy = R + 1;
+            const std::vector<float> x = bgtest::uniform(rng_, n * ldx, -1.0f, 1.0f);
+            std::vector<float> want(static_cast<size_t>(n * ldy), 0.0f);
+            emu.matmul(w.view(false, t, E, R), x.data(), ldx, n, want.data(), ldy);
+            float* dx = static_cast<float*>(gpu->alloc(x.size() * 4));
+            float* dy = static_cast<float*>(gpu->alloc(want.size() * 4));
+            gpu->upload(dx, x.data(), x.size() * 4);
+            std::vector<float> got[2];
+            for (int run = 0; run < 2; ++run) {
+                gpu->matmul(w.view(true, t, E, R), dx, ldx, n, dy, ldy);
+                got[run].resize(want.size());
+                gpu->download(got[run].data(), dy, want.size() * 4);
+                gpu->sync();
+            }
+            EXPECT_EQ(std::memcmp(got[0].data(), got[1].data(), want.size() * 4), 0) << "not bit-identical run to run";
+            const double rel = rel_l2(got[0], want);
+            std::printf("  %-6s n=%-3lld rel %.3g\n", type_name(t), (long long)n, rel);
+            EXPECT_LT(rel, kTol);
+        }
+    }
+}
+
+// The routed expert op: MXFP4 experts fused, F16 experts through the unfused sequence; each
+// token's output lands in its own row, nothing else changes.
+TEST_F(GpuCudaOps, ExpertFfnFusedAndUnfused) {
+    const int64_t E = 256, F = 128, T = 40, chunk = 16;
+    for (GgmlType t : {GgmlType::MXFP4, GgmlType::BF16, GgmlType::F16}) {
+        SCOPED_TRACE(type_name(t));
+        OpsLimits lim;
+        lim.max_tok = chunk;
+        lim.expert_max_tok = chunk;
+        lim.n_embd = E;
+        lim.n_ff = F;
+        lim.experts_unfused = !lim.matmul.add_expert(t, t, t, E, F);
+        EXPECT_EQ(lim.experts_unfused, t == GgmlType::F16);
+        std::unique_ptr<Ops> gpu = cuda::make_cuda_ops();
+        gpu->reserve(lim);
+        EXPECT_EQ(gpu->own_bytes(), cuda_ops_device_bytes(lim));
+        bgtest::GpuNumericsOps emu(cpu::make_cpu_ops(pool_));
+        emu.reserve(lim);
+        // gate, up, down end to end as in a slot.
+        std::vector<uint8_t> bytes = random_weights(t, F, E, rng_);
+        const uint64_t up_at = bytes.size();
+        const std::vector<uint8_t> u = random_weights(t, F, E, rng_), d = random_weights(t, E, F, rng_);
+        bytes.insert(bytes.end(), u.begin(), u.end());
+        const uint64_t down_at = bytes.size();
+        bytes.insert(bytes.end(), d.begin(), d.end());
+        const Weights w(*gpu, bytes);
+        auto mats = [&](bool dev) {
+            return ExpertMats{w.view(dev, t, E, F, 0), w.view(dev, t, E, F, up_at), w.view(dev, t, F, E, down_at)};
+        };
+        const std::vector<float> x = bgtest::uniform(rng_, T * E, -1.0f, 1.0f);
+        const std::vector<float> out0 = bgtest::uniform(rng_, 2 * T * E, -1.0f, 1.0f);
+        std::vector<int32_t> rows(static_cast<size_t>(chunk)), out_rows(static_cast<size_t>(2 * T));
+        std::uniform_int_distribution<int32_t> tok(0, T - 1);
+        for (auto& r : rows) r = tok(rng_);
+        std::iota(out_rows.begin(), out_rows.end(), 0);
+        std::shuffle(out_rows.begin(), out_rows.end(), rng_);
+        out_rows.resize(static_cast<size_t>(chunk));
+        std::vector<float> want = out0;
+        emu.expert_ffn(mats(false), x.data(), E, rows.data(), chunk, 0.5f, SwigluClamp::kDeepSeek, want.data(),
+                       out_rows.data());
+        float* dx = static_cast<float*>(gpu->alloc(x.size() * 4));
+        float* dout = static_cast<float*>(gpu->alloc(out0.size() * 4));
+        int32_t* drows = static_cast<int32_t*>(gpu->alloc(rows.size() * 4));
+        int32_t* dorows = static_cast<int32_t*>(gpu->alloc(out_rows.size() * 4));
+        gpu->upload(dx, x.data(), x.size() * 4);
+        gpu->upload(drows, rows.data(), rows.size() * 4);
+        gpu->upload(dorows, out_rows.data(), out_rows.size() * 4);
+        std::vector<float> got[2];
+        for (int run = 0; run < 2; ++run) {
+            gpu->upload(dout, out0.data(), out0.size() * 4);
+            gpu->expert_ffn(mats(true), dx, E, drows, chunk, 0.5f, SwigluClamp::kDeepSeek, dout, dorows);
+            got[run].resize(out0.size());
+            gpu->download(got[run].data(), dout, out0.size() * 4);
+            gpu->sync();
+        }
+        EXPECT_EQ(std::memcmp(got[0].data(), got[1].data(), out0.size() * 4), 0) << "not bit-identical run to run";
+        std::vector<bool> written(static_cast<size_t>(2 * T), false);
+        for (int32_t r : out_rows) written[r] = true;
+        for (int64_t r = 0; r < 2 * T; ++r) {
+            if (!written[r]) {
+                ASSERT_EQ(std::memcmp(&got[0][r * E], &out0[r * E], E * 4), 0) << "row " << r << " changed";
+            }
+        }
+        const double rel = rel_l2(got[0], want);
+        std::printf("  %-6s rel %.3g\n", type_name(t), rel);
+        EXPECT_LT(rel, kTol);
+    }
+}
+
+}  // namespace
