@@ -408,6 +408,11 @@ constexpr int64_t kMx = static_cast<int64_t>(GgmlType::MXFP4);
 constexpr int64_t kQ8 = static_cast<int64_t>(GgmlType::Q8_0);
 constexpr int64_t kBf = static_cast<int64_t>(GgmlType::BF16);
 
+// Samples per configuration, fixed: with manual time a 5 us kernel needs 40,000 iterations to
+// reach a minimum time of 0.2 s, each paying a host synchronisation (the full set ran past 9
+// minutes on the H200 that way). Each sample is kCallsPerSample calls; the median is reported.
+constexpr int kSamples = 30;
+
 BENCHMARK(BM_D2DCopy)->Arg(static_cast<int64_t>(kD2DBytes))->Iterations(4)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 // type (39 mxfp4, 8 q8_0, 30 bf16), n_embd, n_ff, M, graph (1: 16 calls replayed as a CUDA
@@ -421,6 +426,7 @@ BENCHMARK(BM_ExpertFused)
     ->ArgsProduct({{kMx}, {1024}, {768}, {1, 16, 64}, {0}, {0}, {0}})
     ->ArgsProduct({{kMx}, {5120}, {2304}, {1, 3, 8, 16, 32, 64}, {0}, {0}, {1}})
     ->ArgsProduct({{kMx}, {1024}, {768}, {1, 16, 64}, {0}, {0}, {1}})
+    ->Iterations(kSamples)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
@@ -432,6 +438,7 @@ BENCHMARK(BM_ExpertFused)
         ->ArgsProduct({{kQ8, kBf}, {32768}, {1280}, {1, 3, 16, 64}, {0}})                                   \
         ->ArgsProduct({{kQ8, kBf}, {5120}, {8192}, {1, 3, 16, 64}, {0}})                                    \
         ->ArgsProduct({{kQ8, kBf}, {129280}, {5120}, {1, 64}, {0}})                                         \
+        ->Iterations(kSamples)                                                                              \
         ->UseManualTime()                                                                                   \
         ->Unit(benchmark::kMicrosecond)
 BG_DENSE_SHAPES(BENCHMARK(BM_DenseFused))->Args({kQ8, 1280, 5120, 1, 1})->Args({kQ8, 32768, 1280, 1, 1});
@@ -446,6 +453,7 @@ BENCHMARK(BM_ExpertMxfp4)
     ->ArgNames({"n_embd", "n_ff", "M"})
     ->ArgsProduct({{1024}, {768}, {1, 3, 16, 64}})
     ->ArgsProduct({{5120}, {2304}, {1, 3, 16, 64}})
+    ->Iterations(kSamples)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -5,7 +5,9 @@
 #   there:  bash scripts/device-reproduce.sh --run PART...        # carry [".device-bin"]
 #   there:  bash scripts/device-reproduce.sh --background PART... # then, next call: --wait SECONDS
 # Parts:
-#   check      machine description, GPU tests, raw probes
+#   device-model  make-model for the device scale (models/device.gguf; about 40 s)
+#   check      machine description, GPU tests (with the device-scale agreement test where
+#              models/device.gguf exists: run device-model first), raw probes
 #   4a4b       harness: scenarios/device/seed-4a-4b
 #   decode     harness: scenarios/device/decode
 #   fidelity   engine: pinned-top1 and resident-only against exact (64 and 500 tokens) -> measurements/
@@ -36,6 +38,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 stage=.device-bin
+# device-stage.sh packs the binaries to fit the carry: unpack them here, once per call.
+if [ "${1:-}" != "--stage" ] && [ -f "$stage/bundle.tar.xz" ]; then
+  xz -dc "$stage/bundle.tar.xz" | tar -C "$stage" -xf - && rm -f "$stage/bundle.tar.xz"
+fi
 
 if [ "${1:-}" = "--stage" ]; then exec bash scripts/device-stage.sh "${2:-build}"; fi
 # Parts longer than one call (the slice ablation: two token-major configurations read about 160 GB
@@ -102,12 +108,16 @@ for part in "$@"; do
         nproc; free -g | head -2; df -h . | tail -1; uname -r; } 2>&1 | tee "$out/machine.txt"
       export BG_SOURCE_DIR=$PWD BG_TEST_MODELS_DIR=/tmp/bg-test-models
       mkdir -p "$BG_TEST_MODELS_DIR"
+      # The device-scale routing agreement test runs where the device-scale model exists (4a4b,
+      # 500 or fidelity write it); it skips, visibly, elsewhere.
+      if [ -f models/device.gguf ]; then export BG_DEVICE_MODEL=$PWD/models/device.gguf; fi
       note "GPU tests"
       for t in "$stage"/test_gpu_*; do
         timeout 300 "$t" > "$out/$(basename "$t").log" 2>&1 || status=1
         tail -n 3 "$out/$(basename "$t").log" | tee -a "$log"
       done
       ;;
+    device-model) note "make-model device"; [ -f models/device.gguf ] || "$bin" make-model --scale scenarios/models/device.json --out models/device.gguf --seed 1 2>&1 | tail -n 3 | tee -a "$log" ;;
     4a4b) harness_run run seed-4a-4b ;;
     decode) harness_run run decode ;;
     500) harness_run run seed-500-baseline; harness_run run seed-500-optimized ;;
