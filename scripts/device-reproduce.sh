@@ -27,6 +27,7 @@
 #   slice-500       harness: scenarios/slice/seed-500-baseline and seed-500-optimized (one repetition each)
 #   slice-500-baseline  harness: scenarios/slice/seed-500-baseline alone (about 5 minutes on an H200)
 #   slice-ablation  harness: scenarios/slice/ablation (nine configurations, one repetition)
+#   slice-warm      engine: seed-500-optimized's configuration alone, cold then warm pass -> measurements/slice/warm-pass/
 #   slice-fidelity  engine: resident-only and pinned-top1 against exact, 64 and 500 tokens -> measurements/slice/
 # Suggested calls (estimates from the 4-layer measurement of issue 13, not timed): --run slice-model
 # slice-4a4b slice-decode slice-500 (the 500-token baseline reads about 160 GB on demand), then
@@ -129,6 +130,22 @@ for part in "$@"; do
     slice-500) slice_model; harness_run run seed-500-baseline slice; harness_run run seed-500-optimized slice ;;
     slice-500-baseline) slice_model; harness_run run seed-500-baseline slice ;;
     slice-ablation) slice_model; harness_run ablate ablation slice ;;
+    slice-warm)
+      # The warm pass of issue 14's target, alone (no same-run baseline, which takes minutes):
+      # the engine with seed-500-optimized's configuration, a cold then a warm pass, metrics
+      # (GPU busy, PCIe bytes, Engram disk time) as JSON. Outside a cgroup: an engine
+      # measurement, not a harness result.
+      slice_model
+      mkdir -p "$root/measurements/slice/warm-pass"
+      nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$root/measurements/slice/warm-pass/machine.txt"
+      note "slice warm pass (500 tokens, resident-only, layer-major, promotion)"
+      "$bin" run --backend cuda --model models/slice.gguf --file scenarios/prompts/500-tokens.txt --passes 2 --gen 16 \
+        --routing resident-only --prefill layer-major --ubatch 16 --promote --slots 20 --hot 5 --transient-slots 12 \
+        --lru-slots 0 --io uring --queue-depth 64 --read-size 1048576 --host-budget 2875 --vram-budget 3068 \
+        --engram-buffer 2048 --threads 0 --metrics-json "$root/measurements/slice/warm-pass/metrics.json" \
+        > "$root/measurements/slice/warm-pass/run.log" 2>&1 || status=1
+      grep -E "^pass|^decode|error" "$root/measurements/slice/warm-pass/run.log" | tee -a "$log"
+      ;;
     slice-fidelity)
       # Fidelity is a property of the model and the rule, not of the tiers: no scenario, the engine
       # alone, with the slice scenarios' budgets.

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "cpu/cpu_ops.h"
@@ -186,6 +187,44 @@ TEST_F(GpuCudaOps, ExpertFfnFusedAndUnfused) {
         const double rel = rel_l2(got[0], want);
         std::printf("  %-6s rel %.3g\n", type_name(t), rel);
         EXPECT_LT(rel, kTol);
+    }
+}
+
+// The routing slots grouped by expert on the device: the same counts and rows as the CPU's
+// stable counting sort, bit for bit, over tile and thread-block boundaries (5,000 slots, 600
+// experts) and with ids outside the experts.
+TEST_F(GpuCudaOps, GroupByExpertMatchesTheCpu) {
+    std::unique_ptr<Ops> gpu = cuda::make_cuda_ops();
+    std::unique_ptr<Ops> cpu = cpu::make_cpu_ops(pool_);
+    for (const auto& [n_tok, k, ne] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+             {1, 6, 384}, {16, 6, 384}, {500, 6, 384}, {834, 6, 600}, {37, 2, 16}}) {
+        std::uniform_int_distribution<int32_t> expert(0, static_cast<int32_t>(ne - 1));
+        std::vector<int32_t> ids(static_cast<size_t>(n_tok * k));
+        for (auto& id : ids) id = expert(rng_);
+        ids[ids.size() / 2] = -1;  // CUDA's route marks a missing rank so
+        const int64_t n = static_cast<int64_t>(ids.size()), pos0 = std::uniform_int_distribution<int64_t>(0, 999)(rng_);
+        std::vector<int32_t> want_counts(ne + 1), want_gather(n), want_scatter(n);
+        cpu->group_by_expert(ids.data(), n, k, pos0, ne, want_counts.data(), want_gather.data(), want_scatter.data());
+        auto* d_ids = static_cast<int32_t*>(gpu->alloc(n * 4));
+        auto* d_counts = static_cast<int32_t*>(gpu->alloc((ne + 1) * 4));
+        auto* d_gather = static_cast<int32_t*>(gpu->alloc(n * 4));
+        auto* d_scatter = static_cast<int32_t*>(gpu->alloc(n * 4));
+        gpu->upload(d_ids, ids.data(), n * 4);
+        gpu->group_by_expert(d_ids, n, k, pos0, ne, d_counts, d_gather, d_scatter);
+        std::vector<int32_t> counts(ne + 1), gather(n), scatter(n);
+        gpu->download(counts.data(), d_counts, (ne + 1) * 4);
+        gpu->download(gather.data(), d_gather, n * 4);
+        gpu->download(scatter.data(), d_scatter, n * 4);
+        gpu->sync();
+        EXPECT_EQ(counts, want_counts) << n_tok << " tokens, " << ne << " experts";
+        EXPECT_EQ(counts[ne], 1);
+        // The last grouped row is n - 2 (one slot is left out).
+        gather.resize(n - 1);
+        scatter.resize(n - 1);
+        want_gather.resize(n - 1);
+        want_scatter.resize(n - 1);
+        EXPECT_EQ(gather, want_gather);
+        EXPECT_EQ(scatter, want_scatter);
     }
 }
 

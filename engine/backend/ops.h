@@ -182,6 +182,14 @@ public:
     // bg::route for every token. resident: [n_expert] bytes (every policy but exact).
     virtual void route(RoutingPolicy policy, const float* logits, const float* bias, const uint8_t* resident,
                        int64_t n_tok, int64_t n_expert, int k, RouteWeighting wt, int32_t* ids, float* weights) = 0;
+    // The routing slots of positions pos0 .. pos0 + n_slots/k - 1 (slot s: position pos0 + s/k,
+    // rank s%k, expert ids[s]) grouped by expert, experts ascending, slots in order within one:
+    // counts[e] for e < n_expert, counts[n_expert] = slots whose id is outside [0, n_expert)
+    // (left out of the grouping); for the i-th grouped slot s, gather[i] = pos0 + s/k (its
+    // activation row) and scatter[i] = pos0*k + s (its expert-output row). All in backend memory:
+    // the host learns a layer's experts from counts alone, one small copy.
+    virtual void group_by_expert(const int32_t* ids, int64_t n_slots, int64_t k, int64_t pos0, int64_t n_expert,
+                                 int32_t* counts, int32_t* gather, int32_t* scatter) = 0;
     // out[j] = x[rows[j]*ldx .. + width) for j < m.
     virtual void moe_gather(const float* x, int64_t ldx, const int32_t* rows, int64_t m, int64_t width, float* out) = 0;
     // dst[rows[j]*width .. + width) = src[j] for j < m (rows distinct).

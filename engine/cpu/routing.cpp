@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "cpu/ops.h"
 #include "util/check.h"
@@ -32,6 +33,26 @@ void route(RoutingPolicy policy, const float* logits, const float* bias, const u
     for (int j = 0; j < k; ++j) sum += p[ids[j]];
     const float f = wt.factor(sum);
     for (int j = 0; j < k; ++j) weights[j] = p[ids[j]] * f;
+}
+
+void group_by_expert(const int32_t* ids, int64_t n_slots, int64_t k, int64_t pos0, int64_t n_expert, int32_t* counts,
+                     int32_t* gather, int32_t* scatter) {
+    BG_CHECK(k >= 1 && n_slots >= 0 && n_slots % k == 0 && n_expert >= 1);
+    std::fill(counts, counts + n_expert + 1, 0);
+    auto valid = [n_expert](int32_t e) { return e >= 0 && e < n_expert; };
+    for (int64_t s = 0; s < n_slots; ++s) ++counts[valid(ids[s]) ? ids[s] : n_expert];
+    // Where each expert's run starts, then each slot to the next place of its run.
+    std::vector<int64_t> next(static_cast<size_t>(n_expert));
+    for (int64_t e = 0, at = 0; e < n_expert; ++e) {
+        next[e] = at;
+        at += counts[e];
+    }
+    for (int64_t s = 0; s < n_slots; ++s) {
+        if (!valid(ids[s])) continue;
+        const int64_t at = next[ids[s]]++;
+        gather[at] = static_cast<int32_t>(pos0 + s / k);
+        scatter[at] = static_cast<int32_t>(pos0 * k + s);
+    }
 }
 
 }  // namespace bg

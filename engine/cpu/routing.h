@@ -22,4 +22,8 @@ void route(RoutingPolicy policy, const float* logits, const float* bias, const u
            int64_t n_expert, int k, bg::RouteWeighting wt, int32_t* ids, float* weights, float* scratch,
            int32_t* order);
 
+// Ops::group_by_expert: a stable counting sort of the slots by expert id.
+void group_by_expert(const int32_t* ids, int64_t n_slots, int64_t k, int64_t pos0, int64_t n_expert, int32_t* counts,
+                     int32_t* gather, int32_t* scatter);
+
 }  // namespace bg

@@ -234,6 +234,10 @@ public:
     void moe_gather(const float* x, int64_t ldx, const int32_t* rows, int64_t m, int64_t width, float* out) override {
         cuda::moe_gather(x, ldx, rows, m, width, out, stream_);
     }
+    void group_by_expert(const int32_t* ids, int64_t n_slots, int64_t k, int64_t pos0, int64_t n_expert, int32_t* counts,
+                         int32_t* gather, int32_t* scatter) override {
+        cuda::group_by_expert(ids, n_slots, k, pos0, n_expert, counts, gather, scatter, stream_);
+    }
     void moe_scatter(const float* src, const int32_t* rows, int64_t m, int64_t width, float* dst) override {
         cuda::moe_scatter(src, rows, m, width, dst, stream_);
     }

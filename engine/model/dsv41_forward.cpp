@@ -188,9 +188,9 @@ Forward::Forward(const Model& m, std::unique_ptr<Ops> ops, ExpertProvider& exper
     bpos_ = alloc<int32_t>(f.bpos);
     gather_rows_ = alloc<int32_t>(f.gather_rows);
     scatter_rows_ = alloc<int32_t>(f.scatter_rows);
+    expert_counts_ = alloc<int32_t>(f.expert_counts);
 
     tokens_ = alloc_host<int32_t>(f.tokens);
-    rows_host_ = alloc_host<int32_t>(f.rows_host);
     out_host_ = alloc_host<float>(f.out_host);
     emb_host_ = alloc_host<float>(f.emb_host);
     onehot_ = alloc_host<float>(f.onehot);
@@ -440,29 +440,39 @@ void Forward::attention_half(int64_t l, Ubatch& u) {
     ops_->route(cfg_.routing, rlogits_, w.exp_probs_b, resident_[l], n, ne, static_cast<int>(k),
                 RouteWeighting{hp_.expert_weights_norm, hp_.routed_weight_scale()}, ids, wts);
     ops_->busy_end();
-    // The host needs the routing to plan the layer's expert traffic.
+    // The routing stays on the device: moe_half groups it there and the host learns the layer's
+    // experts from one copy of the counts. Only an observer (fidelity) sees each unit's choices.
+    if (!observer_) return;
     ops_->download(u.ids.data(), ids, n * k * sizeof(int32_t));
     ops_->download(u.wts.data(), wts, n * k * sizeof(float));
     ops_->sync();
     for (int64_t i = 0; i < n * k; ++i)
         if (u.ids[i] < 0 || u.ids[i] >= ne)
             fail("forward: layer %lld routed token %lld to expert %d", (long long)l, (long long)(p0 + i / k), u.ids[i]);
-    if (observer_)
-        for (int64_t i = 0; i < n; ++i) observer_->on_route(l, p0 + i, &u.ids[i * k], &u.wts[i * k], static_cast<int>(k));
+    for (int64_t i = 0; i < n; ++i) observer_->on_route(l, p0 + i, &u.ids[i * k], &u.wts[i * k], static_cast<int>(k));
 }
 
 void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
     const LayerWeights& w = layers_[l];
     const int64_t k = hp_.n_expert_used, ne = hp_.n_expert, nff = hp_.n_ff_exp, chunk = cfg_.moe_chunk;
-    // Group every (unit, token, rank) slot by expert (a counting sort); experts in ascending id
-    // order. Rows: xf by position, eo by position*k + rank.
-    std::fill(by_expert_count_, by_expert_count_ + ne, 0);
-    int64_t n_slots = 0;
+    // The units hold consecutive positions: their routing slots are one run of ids_.
+    const int64_t pos0 = units[0]->pos0;
+    int64_t n_pos = 0;
     for (int64_t ui = 0; ui < n_units; ++ui) {
-        for (int64_t s = 0; s < units[ui]->n * k; ++s) ++by_expert_count_[units[ui]->ids[s]];
-        n_slots += units[ui]->n * k;
+        BG_CHECK(units[ui]->pos0 == pos0 + n_pos);
+        n_pos += units[ui]->n;
     }
+    const int64_t n_slots = n_pos * k;
     BG_CHECK(n_slots <= lay_.gather_rows);
+    // Group every (token, rank) slot by expert on the device, experts in ascending id order
+    // (rows: xf by position, eo by position*k + rank); the host needs only the counts: the
+    // layer's one device-to-host copy, which waits for the layer's routing.
+    ops_->group_by_expert(ids_ + pos0 * k, n_slots, k, pos0, ne, expert_counts_, gather_rows_, scatter_rows_);
+    ops_->download(by_expert_count_, expert_counts_, (ne + 1) * sizeof(int32_t));
+    ops_->sync();
+    if (by_expert_count_[ne] != 0)
+        fail("forward: layer %lld routed %d of %lld slots outside the %lld experts", (long long)l, by_expert_count_[ne],
+             (long long)n_slots, (long long)ne);
     int64_t n_used = 0;
     by_expert_start_[0] = 0;
     for (int64_t e = 0; e < ne; ++e) {
@@ -472,20 +482,7 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
             used_experts_[n_used++] = static_cast<int32_t>(e);
         }
     }
-    std::fill(by_expert_count_, by_expert_count_ + ne, 0);
-    int32_t* h_gather = rows_host_;
-    int32_t* h_scatter = rows_host_ + lay_.gather_rows;
-    for (int64_t ui = 0; ui < n_units; ++ui) {
-        const Ubatch& u = *units[ui];
-        for (int64_t s = 0; s < u.n * k; ++s) {
-            const int32_t e = u.ids[s];
-            const int64_t at = by_expert_start_[e] + by_expert_count_[e]++;
-            h_gather[at] = static_cast<int32_t>(u.pos0 + s / k);
-            h_scatter[at] = static_cast<int32_t>(u.pos0 * k + s);
-        }
-    }
-    ops_->upload(gather_rows_, h_gather, n_slots * sizeof(int32_t));
-    ops_->upload(scatter_rows_, h_scatter, n_slots * sizeof(int32_t));
+    BG_CHECK(by_expert_start_[ne] == n_slots);
 
     // Each expert once, for all its tokens, in the order the provider delivers them. While the
     // host waits for the next expert, the device works through the queued ones.
@@ -513,8 +510,6 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
         ops_->record_fence(static_cast<int>(at));
         release_finished(lag > 0 ? lag - 1 : 0);
     }
-    release_finished(0);
-    experts_.end_layer();
 
     // Per unit: y = shared expert + sum over ranks of weight * expert output, then expand.
     for (int64_t ui = 0; ui < n_units; ++ui) {
@@ -536,7 +531,11 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
         ops_->hc_expand(mixf_ + p0 * kMixWidth, y_, H(p0), n, E_, H(p0));
         ops_->busy_end();
     }
-    ops_->sync();
+    // Queued behind the shared expert: the host waits for the last routed experts only now (their
+    // slots must be free for the next layer), and not for the shared expert at all; the next
+    // layer's attention queues behind it on the stream.
+    release_finished(0);
+    experts_.end_layer();
 }
 
 void Forward::release_finished(int64_t keep) {

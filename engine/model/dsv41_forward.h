@@ -139,14 +139,15 @@ private:
     float *hflat_, *mixm_, *mixa_, *x_, *y_, *qa_, *q_, *kvb_, *att_, *oa_, *iq_, *iw_, *iscore_, *rlogits_;
     float *pooled_, *emb_, *erow_, *ekv_, *sg_, *su_, *sh_, *logits_;
     int32_t *bpos_, *gather_rows_, *scatter_rows_;
+    int32_t* expert_counts_;   // [n_expert + 1] Ops::group_by_expert's counts
     // Host side
     int32_t* tokens_;          // [n_ctx], for Engram hashing
-    int32_t* rows_host_;       // [2][n_ctx*k] gather and scatter rows
     float* out_host_;          // [max(n_vocab, n_embd)]
     float* emb_host_;          // [mu][n_embd] embedding rows dequantised on the host
     float* onehot_;            // [mu][4]
     uint64_t* erows_;          // [mu*buckets]
-    int32_t *by_expert_count_, *by_expert_start_, *used_experts_, *used_tokens_;
+    int32_t *by_expert_count_;  // [n_expert + 1] expert_counts_ on the host
+    int32_t *by_expert_start_, *used_experts_, *used_tokens_;
     // Experts whose ops are queued but whose slots are not yet released: a ring of (expert,
     // fence recorded after its ops), so the host can ask for the next expert while the device
     // still works on earlier ones.

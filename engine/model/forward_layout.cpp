@@ -74,18 +74,19 @@ ForwardLayout ForwardLayout::of(const HParams& hp, const std::vector<LayerRoles>
     f.logits = hp.n_vocab;
     f.bpos = mu + 1;
     f.gather_rows = f.scatter_rows = ctx * k;
+    f.expert_counts = ne + 1;
     f.tokens = ctx;
-    f.rows_host = 2 * ctx * k;
     f.out_host = std::max(hp.n_vocab, E);
     f.emb_host = mu * E;
     f.onehot = mu * kHc;
     f.erows = mu * std::max<int64_t>(1, nb);
-    f.by_expert_count = ne;
+    f.by_expert_count = ne + 1;
     f.by_expert_start = ne + 1;
     f.used_experts = ne;
     f.used_tokens = ne;
-    // One busy pair per expert and per unit of a layer between two syncs, and a few more.
-    f.ops.busy_pairs = ne + (ctx + mu - 1) / mu + 5;
+    // Between two syncs (a layer's counts copy and the next): one busy pair per expert and two per
+    // unit (the shared expert, then the next layer's attention), and a few more.
+    f.ops.busy_pairs = ne + 2 * ((ctx + mu - 1) / mu) + 5;
     f.ops.timeline_capacity = timeline_capacity(L, ne);
     f.ops.max_tok = mu;
     f.ops.n_head = hp.n_head;
@@ -118,9 +119,9 @@ ForwardBytes ForwardLayout::bytes(bool memory_is_host, uint64_t device_image_byt
     b.device_work += static_cast<uint64_t>(resident_masks) * sized(resident_mask, 1);
     for (int64_t c : {H, pre, xf, mixf, ids, wts, eo, iota, hflat, mixm, mixa, x, y, qa, q, kvb, att, oa, iq, iw, iscore,
                       rlogits, pooled, emb, erow, ekv, sg, su, sh, logits, bpos, gather_rows,
-                      scatter_rows})
+                      scatter_rows, expert_counts})
         b.device_work += sized(c, 4);
-    for (int64_t c : {tokens, rows_host, out_host, emb_host, onehot, by_expert_count, by_expert_start, used_experts,
+    for (int64_t c : {tokens, out_host, emb_host, onehot, by_expert_count, by_expert_start, used_experts,
                       used_tokens})
         b.host += sized(c, 4);
     b.host += sized(erows, 8);
