@@ -325,6 +325,25 @@ std::string targets_line(const json& r, const json& cfg) {
         for (size_t i = 0; i < parts.size(); ++i) md += (i ? "; " : "") + parts[i];
         md += "\n";
     }
+    // Decode against what must move per token: the expert bytes copied over PCIe at the pinned
+    // probe's speed (the copy and compute streams overlap, so the larger of that and the GPU's
+    // kernel time bounds a token).
+    {
+        const auto ms = median_of(cfg, 0, "decode_ms"), steps = median_of(cfg, 0, "steps"),
+                   bytes = median_of(cfg, 0, "pcie_bytes"), gpu = median_of(cfg, 0, "gpu_busy_ms");
+        if (ms && steps && *steps > 0 && bytes && pinned && *ms > 0) {
+            const double per_tok_ms = *ms / *steps, pcie_ms = *bytes / *steps / (*pinned * 1e6);
+            std::string d = "  - decode: " + fmt_num(1000.0 / per_tok_ms, 2) + " tok/s; PCIe " + fmt_num(*bytes / *steps / 1e6, 1) +
+                            " MB per token over the pinned probe bounds it at " + fmt_num(pcie_ms > 0 ? 1000.0 / pcie_ms : 0.0, 2) +
+                            " tok/s";
+            if (gpu) {
+                const double gpu_ms = *gpu / *steps, bound = std::max(pcie_ms, gpu_ms);
+                d += "; GPU kernel time " + fmt_num(gpu_ms, 2) + " ms per token; wall " + fmt_num(per_tok_ms, 2) + " ms per token = " +
+                     fmt_num(per_tok_ms / bound, 2) + "× max(PCIe, GPU kernel time)";
+            }
+            md += d + "\n";
+        }
+    }
     if (md.empty()) return "";
     return "- Hardware use against this run's probes (SPEC §5), " + cfg.value("name", std::string("?")) + ":\n" + md;
 }

@@ -118,7 +118,7 @@ for part in "$@"; do
         tail -n 3 "$out/$(basename "$t").log" | tee -a "$log"
       done
       ;;
-    device-model) note "make-model device"; [ -f models/device.gguf ] || "$bin" make-model --scale scenarios/models/device.json --out models/device.gguf --seed 1 2>&1 | tail -n 3 | tee -a "$log" ;;
+    device-model) note "make-model device"; mkdir -p models; [ -f models/device.gguf ] || "$bin" make-model --scale scenarios/models/device.json --out models/device.gguf --seed 1 2>&1 | tail -n 3 | tee -a "$log" ;;
     4a4b) harness_run run seed-4a-4b ;;
     decode) harness_run run decode ;;
     500) harness_run run seed-500-baseline; harness_run run seed-500-optimized ;;
@@ -164,7 +164,7 @@ for part in "$@"; do
       done
       ;;
     fidelity)
-      [ -f models/device.gguf ] || "$bin" make-model --scale scenarios/models/device.json --out models/device.gguf --seed 1 2>&1 | tail -n 1
+      mkdir -p models; [ -f models/device.gguf ] || "$bin" make-model --scale scenarios/models/device.json --out models/device.gguf --seed 1 2>&1 | tail -n 1
       mkdir -p "$root/measurements/device/fidelity"
       nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$root/measurements/device/fidelity/machine.txt"
       for n in 64 500; do
