@@ -28,5 +28,6 @@ done
 grep -qx "/$stage/" .git/info/exclude 2>/dev/null || echo "/$stage/" >> .git/info/exclude
 # The GPU binaries carry the kernels for two architectures (about 13 MB each, 90 MB in all): packed,
 # they fit the device tool's 64 MiB carry; the device scripts unpack them there.
-( cd "$stage" && tar -cf - --remove-files * | xz -T0 -6 > bundle.tar.xz )
+# (Written beside the folder, then moved in: a bundle inside it could be caught by the glob.)
+( cd "$stage" && tar -cf - --remove-files * | xz -T0 -6 > "../$stage.bundle.tmp" ) && mv "$stage.bundle.tmp" "$stage/bundle.tar.xz"
 du -sh "$stage"
