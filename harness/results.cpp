@@ -300,6 +300,7 @@ std::string targets_line(const json& r, const json& cfg) {
         std::vector<std::string> parts;
         const auto disk = median_of(cfg, p, "disk_gb_s"), pcie = median_of(cfg, p, "pcie_gb_s");
         const auto busy = median_of(cfg, p, "gpu_busy_while_disk_idle_fraction");
+        const auto busy_io = median_of(cfg, p, "gpu_busy_while_io_idle_fraction");
         if (disk && *disk > 0)
             parts.push_back("disk " + fmt_num(*disk, 2) + " GB/s" +
                             (raw_disk ? " = " + fmt_num(100.0 * *disk / *raw_disk, 0) + " % of raw sequential (target ≥ 90 %)" : ""));
@@ -307,6 +308,7 @@ std::string targets_line(const json& r, const json& cfg) {
             parts.push_back("PCIe " + fmt_num(*pcie, 1) + " GB/s" +
                             (pinned ? " = " + fmt_num(100.0 * *pcie / *pinned, 0) + " % of pinned (target ≥ 85 %)" : ""));
         if (busy) parts.push_back("GPU busy " + fmt_num(100.0 * *busy, 0) + " % of the time no disk read was in flight (target ≥ 90 %)");
+        if (busy_io) parts.push_back("GPU busy " + fmt_num(100.0 * *busy_io, 0) + " % of the time no disk read or expert copy was pending (target ≥ 90 %)");
         // A pass with no expert read from disk (warm) against its bound: the wall can be no
         // shorter than the bytes over PCIe at the pinned probe's speed, nor than the GPU's kernel
         // time; what the disk did meanwhile (Engram rows) is named beside it.

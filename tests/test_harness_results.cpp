@@ -254,19 +254,36 @@ TEST(HarnessResults, MarkdownStatesHardwareUseAgainstTheSameRunsProbes) {
     const json pass = {{"pass", 1}, {"state", "cold"}, {"runs", 1},
                        {"metrics", {{"prefill_tok_s", {{"median", 10.0}}}, {"disk_gb_s", {{"median", 1.8}}},
                                     {"pcie_gb_s", {{"median", 44.0}}},
-                                    {"gpu_busy_while_disk_idle_fraction", {{"median", 0.93}}}}}};
+                                    {"gpu_busy_while_disk_idle_fraction", {{"median", 0.93}}},
+                                    {"gpu_busy_while_io_idle_fraction", {{"median", 0.91}}},
+                                    {"prefill_ms", {{"median", 100.0}}}, {"gpu_busy_ms", {{"median", 80.0}}},
+                                    {"pcie_bytes", {{"median", 2.2e9}}}, {"experts.disk_bytes", {{"median", 0.0}}},
+                                    {"overlap.disk_busy_ms", {{"median", 10.0}}}}}};
+    const json decode = {{"metrics", {{"decode_ms", {{"median", 150.0}}}, {"steps", {{"median", 15.0}}},
+                                      {"pcie_bytes", {{"median", 1.1e9}}}, {"gpu_busy_ms", {{"median", 60.0}}}}}};
     const json r = {{"format", bgh::kResultFormat},
                     {"status", "complete"},
                     {"scenario", {{"name", "t"}, {"profile", "device"}, {"mode", "run"}, {"passes", 1},
                                   {"repetitions", 1}, {"pass_labels", {"4a"}},
                                   {"hardware", {{"vram_budget_mib", 2048}, {"host_budget_mib", 2048}}}}},
                     {"configurations", {{{"name", "all three"}, {"change_flags", json::array()},
-                                         {"summary", {{"passes", {pass}}}}, {"runs", json::array()}}}},
+                                         {"summary", {{"passes", {pass}}, {"decode", decode}}}, {"runs", json::array()}}}},
                     {"machine", {{"raw_disk_gb_s", 2.0}, {"pinned_pcie_gb_s", 55.0}}}};
     const std::string md = bgh::render_markdown(r, "");
     EXPECT_NE(md.find("4a: disk 1.80 GB/s = 90 % of raw sequential (target ≥ 90 %)"), std::string::npos) << md;
     EXPECT_NE(md.find("PCIe 44.0 GB/s = 80 % of pinned (target ≥ 85 %)"), std::string::npos) << md;
     EXPECT_NE(md.find("GPU busy 93 % of the time no disk read was in flight"), std::string::npos) << md;
+    EXPECT_NE(md.find("GPU busy 91 % of the time no disk read or expert copy was pending"), std::string::npos) << md;
+    // A pass that read no expert from disk, against max(PCIe bytes / pinned, GPU kernel time).
+    EXPECT_NE(md.find("wall 100 ms = 1.25× its bound max(PCIe bytes / pinned 40 ms, GPU kernel time 80 ms) (target ≤ 1.15×), "
+                      "with Engram reads in flight 10 ms of it"),
+              std::string::npos)
+        << md;
+    // Decode against the bytes each token moves over the pinned probe.
+    EXPECT_NE(md.find("decode: 100.00 tok/s; PCIe 73.3 MB per token over the pinned probe bounds it at 750.00 tok/s; "
+                      "GPU kernel time 4.00 ms per token; wall 10.00 ms per token = 2.50× max(PCIe, GPU kernel time)"),
+              std::string::npos)
+        << md;
 }
 
 // The slice profile's per-layer figures and the deeper model derived from them: plain arithmetic,

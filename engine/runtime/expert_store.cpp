@@ -117,8 +117,9 @@ TieredExpertStore::TieredExpertStore(const dsv41::Model& m, Backend& backend, io
              mib(cfg.device_fixed_bytes).c_str(), mib(dev_need).c_str(),
              static_cast<unsigned long long>(room / (slot_bytes_ * L_)));
     }
-    // The store's own fixed part (its disk timeline) counts with the rest of the fixed host memory.
-    const uint64_t host_fixed = cfg.host_fixed_bytes + disk_timeline_.bytes();
+    // The store's own fixed part (its disk and copy timelines) counts with the rest of the fixed
+    // host memory.
+    const uint64_t host_fixed = cfg.host_fixed_bytes + disk_timeline_.bytes() + copy_timeline_.bytes();
     const uint64_t host_need = host_bytes_ + host_fixed;
     if (host_need > cfg.host_budget_bytes) {
         const uint64_t other = host_fixed + (T_ + cfg.lru_slots) * slot_bytes_;
@@ -190,6 +191,7 @@ void TieredExpertStore::begin_pass() {
     for (auto& r : reads_pass_) std::fill(r.begin(), r.end(), 0);
     c_.max_reads_one_expert_pass = 0;
     disk_timeline_.clear();
+    copy_timeline_.clear();
 }
 
 void TieredExpertStore::evict_all() {
@@ -404,6 +406,7 @@ bool TieredExpertStore::do_copies(std::unique_lock<std::mutex>& lk) {
     if (copy_batch_.empty()) return false;
     lk.unlock();
     const auto t0 = Clock::now();
+    const double t0_ms = now_ms();
     const double engine_ms0 = backend_.copy_busy_ms();
     for (QueuedCopy& q : copy_batch_) q.ticket = backend_.copy_async(q.dst, q.src, q.bytes, CopyKind::kHostToDevice);
     for (const QueuedCopy& q : copy_batch_) {
@@ -426,6 +429,7 @@ bool TieredExpertStore::do_copies(std::unique_lock<std::mutex>& lk) {
     lk.lock();
     c_.pcie_wall_ms += wall_ms;
     c_.pcie_ms += engine_ms;
+    copy_timeline_.add(t0_ms, now_ms());  // batches follow one another on this thread: in order, disjoint
     return true;
 }
 

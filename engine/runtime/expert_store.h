@@ -89,6 +89,8 @@ public:
     StoreCounters counters() const;
     // The intervals of this pass (since begin_pass) with at least one expert read in flight.
     const Timeline& disk_timeline() const { return disk_timeline_; }
+    // The intervals of this pass with at least one host-to-device expert copy pending.
+    const Timeline& copy_timeline() const { return copy_timeline_; }
     // Pool sizes from the shape alone, shared with `betelgeuse plan`: a slot holds the largest
     // expert rounded up to 4 KiB (O_DIRECT reads land in it); the device pool holds the hot slots
     // and the transient area, the host pool the other resident slots, the transient staging
@@ -179,6 +181,7 @@ private:
     uint64_t events_ = 0;
     double disk_busy_since_ms_ = 0;    // now_ms() when the first read of a busy interval went out
     Timeline disk_timeline_{timeline_capacity(m_.hp().n_layer, m_.hp().n_expert)};  // this pass's disk-busy intervals
+    Timeline copy_timeline_{timeline_capacity(m_.hp().n_layer, m_.hp().n_expert)};  // this pass's copy batches
     StoreCounters c_;
     std::string error_;  // an I/O error seen by the streamer, rethrown to the compute thread
 };

@@ -151,7 +151,8 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
     memory_ = plan_memory(shape_of(*model_), cfg, on_device, n_prompt, plan_.slots, plan_.hot);
     const uint64_t live_vram = store_->device_bytes() + engram_->buffer_bytes() + fwd_->device_bytes() + vram_reserve_bytes_;
     const uint64_t live_host = model_->dense_bytes() + fwd_->buffer_bytes() + store_->host_bytes() +
-                               engram_->buffer_bytes() + store_->disk_timeline().bytes() + engram_->timeline().bytes();
+                               engram_->buffer_bytes() + store_->disk_timeline().bytes() + store_->copy_timeline().bytes() +
+                               engram_->timeline().bytes();
     BG_CHECK_MSG(live_vram == memory_.total(MemoryTier::kVram) && live_host == memory_.total(MemoryTier::kHost),
                  "the memory plan and the allocations differ");
 
@@ -206,11 +207,21 @@ nlohmann::json Session::run(bool verbose, const std::function<void(int32_t)>& on
         const double idle_ms = std::max(0.0, (t1_ms - t0_ms) - disk.covered_ms(t0_ms, t1_ms));
         nlohmann::json o = {{"disk_busy_ms", (t1_ms - t0_ms) - idle_ms}, {"disk_idle_ms", idle_ms},
                             {"gpu_busy_disk_idle_ms", nullptr}, {"gpu_busy_while_disk_idle_fraction", nullptr}};
+        // Issue 14's form: of the time neither a disk read nor an expert copy was pending.
+        const Timeline io = union_of(disk, store_->copy_timeline());
+        const double io_idle_ms = std::max(0.0, (t1_ms - t0_ms) - io.covered_ms(t0_ms, t1_ms));
+        o["io_idle_ms"] = io_idle_ms;
+        o["gpu_busy_io_idle_ms"] = nullptr;
+        o["gpu_busy_while_io_idle_fraction"] = nullptr;
         const Timeline* gpu = fwd_->device_timeline();
         if (!gpu || gpu->overflowed() || disk.overflowed()) return o;
         const double busy_idle = covered_outside_ms(*gpu, disk, t0_ms, t1_ms);
         o["gpu_busy_disk_idle_ms"] = busy_idle;
         if (idle_ms > 0) o["gpu_busy_while_disk_idle_fraction"] = busy_idle / idle_ms;
+        if (io.overflowed()) return o;
+        const double busy_io_idle = covered_outside_ms(*gpu, io, t0_ms, t1_ms);
+        o["gpu_busy_io_idle_ms"] = busy_io_idle;
+        if (io_idle_ms > 0) o["gpu_busy_while_io_idle_fraction"] = busy_io_idle / io_idle_ms;
         return o;
     };
     auto begin_timelines = [&] {
@@ -226,6 +237,7 @@ nlohmann::json Session::run(bool verbose, const std::function<void(int32_t)>& on
         return nlohmann::json{
             {"overlap", overlap},
             {"gpu_busy_while_disk_idle_fraction", overlap["gpu_busy_while_disk_idle_fraction"]},
+            {"gpu_busy_while_io_idle_fraction", overlap["gpu_busy_while_io_idle_fraction"]},
             {"gpu_busy_ms", busy_ms >= 0 ? nlohmann::json(busy_ms) : nlohmann::json(nullptr)},
             {"gpu_busy_fraction", busy_ms >= 0 && wall_ms > 0 ? nlohmann::json(busy_ms / wall_ms) : nlohmann::json(nullptr)},
             {"experts", d.to_json()},
