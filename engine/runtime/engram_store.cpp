@@ -34,7 +34,7 @@ EngramStore::~EngramStore() {
     backend_.free_host(staging_);
 }
 
-const uint8_t* EngramStore::fetch_raw(int64_t layer, const uint64_t* rows, int64_t n) {
+const uint8_t* EngramStore::fetch_raw(int64_t layer, const uint64_t* rows, int64_t n, Ops& ops) {
     BG_CHECK(n <= rows_per_fetch());
     const double t0_ms = now_ms();
     const uint64_t before = reader_.stats().bytes_read;
@@ -61,6 +61,12 @@ const uint8_t* EngramStore::fetch_raw(int64_t layer, const uint64_t* rows, int64
     if (failed)
         fail("engram: read of layer %lld row at offset %llu failed: %s", (long long)layer,
              (unsigned long long)failed->offset, std::strerror(failed->error));
+    // The device buffer is refilled only once the ops reading it have run; the host waited for
+    // the disk meanwhile, and the device worked through what was queued before.
+    if (buffer_read_pending_) {
+        ops.sync();
+        buffer_read_pending_ = false;
+    }
     backend_.copy(buffer_, staging_, at, CopyKind::kHostToDevice);
     c_.rows += static_cast<uint64_t>(n);
     c_.row_bytes += at;
@@ -76,11 +82,11 @@ void EngramStore::fetch_rows(int64_t layer, const uint64_t* rows, int64_t n, flo
     const GgmlType t = m_.engram_type(layer);
     for (int64_t i0 = 0; i0 < n; i0 += rows_per_fetch()) {
         const int64_t cnt = std::min<int64_t>(n - i0, rows_per_fetch());
-        const uint8_t* raw = fetch_raw(layer, rows + i0, cnt);
-        // Rows of one table share a size: back to back, they dequantise as one run, which must
-        // be done before the next fetch reuses the buffer.
+        const uint8_t* raw = fetch_raw(layer, rows + i0, cnt, ops);
+        // Rows of one table share a size: back to back, they dequantise as one run.
+        // Queued, not waited for: the next fetch waits for it, after its disk reads.
         ops.dequantize(t, raw, out + i0 * dim, cnt * dim);
-        ops.sync();
+        buffer_read_pending_ = true;
     }
 }
 

@@ -32,9 +32,6 @@ public:
     ~EngramStore() override;
     // Any backend: each buffer's worth of rows fetched, then dequantised by the backend into out.
     void fetch_rows(int64_t layer, const uint64_t* rows, int64_t n, float* out, Ops& ops) override;
-    // Any backend: rows[0..n) packed back to back in the device buffer (n <= rows_per_fetch()),
-    // in the table's type; valid until the next call.
-    const uint8_t* fetch_raw(int64_t layer, const uint64_t* rows, int64_t n);
     int64_t rows_per_fetch() const { return static_cast<int64_t>(ops_.size()); }
     EngramCounters counters() const { return c_; }
     // The intervals spent fetching since the last clear_timeline() (reads and the copy behind them).
@@ -43,6 +40,10 @@ public:
     uint64_t buffer_bytes() const { return buffer_bytes_; }
 
 private:
+    // rows[0..n) packed back to back in the device buffer (n <= rows_per_fetch()), in the table's
+    // type, valid until the next call.
+    const uint8_t* fetch_raw(int64_t layer, const uint64_t* rows, int64_t n, Ops& ops);
+
     const dsv41::Model& m_;
     Backend& backend_;
     io::Reader& reader_;
@@ -51,6 +52,10 @@ private:
     uint8_t* staging_ = nullptr;          // page-locked host memory [buffer_bytes]
     std::vector<io::ReadOp> ops_;         // [rows that fit the buffer]
     std::vector<io::ReadOp*> done_;
+    // The last fetch's dequantisation is queued on the ops, not waited for: the next fetch waits
+    // for it (ops.sync) after its disk reads, before refilling the buffer. A forward syncs its ops
+    // before it goes, so nothing queued outlives it.
+    bool buffer_read_pending_ = false;
     EngramCounters c_;
     Timeline timeline_{timeline_capacity(m_.hp().n_layer, m_.hp().n_expert)};
 };
