@@ -183,6 +183,7 @@ struct MatCase {
     int split = 0;     // 0: heuristic, n: forced split-K
     bool lut = false;  // MXFP4: force the table decode (default: the bit decode where the GPU allows)
     bool single = false;  // one activation rounding (split activations off)
+    bool sm86 = false;    // sm_86's tile shapes (99 KB of shared memory), whatever the GPU
 };
 
 std::string case_name(const MatCase& c) {
@@ -193,6 +194,7 @@ std::string case_name(const MatCase& c) {
     if (c.split) s << "_split" << c.split;
     if (c.lut) s << "_lut";
     if (c.single) s << "_single";
+    if (c.sm86) s << "_sm86tiles";
     return s.str();
 }
 
@@ -212,6 +214,7 @@ TEST_P(QuantMatmul, MatchesFloat64Reference) {
     ws.force_split(c.split);
     if (c.lut) ws.set_mxfp4_bit_decode(false);
     if (c.single) ws.set_split_activations(false);
+    if (c.sm86) ws.set_small_shared_memory(true);
     const float tol = tol_matmul(c.type, c.single);
     const std::vector<double> ref = ref_matmul(W, x, ldx, c.M);
 
@@ -277,6 +280,12 @@ std::vector<MatCase> matmul_cases() {
     for (GgmlType t : {GgmlType::MXFP4, GgmlType::Q8_0, GgmlType::BF16})
         for (int64_t M : {1, 9, 17, 40, 100}) v.push_back({t, 300, 1440, M, 0, 0, 0, false, true});
     v.push_back({GgmlType::Q8_0, 300, 1440, 64, 0, 0, 5, false, true});
+    // The RTX 3060's tiles (two stages of the 256-row tiles: 17-64 tokens) on whatever GPU runs
+    // the test, every type, split activations and one rounding.
+    for (GgmlType t : {GgmlType::MXFP4, GgmlType::Q8_0, GgmlType::BF16})
+        for (int64_t M : {17, 40, 64})
+            for (bool single : {false, true}) v.push_back({t, 300, 1440, M, 0, 0, 0, false, single, true});
+    v.push_back({GgmlType::MXFP4, 2304, 5120, 64, 0, 0, 0, false, false, true});
     return v;
 }
 
@@ -295,6 +304,7 @@ struct FfnCase {
     int split = 0;
     bool lut = false;
     bool single = false;  // one activation rounding (split activations off)
+    bool sm86 = false;    // sm_86's tile shapes, whatever the GPU
 };
 
 std::string ffn_name(const FfnCase& c) {
@@ -305,6 +315,7 @@ std::string ffn_name(const FfnCase& c) {
     if (c.split) s << "_split" << c.split;
     if (c.lut) s << "_lut";
     if (c.single) s << "_single";
+    if (c.sm86) s << "_sm86tiles";
     return s.str();
 }
 
@@ -366,6 +377,7 @@ TEST_P(ExpertFfn, MatchesFloat64Reference) {
     ws.force_split(c.split);
     if (c.lut) ws.set_mxfp4_bit_decode(false);
     if (c.single) ws.set_split_activations(false);
+    if (c.sm86) ws.set_small_shared_memory(true);
     const float tol = tol_ffn(c.type, c.single);
     const ExpertMats mats{dg.view, du.view, dd.view};
     std::vector<float> first;
@@ -434,7 +446,12 @@ std::vector<FfnCase> ffn_cases() {
         v.push_back({t, 1024, 768, 64, 10.0f, SwigluClamp::kDeepSeek});
         for (int64_t M : {1, 5, 40, 70})
             v.push_back({t, 352, 224, M, 0.5f, SwigluClamp::kDeepSeek, true, 0, false, true});
+        // The RTX 3060's tiles on whatever GPU runs the test.
+        for (int64_t M : {20, 64})
+            for (bool single : {false, true})
+                v.push_back({t, 352, 224, M, 0.5f, SwigluClamp::kDeepSeek, true, 0, false, single, true});
     }
+    v.push_back({GgmlType::MXFP4, 5120, 2304, 64, 10.0f, SwigluClamp::kDeepSeek, true, 0, false, false, true});
     return v;
 }
 

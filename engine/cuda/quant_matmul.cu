@@ -647,15 +647,17 @@ struct Launch {
     }
 };
 
-// Shared memory a block may opt in to on the current device (sm_86: 99 KB, sm_90: 227 KB).
-int smem_optin() {
+// Shared memory a block may opt in to on the current device (sm_86: 99 KB, sm_90: 227 KB), or
+// sm_86's where the workspace asks for its tiles.
+constexpr int kSm86SmemOptin = 99 * 1024;
+int smem_optin(const QuantMatmulWorkspace& ws) {
     static int n = [] {
         int dev = 0, v = 0;
         BG_CUDA_CHECK(cudaGetDevice(&dev));
         BG_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
         return v;
     }();
-    return n;
+    return ws.small_shared_memory() ? std::min(n, kSm86SmemOptin) : n;
 }
 
 // Tile shapes by tokens in the chunk (see quant_matmul.cuh). The 256-row tiles keep 2 stages
@@ -668,13 +670,13 @@ void launch_qmm(const KParams& p, int mma_rows, const QuantMatmulWorkspace& ws, 
     } else if (p.m <= 16) {
         Launch<WT, 4, 2, 2, 4, 3>::run(p, mma_rows, ws, stream);
     } else if (p.m <= 32) {
-        if (smem_optin() >= Cfg<WT, 8, 2, 4, 4, 4>::SMEM + 64) {
+        if (smem_optin(ws) >= Cfg<WT, 8, 2, 4, 4, 4>::SMEM + 64) {
             Launch<WT, 8, 2, 4, 4, 4>::run(p, mma_rows, ws, stream);
         } else {
             Launch<WT, 8, 2, 4, 4, 2>::run(p, mma_rows, ws, stream);
         }
     } else {
-        if (smem_optin() >= Cfg<WT, 8, 2, 8, 4, 4>::SMEM + 64) {
+        if (smem_optin(ws) >= Cfg<WT, 8, 2, 8, 4, 4>::SMEM + 64) {
             Launch<WT, 8, 2, 8, 4, 4>::run(p, mma_rows, ws, stream);
         } else {
             Launch<WT, 8, 2, 8, 4, 2>::run(p, mma_rows, ws, stream);

@@ -97,6 +97,11 @@ public:
     bool split_activations() const { return split_x_; }
     void set_split_activations(bool on) { split_x_ = on; }
 
+    // The tile shapes of a GPU with sm_86's 99 KB of opt-in shared memory per block (the RTX
+    // 3060: two stages for the 256-row tiles), on any GPU: how that path is tested on an sm_90.
+    bool small_shared_memory() const { return small_smem_; }
+    void set_small_shared_memory(bool on) { small_smem_ = on; }
+
     // Internals for the launchers.
     void* xq() const { return xq_; }
     void* hq() const { return hq_; }
@@ -116,6 +121,7 @@ private:
     bool fp16_subnormals_ = false;
     bool mx_bits_ = false;
     bool split_x_ = true;
+    bool small_smem_ = false;
 };
 
 // y[t*ldy + r] = sum_i W[r][i] * x[t*ldx + i] for t < n_tok, r < W.rows (bg::cuda::matmul's
