@@ -27,6 +27,7 @@
 #include "emulated_gpu_numerics.h"
 #include "key_variants.h"
 #include "model_fixture.h"
+#include "routing_agreement.h"
 #include "reference/dsv41_reference.h"
 #include "runtime/session.h"
 
@@ -36,22 +37,6 @@ namespace {
 // order; the split activations' residue (2^-22 FP16, 2^-16 BF16 per activation) stays two
 // orders of magnitude below it here.
 constexpr double kLogitsTol = 2e-3;
-constexpr double kRoutingAgreement = 0.995;
-
-class Routes final : public bg::dsv41::RoutingObserver {
-public:
-    void on_route(int64_t layer, int64_t pos, const int32_t* ids, const float*, int k) override {
-        std::vector<int32_t> v(ids, ids + k);
-        std::sort(v.begin(), v.end());
-        seen.push_back({layer, pos, v});
-    }
-    struct Entry {
-        int64_t layer, pos;
-        std::vector<int32_t> ids;
-        bool operator==(const Entry& o) const { return layer == o.layer && pos == o.pos && ids == o.ids; }
-    };
-    std::vector<Entry> seen;
-};
 
 bg::RunConfig ci_cfg(const std::string& routing) {
     bg::RunConfig c;
@@ -71,16 +56,15 @@ TEST(EmulatedGpuNumerics, CiScaleSameExpertsTokensAndLogitsWithinTolerance) {
         const bg::RunConfig c = ci_cfg(routing);
         const bg::RoutingPolicy policy = bg::parse_routing_policy(routing);
         bg::Session cpu(c);
-        Routes rc;
+        bgtest::RouteRecorder rc;
         cpu.forward().set_observer(&rc);
         cpu.run(false);
         bg::Session emu(c, &emulated);
-        Routes re;
+        bgtest::RouteRecorder re;
         emu.forward().set_observer(&re);
         emu.run(false);
         ASSERT_EQ(rc.seen.size(), re.seen.size());
-        size_t same = 0;
-        for (size_t i = 0; i < rc.seen.size(); ++i) same += rc.seen[i] == re.seen[i];
+        const size_t same = bgtest::same_routes(rc, re);
         const double agree = static_cast<double>(same) / rc.seen.size();
         EXPECT_EQ(cpu.generated(), emu.generated());
         cpu.forward().set_observer(nullptr);
@@ -88,7 +72,7 @@ TEST(EmulatedGpuNumerics, CiScaleSameExpertsTokensAndLogitsWithinTolerance) {
         const double rel = bgtest::max_rel_diff(cpu.all_logits(policy), emu.all_logits(policy));
         std::printf("  %-12s routing agreement %.5f (%zu of %zu), logits max rel diff %.3g\n", routing, agree, same,
                     rc.seen.size(), rel);
-        EXPECT_GE(agree, kRoutingAgreement) << same << " of " << rc.seen.size();
+        EXPECT_GE(agree, bgtest::kRoutingAgreement) << same << " of " << rc.seen.size();
         EXPECT_LT(rel, kLogitsTol);
     }
 }
@@ -140,20 +124,19 @@ TEST(EmulatedGpuNumerics, DeviceScaleSameExperts) {
     c.vram_budget_mib = 16384;
     c.host_budget_mib = 65536;
     bg::Session cpu(c);
-    Routes rc;
+    bgtest::RouteRecorder rc;
     cpu.forward().set_observer(&rc);
     cpu.run(false);
     bg::Session emu(c, &emulated);
-    Routes re;
+    bgtest::RouteRecorder re;
     emu.forward().set_observer(&re);
     emu.run(false);
     ASSERT_EQ(rc.seen.size(), re.seen.size());
-    size_t same = 0;
-    for (size_t i = 0; i < rc.seen.size(); ++i) same += rc.seen[i] == re.seen[i];
+    const size_t same = bgtest::same_routes(rc, re);
     const double agree = static_cast<double>(same) / rc.seen.size();
     std::printf("  device scale: routing agreement %.5f (%zu of %zu); tokens %s\n", agree, same, rc.seen.size(),
                 cpu.generated() == emu.generated() ? "equal" : "differ");
-    EXPECT_GE(agree, kRoutingAgreement) << same << " of " << rc.seen.size();
+    EXPECT_GE(agree, bgtest::kRoutingAgreement) << same << " of " << rc.seen.size();
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "cuda/cuda_device.cuh"
 #include "cuda/dequant.cuh"
 #include "model_fixture.h"
+#include "routing_agreement.h"
 #include "runtime/session.h"
 
 namespace {
@@ -26,22 +27,6 @@ namespace {
 // when the GPU dequantised to FP32 for cuBLAS (FP32 sum order, a near-tie expert falling the
 // other way); the split activations add about 1e-5 (emulated: 1.4e-5 at the ci scale).
 constexpr double kLogitsTol = 2e-3;
-constexpr double kRoutingAgreement = 0.995;
-
-class Routes final : public bg::dsv41::RoutingObserver {
-public:
-    void on_route(int64_t layer, int64_t pos, const int32_t* ids, const float*, int k) override {
-        std::vector<int32_t> v(ids, ids + k);
-        std::sort(v.begin(), v.end());
-        seen.push_back({layer, pos, v});
-    }
-    struct Entry {
-        int64_t layer, pos;
-        std::vector<int32_t> ids;
-        bool operator==(const Entry& o) const { return layer == o.layer && pos == o.pos && ids == o.ids; }
-    };
-    std::vector<Entry> seen;
-};
 
 bg::RunConfig ci_cfg(const std::string& routing) {
     bg::RunConfig c;
@@ -62,22 +47,21 @@ TEST(GpuE2E, SameExpertsAndTokensAsTheCpuBackend) {
         SCOPED_TRACE(routing);
         bg::RunConfig c = ci_cfg(routing);
         bg::Session cpu(c);
-        Routes rc;
+        bgtest::RouteRecorder rc;
         cpu.forward().set_observer(&rc);
         cpu.run(false);
         bg::Session gpu(c, &bg::cuda::cuda_device());
-        Routes rg;
+        bgtest::RouteRecorder rg;
         gpu.forward().set_observer(&rg);
         const nlohmann::json m = gpu.run(false);
         ASSERT_EQ(rc.seen.size(), rg.seen.size());
-        size_t same = 0;
-        for (size_t i = 0; i < rc.seen.size(); ++i) same += rc.seen[i] == rg.seen[i];
+        const size_t same = bgtest::same_routes(rc, rg);
         // The GPU rounds activations before its matmuls and sums in another order: a near-tie
         // between the 6th and 7th expert may fall the other way. Every decision must match but
         // for such rare ties (issue #14: >= 99.5 %).
         std::printf("  %-12s routing agreement %.5f (%zu of %zu)\n", routing,
                     static_cast<double>(same) / rc.seen.size(), same, rc.seen.size());
-        EXPECT_GE(static_cast<double>(same) / rc.seen.size(), kRoutingAgreement) << same << " of " << rc.seen.size();
+        EXPECT_GE(static_cast<double>(same) / rc.seen.size(), bgtest::kRoutingAgreement) << same << " of " << rc.seen.size();
         EXPECT_EQ(cpu.generated(), gpu.generated());
         EXPECT_EQ(m["engine"]["backend"], "cuda");
     }
@@ -154,20 +138,19 @@ TEST(GpuE2E, DeviceScaleSameExpertsAsTheCpuBackend) {
     c.vram_budget_mib = 16384;
     c.host_budget_mib = 65536;
     bg::Session cpu(c);
-    Routes rc;
+    bgtest::RouteRecorder rc;
     cpu.forward().set_observer(&rc);
     cpu.run(false);
     bg::Session gpu(c, &bg::cuda::cuda_device());
-    Routes rg;
+    bgtest::RouteRecorder rg;
     gpu.forward().set_observer(&rg);
     gpu.run(false);
     ASSERT_EQ(rc.seen.size(), rg.seen.size());
-    size_t same = 0;
-    for (size_t i = 0; i < rc.seen.size(); ++i) same += rc.seen[i] == rg.seen[i];
+    const size_t same = bgtest::same_routes(rc, rg);
     const double agree = static_cast<double>(same) / rc.seen.size();
     std::printf("  device scale: routing agreement %.5f (%zu of %zu); tokens %s\n", agree, same, rc.seen.size(),
                 cpu.generated() == gpu.generated() ? "equal" : "differ");
-    EXPECT_GE(agree, kRoutingAgreement) << same << " of " << rc.seen.size();
+    EXPECT_GE(agree, bgtest::kRoutingAgreement) << same << " of " << rc.seen.size();
 }
 
 }  // namespace
