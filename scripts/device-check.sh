@@ -7,10 +7,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 stage=.device-bin
-# device-stage.sh packs the binaries to fit the carry: unpack them here, once per call.
-if [ "${1:-}" != "--stage" ] && [ -f "$stage/bundle.tar.xz" ]; then
-  xz -dc "$stage/bundle.tar.xz" | tar -C "$stage" -xf - && rm -f "$stage/bundle.tar.xz"
-fi
+if [ "${1:-}" != "--stage" ]; then . scripts/device-unpack.sh; fi
 
 if [ "${1:-}" = "--stage" ]; then exec bash scripts/device-stage.sh "${2:-build}"; fi
 

@@ -8,7 +8,10 @@
 #include <cstdint>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "model/dsv41_forward.h"
+#include "runtime/session.h"
 
 namespace bgtest {
 
@@ -34,6 +37,40 @@ inline size_t same_routes(const RouteRecorder& a, const RouteRecorder& b) {
     size_t same = 0;
     for (size_t i = 0; i < std::min(a.seen.size(), b.seen.size()); ++i) same += a.seen[i] == b.seen[i];
     return same;
+}
+
+struct RoutingAgreement {
+    size_t same = 0, total = 0;
+    double fraction() const { return total ? static_cast<double>(same) / static_cast<double>(total) : 0.0; }
+};
+
+// Runs a, then b, each recording its routing; the sessions keep no observer afterwards.
+// b_metrics receives b's run metrics where given.
+inline RoutingAgreement run_both_recording_routes(bg::Session& a, bg::Session& b, nlohmann::json* b_metrics = nullptr) {
+    RouteRecorder ra, rb;
+    a.forward().set_observer(&ra);
+    a.run(false);
+    b.forward().set_observer(&rb);
+    const nlohmann::json m = b.run(false);
+    a.forward().set_observer(nullptr);
+    b.forward().set_observer(nullptr);
+    if (b_metrics) *b_metrics = m;
+    if (ra.seen.size() != rb.seen.size()) return {0, std::max(ra.seen.size(), rb.seen.size())};
+    return {same_routes(ra, rb), ra.seen.size()};
+}
+
+// The device scale's file (BG_DEVICE_MODEL) over a short prompt, exact routing, budgets that
+// hold it all: the agreement tests' configuration there.
+inline bg::RunConfig device_scale_config(const char* path) {
+    bg::RunConfig c;
+    c.model_path = path;
+    c.prompt_tokens = 32;
+    c.prompt_seed = 5;
+    c.gen = 4;
+    c.routing = "exact";
+    c.vram_budget_mib = 16384;
+    c.host_budget_mib = 65536;
+    return c;
 }
 
 }  // namespace bgtest

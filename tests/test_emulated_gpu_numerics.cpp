@@ -25,10 +25,9 @@
 #include <cstdlib>
 
 #include "emulated_gpu_numerics.h"
-#include "key_variants.h"
+#include "key_variant_agreement.h"
 #include "model_fixture.h"
 #include "routing_agreement.h"
-#include "reference/dsv41_reference.h"
 #include "runtime/session.h"
 
 namespace {
@@ -56,56 +55,20 @@ TEST(EmulatedGpuNumerics, CiScaleSameExpertsTokensAndLogitsWithinTolerance) {
         const bg::RunConfig c = ci_cfg(routing);
         const bg::RoutingPolicy policy = bg::parse_routing_policy(routing);
         bg::Session cpu(c);
-        bgtest::RouteRecorder rc;
-        cpu.forward().set_observer(&rc);
-        cpu.run(false);
         bg::Session emu(c, &emulated);
-        bgtest::RouteRecorder re;
-        emu.forward().set_observer(&re);
-        emu.run(false);
-        ASSERT_EQ(rc.seen.size(), re.seen.size());
-        const size_t same = bgtest::same_routes(rc, re);
-        const double agree = static_cast<double>(same) / rc.seen.size();
+        const bgtest::RoutingAgreement agree = bgtest::run_both_recording_routes(cpu, emu);
         EXPECT_EQ(cpu.generated(), emu.generated());
-        cpu.forward().set_observer(nullptr);
-        emu.forward().set_observer(nullptr);
         const double rel = bgtest::max_rel_diff(cpu.all_logits(policy), emu.all_logits(policy));
-        std::printf("  %-12s routing agreement %.5f (%zu of %zu), logits max rel diff %.3g\n", routing, agree, same,
-                    rc.seen.size(), rel);
-        EXPECT_GE(agree, bgtest::kRoutingAgreement) << same << " of " << rc.seen.size();
+        std::printf("  %-12s routing agreement %.5f (%zu of %zu), logits max rel diff %.3g\n", routing, agree.fraction(),
+                    agree.same, agree.total, rel);
+        EXPECT_GE(agree.fraction(), bgtest::kRoutingAgreement) << agree.same << " of " << agree.total;
         EXPECT_LT(rel, kLogitsTol);
     }
 }
 
 TEST(EmulatedGpuNumerics, KeyVariantsAgainstTheFloat64Reference) {
     bgtest::GpuNumericsDevice emulated;
-    std::vector<bgtest::KeyVariant> variants = bgtest::key_variants();
-    variants.insert(variants.begin(), {"base", [](bgtest::GgufEdit&) {}});
-    double worst_all = 0;
-    for (const auto& v : variants) {
-        SCOPED_TRACE(v.name);
-        const std::string path = bgtest::key_variant_path(v);
-        const ref::Dsv41Reference ref(path);
-        bg::RunConfig c;
-        c.model_path = path;
-        c.prompt_tokens = 24;
-        c.prompt_seed = 5;
-        c.gen = 8;
-        c.routing = "exact";
-        c.vram_budget_mib = 1024;
-        bg::Session emu(c, &emulated);
-        const int64_t V = ref.hparams().n_vocab;
-        const std::vector<int32_t> prompt = bg::random_prompt(24, 5, V, 0);
-        const std::vector<float> got = emu.all_logits(bg::RoutingPolicy::kExact);
-        const auto want = ref.logits(prompt);
-        ASSERT_EQ(got.size(), prompt.size() * static_cast<size_t>(V));
-        const double worst = ref::max_rel_diff(want, got, V);
-        worst_all = std::max(worst_all, worst);
-        std::printf("  %-32s max rel diff %.3g\n", v.name.c_str(), worst);
-        EXPECT_LT(worst, kLogitsTol);
-        emu.run(false);
-        EXPECT_EQ(emu.generated(), ref.greedy(prompt, 8));
-    }
+    const double worst_all = bgtest::key_variants_against_reference(emulated, kLogitsTol);
     std::printf("  worst over the variants: %.3g (tolerance %.3g)\n", worst_all, kLogitsTol);
 }
 
@@ -115,28 +78,13 @@ TEST(EmulatedGpuNumerics, DeviceScaleSameExperts) {
     const char* path = std::getenv("BG_DEVICE_MODEL");
     if (!path || !*path) GTEST_SKIP() << "BG_DEVICE_MODEL (the device-scale model's path) is not set";
     bgtest::GpuNumericsDevice emulated;
-    bg::RunConfig c;
-    c.model_path = path;
-    c.prompt_tokens = 32;
-    c.prompt_seed = 5;
-    c.gen = 4;
-    c.routing = "exact";
-    c.vram_budget_mib = 16384;
-    c.host_budget_mib = 65536;
+    const bg::RunConfig c = bgtest::device_scale_config(path);
     bg::Session cpu(c);
-    bgtest::RouteRecorder rc;
-    cpu.forward().set_observer(&rc);
-    cpu.run(false);
     bg::Session emu(c, &emulated);
-    bgtest::RouteRecorder re;
-    emu.forward().set_observer(&re);
-    emu.run(false);
-    ASSERT_EQ(rc.seen.size(), re.seen.size());
-    const size_t same = bgtest::same_routes(rc, re);
-    const double agree = static_cast<double>(same) / rc.seen.size();
-    std::printf("  device scale: routing agreement %.5f (%zu of %zu); tokens %s\n", agree, same, rc.seen.size(),
-                cpu.generated() == emu.generated() ? "equal" : "differ");
-    EXPECT_GE(agree, bgtest::kRoutingAgreement) << same << " of " << rc.seen.size();
+    const bgtest::RoutingAgreement agree = bgtest::run_both_recording_routes(cpu, emu);
+    std::printf("  device scale: routing agreement %.5f (%zu of %zu); tokens %s\n", agree.fraction(), agree.same,
+                agree.total, cpu.generated() == emu.generated() ? "equal" : "differ");
+    EXPECT_GE(agree.fraction(), bgtest::kRoutingAgreement) << agree.same << " of " << agree.total;
 }
 
 }  // namespace

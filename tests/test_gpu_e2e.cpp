@@ -47,21 +47,14 @@ TEST(GpuE2E, SameExpertsAndTokensAsTheCpuBackend) {
         SCOPED_TRACE(routing);
         bg::RunConfig c = ci_cfg(routing);
         bg::Session cpu(c);
-        bgtest::RouteRecorder rc;
-        cpu.forward().set_observer(&rc);
-        cpu.run(false);
         bg::Session gpu(c, &bg::cuda::cuda_device());
-        bgtest::RouteRecorder rg;
-        gpu.forward().set_observer(&rg);
-        const nlohmann::json m = gpu.run(false);
-        ASSERT_EQ(rc.seen.size(), rg.seen.size());
-        const size_t same = bgtest::same_routes(rc, rg);
+        nlohmann::json m;
+        const bgtest::RoutingAgreement agree = bgtest::run_both_recording_routes(cpu, gpu, &m);
         // The GPU rounds activations before its matmuls and sums in another order: a near-tie
         // between the 6th and 7th expert may fall the other way. Every decision must match but
         // for such rare ties (issue #14: >= 99.5 %).
-        std::printf("  %-12s routing agreement %.5f (%zu of %zu)\n", routing,
-                    static_cast<double>(same) / rc.seen.size(), same, rc.seen.size());
-        EXPECT_GE(static_cast<double>(same) / rc.seen.size(), bgtest::kRoutingAgreement) << same << " of " << rc.seen.size();
+        std::printf("  %-12s routing agreement %.5f (%zu of %zu)\n", routing, agree.fraction(), agree.same, agree.total);
+        EXPECT_GE(agree.fraction(), bgtest::kRoutingAgreement) << agree.same << " of " << agree.total;
         EXPECT_EQ(cpu.generated(), gpu.generated());
         EXPECT_EQ(m["engine"]["backend"], "cuda");
     }
@@ -129,28 +122,13 @@ TEST(GpuE2E, DeviceScaleSameExpertsAsTheCpuBackend) {
     if (bg::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
     const char* path = std::getenv("BG_DEVICE_MODEL");
     if (!path || !*path) GTEST_SKIP() << "BG_DEVICE_MODEL (the device-scale model's path) is not set";
-    bg::RunConfig c;
-    c.model_path = path;
-    c.prompt_tokens = 32;
-    c.prompt_seed = 5;
-    c.gen = 4;
-    c.routing = "exact";
-    c.vram_budget_mib = 16384;
-    c.host_budget_mib = 65536;
+    const bg::RunConfig c = bgtest::device_scale_config(path);
     bg::Session cpu(c);
-    bgtest::RouteRecorder rc;
-    cpu.forward().set_observer(&rc);
-    cpu.run(false);
     bg::Session gpu(c, &bg::cuda::cuda_device());
-    bgtest::RouteRecorder rg;
-    gpu.forward().set_observer(&rg);
-    gpu.run(false);
-    ASSERT_EQ(rc.seen.size(), rg.seen.size());
-    const size_t same = bgtest::same_routes(rc, rg);
-    const double agree = static_cast<double>(same) / rc.seen.size();
-    std::printf("  device scale: routing agreement %.5f (%zu of %zu); tokens %s\n", agree, same, rc.seen.size(),
-                cpu.generated() == gpu.generated() ? "equal" : "differ");
-    EXPECT_GE(agree, bgtest::kRoutingAgreement) << same << " of " << rc.seen.size();
+    const bgtest::RoutingAgreement agree = bgtest::run_both_recording_routes(cpu, gpu);
+    std::printf("  device scale: routing agreement %.5f (%zu of %zu); tokens %s\n", agree.fraction(), agree.same,
+                agree.total, cpu.generated() == gpu.generated() ? "equal" : "differ");
+    EXPECT_GE(agree.fraction(), bgtest::kRoutingAgreement) << agree.same << " of " << agree.total;
 }
 
 }  // namespace

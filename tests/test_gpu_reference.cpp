@@ -7,8 +7,7 @@
 
 #include "cuda/cuda_device.cuh"
 #include "cuda/dequant.cuh"
-#include "key_variants.h"
-#include "reference/dsv41_reference.h"
+#include "key_variant_agreement.h"
 #include "runtime/session.h"
 
 namespace {
@@ -23,34 +22,9 @@ namespace {
 // up to 0.25, and 4 of the 13 variants' tokens differ).
 constexpr double kLogitsTol = 2e-3;
 
-
 TEST(GpuReference, CudaForwardAgreesWithReferenceOnEveryKeyVariant) {
     if (bg::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
-    std::vector<bgtest::KeyVariant> variants = bgtest::key_variants();
-    variants.insert(variants.begin(), {"base", [](bgtest::GgufEdit&) {}});
-    for (const auto& v : variants) {
-        SCOPED_TRACE(v.name);
-        const std::string path = bgtest::key_variant_path(v);
-        const ref::Dsv41Reference ref(path);
-        bg::RunConfig c;
-        c.model_path = path;
-        c.prompt_tokens = 24;
-        c.prompt_seed = 5;
-        c.gen = 8;
-        c.routing = "exact";
-        c.vram_budget_mib = 1024;
-        bg::Session gpu(c, &bg::cuda::cuda_device());
-        const int64_t V = ref.hparams().n_vocab;
-        const std::vector<int32_t> prompt = bg::random_prompt(24, 5, V, 0);
-        const std::vector<float> got = gpu.all_logits(bg::RoutingPolicy::kExact);
-        const auto want = ref.logits(prompt);
-        ASSERT_EQ(got.size(), prompt.size() * static_cast<size_t>(V));
-        const double worst = ref::max_rel_diff(want, got, V);
-        std::printf("%-32s max rel diff %.3g (tolerance %.3g)\n", v.name.c_str(), worst, kLogitsTol);
-        EXPECT_LT(worst, kLogitsTol);
-        gpu.run(false);
-        EXPECT_EQ(gpu.generated(), ref.greedy(prompt, 8));
-    }
+    bgtest::key_variants_against_reference(bg::cuda::cuda_device(), kLogitsTol);
 }
 
 }  // namespace

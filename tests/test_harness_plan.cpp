@@ -42,7 +42,7 @@ TEST(MemoryPlan, RunAllocatesExactlyWhatThePlanFromTheScalePrinted) {
     EXPECT_EQ(got.total(bg::MemoryTier::kVram), s.store().device_bytes() + s.engram().buffer_bytes());
     EXPECT_EQ(got.total(bg::MemoryTier::kHost),
               s.model().dense_bytes() + s.forward().buffer_bytes() + s.store().host_bytes() + s.engram().buffer_bytes() +
-                  s.store().disk_timeline().bytes() + s.store().copy_timeline().bytes() + s.engram().timeline().bytes());
+                  s.store().timeline_bytes() + s.engram().timeline().bytes());
     // The metrics carry the plan.
     const nlohmann::json m = s.run(false);
     EXPECT_EQ(m["memory"]["host_bytes"].get<uint64_t>(), got.total(bg::MemoryTier::kHost));

@@ -207,4 +207,21 @@ public:
     virtual void moe_weighted_sum(const float* eo, const float* w, int64_t n_tok, int64_t k, int64_t width, float* y) = 0;
 };
 
+// Ops::expert_ffn as separate ops, the CPU's way and the CUDA backend's for weights its fused
+// kernels do not take: gather, gate, up, SwiGLU, down, scatter, through the backend's scratch
+// (xg, eo: m x n_embd floats; g, up, h: m x n_ff).
+struct ExpertScratch {
+    float *xg, *g, *up, *h, *eo;
+};
+inline void expert_ffn_by_ops(Ops& ops, const ExpertMats& e, const float* x, int64_t ldx, const int32_t* rows, int64_t m,
+                              float limit, SwigluClamp form, float* out, const int32_t* out_rows, const ExpertScratch& s) {
+    const int64_t E = e.gate.cols, F = e.gate.rows;
+    ops.moe_gather(x, ldx, rows, m, E, s.xg);
+    ops.matmul(e.gate, s.xg, E, m, s.g, F);
+    ops.matmul(e.up, s.xg, E, m, s.up, F);
+    ops.swiglu(s.g, s.up, m * F, limit, form, s.h);
+    ops.matmul(e.down, s.h, F, m, s.eo, E);
+    ops.moe_scatter(s.eo, out_rows, m, E, out);
+}
+
 }  // namespace bg

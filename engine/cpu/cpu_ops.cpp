@@ -221,17 +221,8 @@ public:
                     SwigluClamp form, float* out, const int32_t* out_rows) override {
         const int64_t E = e.gate.cols, F = e.gate.rows;
         BG_CHECK(E == lim_.n_embd && F == lim_.n_ff && e.down.rows == E && e.down.cols == F);
-        float* xg = fits(xg_, m * E);
-        float* g = fits(g_, m * F);
-        float* up = fits(up_, m * F);
-        float* h = fits(h_, m * F);
-        float* eo = fits(eo_, m * E);
-        moe_gather(x, ldx, rows, m, E, xg);
-        matmul(e.gate, xg, E, m, g, F);
-        matmul(e.up, xg, E, m, up, F);
-        swiglu(g, up, m * F, limit, form, h);
-        matmul(e.down, h, F, m, eo, E);
-        moe_scatter(eo, out_rows, m, E, out);
+        const ExpertScratch s{fits(xg_, m * E), fits(g_, m * F), fits(up_, m * F), fits(h_, m * F), fits(eo_, m * E)};
+        expert_ffn_by_ops(*this, e, x, ldx, rows, m, limit, form, out, out_rows, s);
     }
     void moe_weighted_sum(const float* eo, const float* w, int64_t n_tok, int64_t k, int64_t width, float* y) override {
         for (int64_t t = 0; t < n_tok; ++t)

@@ -170,12 +170,7 @@ public:
         // The CPU's sequence.
         BG_CHECK_MSG(xg_ != nullptr && m <= lim_.expert_max_tok && E == lim_.n_embd && F == lim_.n_ff,
                      "cuda ops: an unfused expert that reserve() was not told of");
-        moe_gather(x, ldx, rows, m, E, xg_);
-        matmul(e.gate, xg_, E, m, g_, F);
-        matmul(e.up, xg_, E, m, up_, F);
-        swiglu(g_, up_, m * F, limit, form, h_);
-        matmul(e.down, h_, F, m, eo_, E);
-        moe_scatter(eo_, out_rows, m, E, out);
+        expert_ffn_by_ops(*this, e, x, ldx, rows, m, limit, form, out, out_rows, ExpertScratch{xg_, g_, up_, h_, eo_});
     }
     void dequantize(GgmlType t, const uint8_t* src, float* dst, int64_t n) override {
         BG_CUDA_CHECK(cuda::dequantize(t, src, dst, n, stream_));

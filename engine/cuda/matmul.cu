@@ -131,7 +131,6 @@ void check_mat(const DeviceMat& W) {
 }  // namespace
 
 MatmulContext::MatmulContext(uint64_t scratch_bytes) : scratch_bytes_(scratch_bytes) {
-
     int dev = 0, major = 0;
     BG_CUDA_CHECK(cudaGetDevice(&dev));
     BG_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));

@@ -119,7 +119,7 @@ TieredExpertStore::TieredExpertStore(const dsv41::Model& m, Backend& backend, io
     }
     // The store's own fixed part (its disk and copy timelines) counts with the rest of the fixed
     // host memory.
-    const uint64_t host_fixed = cfg.host_fixed_bytes + disk_timeline_.bytes() + copy_timeline_.bytes();
+    const uint64_t host_fixed = cfg.host_fixed_bytes + timeline_bytes();
     const uint64_t host_need = host_bytes_ + host_fixed;
     if (host_need > cfg.host_budget_bytes) {
         const uint64_t other = host_fixed + (T_ + cfg.lru_slots) * slot_bytes_;

@@ -91,6 +91,8 @@ public:
     const Timeline& disk_timeline() const { return disk_timeline_; }
     // The intervals of this pass with at least one host-to-device expert copy pending.
     const Timeline& copy_timeline() const { return copy_timeline_; }
+    // Host bytes of both timelines (fixed at construction; counted in the host budget).
+    uint64_t timeline_bytes() const { return disk_timeline_.bytes() + copy_timeline_.bytes(); }
     // Pool sizes from the shape alone, shared with `betelgeuse plan`: a slot holds the largest
     // expert rounded up to 4 KiB (O_DIRECT reads land in it); the device pool holds the hot slots
     // and the transient area, the host pool the other resident slots, the transient staging

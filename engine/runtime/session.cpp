@@ -151,8 +151,7 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
     memory_ = plan_memory(shape_of(*model_), cfg, on_device, n_prompt, plan_.slots, plan_.hot);
     const uint64_t live_vram = store_->device_bytes() + engram_->buffer_bytes() + fwd_->device_bytes() + vram_reserve_bytes_;
     const uint64_t live_host = model_->dense_bytes() + fwd_->buffer_bytes() + store_->host_bytes() +
-                               engram_->buffer_bytes() + store_->disk_timeline().bytes() + store_->copy_timeline().bytes() +
-                               engram_->timeline().bytes();
+                               engram_->buffer_bytes() + store_->timeline_bytes() + engram_->timeline().bytes();
     BG_CHECK_MSG(live_vram == memory_.total(MemoryTier::kVram) && live_host == memory_.total(MemoryTier::kHost),
                  "the memory plan and the allocations differ");
 
