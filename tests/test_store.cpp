@@ -301,6 +301,45 @@ TEST(Residency, PlanRoundTripsAndBadPlansAreRejected) {
     EXPECT_THROW(bg::plan_from_bias(*m, 4, 2), bg::Error) << "fewer slots than experts per token";
 }
 
+// Speculative copies (layer-major, resident-only): a warm pass copies each layer's host-resident
+// experts before routing; results are those of the run without them, every byte over PCIe is a
+// host hit or a counted unused copy, and neither the cold pass (nothing in host slots yet) nor
+// decode (k slots per layer, under the threshold) speculates.
+TEST(Store, SpeculativeCopiesChangeNoResultAndAreCounted) {
+    bg::RunConfig c = tiny_cfg();
+    c.routing = "resident-only";
+    c.passes = 2;
+    c.gen = 3;
+    c.transient_slots = 3;  // fewer slots than host-resident experts: speculation waits for releases too
+    c.speculative_copies = false;
+    bg::Session off(c);
+    const nlohmann::json moff = off.run(false);
+    c.speculative_copies = true;
+    bg::Session on(c);
+    const nlohmann::json mon = on.run(false);
+    EXPECT_EQ(on.generated(), off.generated());
+    EXPECT_EQ(on.all_logits(bg::RoutingPolicy::kResidentOnly), off.all_logits(bg::RoutingPolicy::kResidentOnly));
+
+    const int64_t L = on.model().hp().n_layer;
+    const uint64_t bytes = on.model().expert_bytes_each(0);
+    for (int64_t l = 1; l < L; ++l) ASSERT_EQ(on.model().expert_bytes_each(l), bytes);
+    const auto& cold = mon["passes"][0]["experts"];
+    const auto& warm = mon["passes"][1]["experts"];
+    EXPECT_EQ(cold["speculative_copies"].get<uint64_t>(), 0u) << "cold: the host slots are empty before routing";
+    // Warm: each host-resident expert the cold pass loaded, once per layer.
+    EXPECT_GT(warm["speculative_copies"].get<uint64_t>(), 0u);
+    EXPECT_LE(warm["speculative_copies"].get<uint64_t>(), static_cast<uint64_t>(L * (c.slots - c.hot)));
+    EXPECT_EQ(warm["pcie_bytes"].get<uint64_t>(),
+              warm["host_hit_bytes"].get<uint64_t>() + warm["speculative_unused"].get<uint64_t>() * bytes);
+    EXPECT_LE(warm["speculative_unused"].get<uint64_t>(), warm["speculative_copies"].get<uint64_t>());
+    EXPECT_EQ(mon["decode"]["experts"]["speculative_copies"].get<uint64_t>(), 0u) << "decode routes k slots per layer";
+    // What routing used, and so what was consumed, does not change.
+    const auto& warm_off = moff["passes"][1]["experts"];
+    for (const char* key : {"consumed_bytes", "vram_hits", "host_hits", "host_hit_bytes", "disk_bytes"})
+        EXPECT_EQ(warm[key], warm_off[key]) << key;
+    EXPECT_EQ(warm_off["speculative_copies"].get<uint64_t>(), 0u);
+}
+
 TEST(Store, CiScaleWarmPassReadsLessThanCold) {
     bg::RunConfig c;
     c.model_path = bgtest::ci_model();

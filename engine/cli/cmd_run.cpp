@@ -96,6 +96,9 @@ void add_run_flags(CLI::App* cmd, RunConfig& cfg) {
     cmd->add_option("--residency", cfg.residency, "Residency plan from 'betelgeuse profile' (default: highest router bias)");
     cmd->add_flag("--promote", cfg.promote, "Move the H most-used resident experts into VRAM at the end of each pass");
     cmd->add_option("--transient-slots", cfg.transient_slots, "Device transient slots for non-hot experts")->capture_default_str();
+    cmd->add_option("--speculative-copies", cfg.speculative_copies,
+                    "Layer-major, resident-only: copy host-resident experts during the attention half, before routing (on | off)")
+        ->capture_default_str();
     cmd->add_option("--lru-slots", cfg.lru_slots, "Host slots keeping non-resident experts, least recently used out (0: none)")->capture_default_str();
     cmd->add_option("--io", cfg.io, "uring (O_DIRECT) | pread")->capture_default_str();
     cmd->add_option("--queue-depth", cfg.queue_depth, "Disk reads in flight at most")->capture_default_str();

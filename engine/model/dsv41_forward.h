@@ -83,8 +83,15 @@ public:
     // unit of the prompt). Per token the outputs are summed in rank order, so the result does
     // not depend on which units share the call or on the order experts arrive in.
     void moe_half(int64_t l, Ubatch* const* units, int64_t n_units);
+    // Before layer l's attention halves for n_pos positions: under resident-only routing every
+    // expert the layer can use is known already, and the provider may start moving the
+    // host-resident ones (ExpertProvider::prepare_layer); under other policies, nothing.
+    void prepare_moe(int64_t l, int64_t n_pos) {
+        if (cfg_.routing == RoutingPolicy::kResidentOnly) experts_.prepare_layer(l, n_pos * hp_.n_expert_used);
+    }
     // One whole layer of one unit (token-major): attention_half then moe_half on {u}.
     void layer(int64_t l, Ubatch& u) {
+        prepare_moe(l, u.n);
         attention_half(l, u);
         Ubatch* one = &u;
         moe_half(l, &one, 1);

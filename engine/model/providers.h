@@ -19,6 +19,11 @@ struct ExpertView {
 class ExpertProvider {
 public:
     virtual ~ExpertProvider() = default;
+    // A hint, before a layer's routing is known, that it will route n_slots (token, rank) slots
+    // among the experts the provider holds resident: it may start moving those toward the device
+    // while the attention half computes. begin_layer follows for the same layer. Moves results
+    // of nothing: which experts are used is still what begin_layer announces.
+    virtual void prepare_layer(int64_t /*layer*/, int64_t /*n_slots*/) {}
     // Announces the distinct experts one unit of work needs in a layer (ascending ids) and how
     // many tokens each serves. Each is then returned exactly once by next_ready, in whatever
     // order its bytes become present.

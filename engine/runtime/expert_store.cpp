@@ -23,6 +23,7 @@ std::string mib(uint64_t b) { return strf("%.1f MiB", b / 1048576.0); }
 
 nlohmann::json StoreConfig::to_json() const {
     return {{"transient_slots", transient_slots},      {"prefetch", prefetch},
+            {"speculative", speculative},
             {"lru_slots", lru_slots},
             {"vram_budget_bytes", vram_budget_bytes},  {"host_budget_bytes", host_budget_bytes},
             {"device_fixed_bytes", device_fixed_bytes}, {"host_fixed_bytes", host_fixed_bytes}};
@@ -46,6 +47,8 @@ StoreCounters StoreCounters::operator-(const StoreCounters& o) const {
     d.copy_wait_ms -= o.copy_wait_ms;
     d.promotions -= o.promotions;
     d.promotion_bytes -= o.promotion_bytes;
+    d.speculative_copies -= o.speculative_copies;
+    d.speculative_unused -= o.speculative_unused;
     d.pool_allocations -= o.pool_allocations;
     return d;  // max_reads_one_expert_pass is per pass already
 }
@@ -70,6 +73,8 @@ nlohmann::json StoreCounters::to_json() const {
             {"copy_wait_ms", copy_wait_ms},
             {"promotions", promotions},
             {"promotion_bytes", promotion_bytes},
+            {"speculative_copies", speculative_copies},
+            {"speculative_unused", speculative_unused},
             {"max_reads_one_expert_pass", max_reads_one_expert_pass}};
 }
 
@@ -201,12 +206,59 @@ void TieredExpertStore::evict_all() {
         for (Home& h : layer) h.loaded = false;
 }
 
-void TieredExpertStore::begin_layer(int64_t layer, const int32_t* experts, const int32_t* tokens, int64_t n) {
+void TieredExpertStore::prepare_layer(int64_t layer, int64_t n_slots) {
     std::unique_lock<std::mutex> lk(mu_);
-    BG_CHECK(!active_ && n <= static_cast<int64_t>(items_.size()));
+    BG_CHECK(!active_ && !prepared_);
+    if (!cfg_.prefetch || !cfg_.speculative || n_slots < kSpeculativeSlotsPerCandidate * S_) return;
+    int64_t n = 0;
+    for (int32_t e : host_owner_[layer]) {
+        if (e < 0 || !homes_[layer][e].loaded) continue;  // a cold slot: its disk read waits for routing
+        Item& it = items_[n];
+        it = Item{};
+        it.expert = e;
+        it.source = Source::kHost;
+        it.stage = Stage::kInHost;
+        it.host_src = home_ptr(layer, homes_[layer][e]);
+        it.speculative = true;
+        item_of_[e] = static_cast<int32_t>(n++);
+    }
+    if (n == 0) return;
     layer_ = layer;
     n_items_ = n;
+    n_deliver_ = 0;  // nothing is handed out before begin_layer names what routing used
     delivered_ = done_ = requested_ = 0;
+    c_.speculative_copies += static_cast<uint64_t>(n);
+    prepared_ = active_ = true;
+    ++events_;
+    lk.unlock();
+    cv_work_.notify_all();
+}
+
+// An unused speculative item whose copy is no longer in flight: its transient slot goes back.
+// Caller holds mu_.
+void TieredExpertStore::finish_unused_locked(Item& it) {
+    BG_CHECK(it.unused && it.stage != Stage::kCopying);
+    if (it.transient >= 0) free_transient_.push_back(it.transient);
+    it.transient = -1;
+    it.stage = Stage::kDone;
+    ++done_;
+    ++events_;
+    cv_ready_.notify_all();  // end_layer may be waiting for it
+}
+
+void TieredExpertStore::begin_layer(int64_t layer, const int32_t* experts, const int32_t* tokens, int64_t n) {
+    std::unique_lock<std::mutex> lk(mu_);
+    const bool prepared = prepared_;
+    BG_CHECK(prepared ? layer_ == layer : !active_);
+    // Items prepare_layer started stay where they are (a copy batch may name them); the
+    // experts routing uses beyond them follow.
+    const int64_t n_spec = prepared ? n_items_ : 0;
+    BG_CHECK(n <= static_cast<int64_t>(items_.size()));
+    for (int64_t j = 0; j < n_spec; ++j) items_[j].unused = true;
+    layer_ = layer;
+    if (!prepared) n_items_ = done_ = 0;
+    delivered_ = requested_ = 0;
+    n_deliver_ = n;
     const uint64_t stamp = ++lru_clock_;
     for (int64_t i = 0; i < n; ++i) {
         const Home& h = homes_[layer][experts[i]];
@@ -214,14 +266,22 @@ void TieredExpertStore::begin_layer(int64_t layer, const int32_t* experts, const
     }
     for (int64_t i = 0; i < n; ++i) {
         const int32_t e = experts[i];
-        Item& it = items_[i];
-        it = Item{};
-        it.expert = e;
-        item_of_[e] = static_cast<int32_t>(i);
         const uint64_t bytes = m_.expert_bytes_each(layer);
         c_.consumed_bytes += bytes;
         Home& h = homes_[layer][e];
         if (h.tier == 1 || h.tier == 2) usage_[layer][e] += static_cast<uint64_t>(tokens[i]);
+        const int32_t j = item_of_[e];
+        if (j >= 0 && j < n_spec && items_[j].expert == e) {
+            items_[j].unused = false;  // copied (or copying) already: a host hit
+            ++c_.host_hits;
+            c_.host_hit_bytes += bytes;
+            continue;
+        }
+        BG_CHECK(n_items_ < static_cast<int64_t>(items_.size()));  // distinct experts, one item each
+        Item& it = items_[n_items_];
+        it = Item{};
+        it.expert = e;
+        item_of_[e] = static_cast<int32_t>(n_items_++);
         if (h.tier == 0 && !lru_stamp_.empty()) {
             // Not resident: take the least recently used LRU slot that this layer is not using.
             int64_t victim = -1;
@@ -255,6 +315,13 @@ void TieredExpertStore::begin_layer(int64_t layer, const int32_t* experts, const
             c_.disk_bytes += bytes;
         }
     }
+    for (int64_t j = 0; j < n_spec; ++j) {
+        Item& it = items_[j];
+        if (!it.unused) continue;
+        ++c_.speculative_unused;
+        if (it.stage != Stage::kCopying) finish_unused_locked(it);  // else when its copy lands
+    }
+    prepared_ = false;
     active_ = true;
     ++events_;
     lk.unlock();
@@ -263,7 +330,7 @@ void TieredExpertStore::begin_layer(int64_t layer, const int32_t* experts, const
 
 int32_t TieredExpertStore::next_ready(ExpertView* view) {
     std::unique_lock<std::mutex> lk(mu_);
-    BG_CHECK(active_ && delivered_ < n_items_);
+    BG_CHECK(active_ && !prepared_ && delivered_ < n_deliver_);
     if (!cfg_.prefetch) {
         requested_ = delivered_ + 1;
         ++events_;
@@ -273,7 +340,7 @@ int32_t TieredExpertStore::next_ready(ExpertView* view) {
         // Without prefetch experts are handed out strictly in order, each loaded on demand.
         if (!cfg_.prefetch) return items_[delivered_].stage == Stage::kReady ? delivered_ : -1;
         for (int64_t i = 0; i < n_items_; ++i)
-            if (items_[i].stage == Stage::kReady) return i;
+            if (items_[i].stage == Stage::kReady && !items_[i].unused) return i;
         return -1;
     };
     int64_t i = find_ready();
@@ -310,8 +377,12 @@ void TieredExpertStore::release(int32_t expert) {
 
 void TieredExpertStore::end_layer() {
     {
-        std::lock_guard<std::mutex> g(mu_);
-        BG_CHECK(active_ && done_ == n_items_ && reads_in_flight_ == 0);
+        std::unique_lock<std::mutex> lk(mu_);
+        BG_CHECK(active_ && !prepared_ && delivered_ == n_deliver_);
+        // An unused speculative copy may still be landing; its slot must be back first.
+        cv_ready_.wait(lk, [&] { return done_ == n_items_ || !error_.empty(); });
+        if (!error_.empty()) throw Error(error_);
+        BG_CHECK(reads_in_flight_ == 0);
         active_ = false;
         layer_ = -1;
         ++events_;
@@ -421,6 +492,7 @@ bool TieredExpertStore::do_copies(std::unique_lock<std::mutex>& lk) {
         if (it.to_hot) homes_[layer_][it.expert].loaded = true;
         it.compute = q.dst;
         it.stage = Stage::kReady;
+        if (it.unused) finish_unused_locked(it);
         cv_ready_.notify_all();
         lk.unlock();
     }

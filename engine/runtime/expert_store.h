@@ -11,6 +11,12 @@
 // as far ahead as staging allows and copies as far ahead as transient slots allow, so reads and
 // copies of later experts overlap the compute of earlier ones. With prefetch off it handles one
 // expert only when the compute thread asks for it (the synchronous baseline).
+//
+// Speculative copies (prefetch on): when prepare_layer says a layer will route many slots, the
+// host-slot resident experts already in host memory are copied into transient slots while the
+// attention half computes, before routing names the ones used (under resident-only routing
+// every used expert is resident, and with several picks per candidate nearly all are used).
+// begin_layer keeps the copies of the used ones; an unused one costs its PCIe bytes, counted.
 // All pools are allocated once, at construction; nothing allocates per expert.
 #pragma once
 
@@ -35,6 +41,7 @@ namespace bg {
 struct StoreConfig {
     int64_t transient_slots = 32;     // device transient slots (and as many host staging slots)
     bool prefetch = true;             // run reads and copies ahead of compute
+    bool speculative = true;          // with prefetch: copy host-slot residents before routing (prepare_layer)
     int64_t lru_slots = 0;            // host slots caching non-resident experts (0: none kept)
     uint64_t vram_budget_bytes = 12ull << 30;
     uint64_t host_budget_bytes = 12ull << 30;
@@ -57,6 +64,8 @@ struct StoreCounters {
     double copy_wait_ms = 0;         // compute blocked on copies only
     uint64_t promotions = 0;         // experts moved between tiers by promotion
     uint64_t promotion_bytes = 0;
+    uint64_t speculative_copies = 0;  // host-slot experts copied before routing named them
+    uint64_t speculative_unused = 0;  // of those, experts routing then did not use (PCIe bytes spent for nothing)
     uint64_t max_reads_one_expert_pass = 0;  // most disk reads of one (layer, expert) in a pass
     uint64_t pool_allocations = 0;   // start-up allocations; never grows afterwards
 
@@ -71,6 +80,9 @@ public:
                       const StoreConfig& cfg);
     ~TieredExpertStore() override;
 
+    // Speculates (see above) when prefetch and speculation are on and n_slots is at least
+    // kSpeculativeSlotsPerCandidate per resident expert of the layer.
+    void prepare_layer(int64_t layer, int64_t n_slots) override;
     void begin_layer(int64_t layer, const int32_t* experts, const int32_t* tokens, int64_t n) override;
     int32_t next_ready(ExpertView* view) override;
     void release(int32_t expert) override;
@@ -78,6 +90,9 @@ public:
     // A returned expert's transient slot comes back only with its release; the streamer needs
     // one free to move the next expert in, so a caller may hold this many without a stall.
     int64_t max_unreleased() const override { return T_ - 1; }
+    // Four picks per candidate: with uniform routing a candidate goes unused with probability
+    // about e^-4 (2 %); decode (k slots) never speculates.
+    static constexpr int64_t kSpeculativeSlotsPerCandidate = 4;
 
     // Pass boundaries: a new pass resets the per-pass read counts and usage; evict_all empties
     // every slot (a cold pass); promote moves, per layer, the H most-used resident experts of the
@@ -128,6 +143,8 @@ private:
         Source source = Source::kDisk;
         Stage stage = Stage::kPending;
         bool to_hot = false;        // a hot-home expert read from disk: staging -> hot slot
+        bool speculative = false;   // copied on prepare_layer's hint, before routing
+        bool unused = false;        // speculative, and routing did not name it: never delivered
         int32_t staging = -1, transient = -1;
         const uint8_t* host_src = nullptr;  // host slot or staging holding the bytes
         const uint8_t* compute = nullptr;   // device memory compute reads
@@ -139,6 +156,7 @@ private:
     bool start_reads_locked();
     bool do_copies(std::unique_lock<std::mutex>& lk);
     void complete_read(io::ReadOp* op);
+    void finish_unused_locked(Item& it);
     uint8_t* home_ptr(int64_t layer, const Home& h) const;
     void read_expert_blocking(int64_t layer, int32_t e, uint8_t* dst) const;
 
@@ -176,7 +194,9 @@ private:
     std::condition_variable cv_work_, cv_ready_;
     std::thread thread_;
     bool stop_ = false, active_ = false;
+    bool prepared_ = false;  // prepare_layer's items are moving; begin_layer not called yet
     int64_t layer_ = -1, n_items_ = 0, delivered_ = 0, done_ = 0, requested_ = 0;
+    int64_t n_deliver_ = 0;  // items next_ready hands out (n_items_ less the unused speculative ones)
     int64_t reads_in_flight_ = 0;
     // Bumped by every compute-thread event the streamer may wait for (a layer begun or ended, a
     // release, a request): a counter, not done_, so a layer boundary cannot hide a wake-up.

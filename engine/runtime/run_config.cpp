@@ -53,6 +53,7 @@ nlohmann::json RunConfig::to_json() const {
         {"residency_defaults", residency_defaults},
         {"promote", promote},
         {"transient_slots", transient_slots},
+        {"speculative_copies", speculative_copies},
         {"lru_slots", lru_slots},
         {"io", io},
         {"queue_depth", queue_depth},

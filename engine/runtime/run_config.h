@@ -43,6 +43,9 @@ struct RunConfig {
     std::string residency_defaults;   // how S and H followed the model, when they did
     bool promote = false;             // end-of-pass promotion of the H most-used into VRAM
     int64_t transient_slots = 32;
+    // Layer-major, resident-only: copy a layer's host-resident experts while its attention half
+    // computes, before routing names the used ones (ExpertProvider::prepare_layer).
+    bool speculative_copies = true;
     int64_t lru_slots = 0;            // host LRU cache for non-resident experts
     std::string io = "uring";         // uring | pread
     uint32_t queue_depth = 64;

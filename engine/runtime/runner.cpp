@@ -77,6 +77,7 @@ void Runner::prefill(const std::vector<int32_t>& prompt, PrefillOrder order, int
             unit_ptrs_.push_back(&units_[ui]);
         }
         for (int64_t l = 0; l < L; ++l) {
+            fwd_.prepare_moe(l, n);
             for (int64_t ui = 0; ui < n_units; ++ui) fwd_.attention_half(l, units_[ui]);
             fwd_.moe_half(l, unit_ptrs_.data(), n_units);
         }

@@ -122,6 +122,7 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
     sc.transient_slots = cfg.transient_slots;
     sc.lru_slots = cfg.lru_slots;
     sc.prefetch = order_ == PrefillOrder::kLayerMajor;
+    sc.speculative = cfg.speculative_copies;
     sc.vram_budget_bytes = cfg.vram_budget_mib * mib;
     sc.host_budget_bytes = cfg.host_budget_mib * mib;
     // A GPU's runtime holds device memory beside the engine's allocations (cuBLAS handle,

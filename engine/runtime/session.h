@@ -29,12 +29,14 @@ namespace bg {
 class ExpertProviderProxy final : public ExpertProvider {
 public:
     void bind(ExpertProvider* p) { p_ = p; }
+    void prepare_layer(int64_t layer, int64_t n_slots) override { p_->prepare_layer(layer, n_slots); }
     void begin_layer(int64_t layer, const int32_t* experts, const int32_t* tokens, int64_t n) override {
         p_->begin_layer(layer, experts, tokens, n);
     }
     int32_t next_ready(ExpertView* view) override { return p_->next_ready(view); }
     void release(int32_t expert) override { p_->release(expert); }
     void end_layer() override { p_->end_layer(); }
+    int64_t max_unreleased() const override { return p_->max_unreleased(); }
 
 private:
     ExpertProvider* p_ = nullptr;
