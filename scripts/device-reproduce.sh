@@ -15,7 +15,7 @@
 #   bench      bench_gpu: kernel micro-benchmarks with same-run probes -> measurements/device/bench/;
 #              all of them ran past 7 minutes on the H200 (2026-12-01, cut short), so pick with
 #              BG_BENCH_FILTER: 'D2D|ExpertFused|ExpertMxfp4' (experts), 'D2D|Dense' (dense weights)
-#   kernel-profile  Nsight Compute (ncu) on the fused MXFP4 expert at 1 and 64 tokens -> measurements/device/kernel-profile/
+#   kernel-profile  Nsight Compute (ncu) on the fused MXFP4 expert at 1, 8 and 64 tokens -> measurements/device/kernel-profile/
 #   drop-models  removes models/*.gguf (the 64 GiB disk holds the device scale or the slice, not both)
 #   ablation   harness: scenarios/device/ablation (the longest part: about 9 minutes on an H200)
 #   500        harness: scenarios/device/seed-500-baseline and seed-500-optimized
@@ -193,9 +193,10 @@ for part in "$@"; do
       if [ -z "$ncu_bin" ]; then
         note "kernel-profile: no ncu on this machine"; status=1
       else
-        for m in 1 64; do
+        for m in 1 8 64; do
           note "ncu: expert MXFP4, $m tokens"
-          "$ncu_bin" --set basic --launch-skip 200 --launch-count 12 --csv --page details \
+          "$ncu_bin" --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
+            --section SchedulerStats --section MemoryWorkloadAnalysis --launch-skip 200 --launch-count 10 --csv --page details \
             "$stage/bench_gpu" --benchmark_filter="BM_ExpertFused/type:39/n_embd:5120/n_ff:2304/M:$m/graph:0/lut:0/single:0" \
             > "$root/measurements/device/kernel-profile/expert-mxfp4-m$m.csv" 2>&1 || status=1
           tail -n 3 "$root/measurements/device/kernel-profile/expert-mxfp4-m$m.csv" | tee -a "$log"
