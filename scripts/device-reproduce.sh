@@ -29,6 +29,7 @@
 #   slice-500-baseline  harness: scenarios/slice/seed-500-baseline alone (about 5 minutes on an H200)
 #   slice-ablation  harness: scenarios/slice/ablation (nine configurations, one repetition)
 #   slice-warm      engine: seed-500-optimized's configuration alone, cold then warm pass -> measurements/slice/warm-pass/
+#   slice-kernels   Nsight Systems per-kernel GPU time of the slice-warm run -> measurements/slice/kernel-summary/
 #   slice-fidelity  engine: resident-only and pinned-top1 against exact, 64 and 500 tokens -> measurements/slice/
 # Suggested calls (estimates from the 4-layer measurement of issue 13, not timed): --run slice-model
 # slice-4a4b slice-decode slice-500 (the 500-token baseline reads about 160 GB on demand), then
@@ -143,6 +144,30 @@ for part in "$@"; do
         --engram-buffer 2048 --threads 0 --metrics-json "$root/measurements/slice/warm-pass/metrics.json" \
         > "$root/measurements/slice/warm-pass/run.log" 2>&1 || status=1
       grep -E "^pass|^decode|error" "$root/measurements/slice/warm-pass/run.log" | tee -a "$log"
+      ;;
+    slice-kernels)
+      # Where the GPU time of a real forward goes: Nsight Systems' per-kernel summary of the
+      # slice warm-pass run (cold pass, warm pass and 16 decode tokens together), or, without
+      # nsys, Nsight Compute's duration of every kernel of a 64-token run.
+      slice_model
+      dir="$root/measurements/slice/kernel-summary"; mkdir -p "$dir"
+      nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$dir/machine.txt"
+      nsys_bin=$(command -v nsys || ls /usr/local/cuda*/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys /usr/local/cuda*/nsight-systems*/bin/nsys 2>/dev/null | head -n 1)
+      run_args=(run --backend cuda --model models/slice.gguf --routing resident-only --prefill layer-major --ubatch 16
+        --promote --slots 20 --hot 5 --transient-slots 12 --lru-slots 0 --host-budget 2875 --vram-budget 3068 --threads 0)
+      if [ -n "$nsys_bin" ]; then
+        note "nsys: slice, 500 tokens, 2 passes, 16 decode tokens"
+        "$nsys_bin" profile -o /tmp/bg-slice --force-overwrite true --trace cuda --sample none --cpuctxsw none \
+          "$bin" "${run_args[@]}" --file scenarios/prompts/500-tokens.txt --passes 2 --gen 16 > "$dir/run.log" 2>&1 || status=1
+        "$nsys_bin" stats --report cuda_gpu_kern_sum --format csv --output "$dir/kern" /tmp/bg-slice.nsys-rep > /dev/null 2>&1 || status=1
+        "$nsys_bin" stats --report cuda_gpu_kern_sum /tmp/bg-slice.nsys-rep 2>/dev/null | head -n 40 | tee -a "$log"
+      else
+        ncu_bin=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -n 1)
+        note "no nsys; ncu durations: slice, 64 tokens, 2 passes, 4 decode tokens"
+        "$ncu_bin" --metrics gpu__time_duration.sum --csv --page raw "$bin" "${run_args[@]}" --prompt-tokens 64 \
+          --passes 2 --gen 4 > "$dir/ncu-durations.csv" 2> "$dir/run.log" || status=1
+        tail -n 2 "$dir/ncu-durations.csv" | tee -a "$log"
+      fi
       ;;
     slice-fidelity)
       # Fidelity is a property of the model and the rule, not of the tiers: no scenario, the engine

@@ -94,6 +94,7 @@ struct KParams {
     const uint8_t* w1 = nullptr;   // gate/up mode: up
     const uint8_t* end0 = nullptr; // one past the last byte of w0's last row
     const uint8_t* end1 = nullptr;
+    uint32_t size0 = 0, size1 = 0; // end - w (aligned mode: under 2^31, checked by the host)
     uint64_t stride0 = 0, stride1 = 0;
     int rows = 0;      // output rows (gate/up mode: n_ff features)
     int nkb = 0;       // K / 32
@@ -118,6 +119,7 @@ struct KParams {
     float limit = 0.0f;
     int llama = 0;
     int mx_bits = 0;  // MXFP4: decode by bit placement (needs FP16 subnormals in the MMA)
+    int even = 0;     // Q8_0: every row starts at an even address in shared memory (16-bit loads)
 };
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -161,6 +163,15 @@ __device__ __forceinline__ void mma16816<__nv_bfloat16>(float (&d)[4], const uin
         "{%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// d = A * B (C = 0: no zeroed accumulator registers to set up per block).
+__device__ __forceinline__ void mma16816_zero(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%10,%10,%10,%10};\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.0f));
 }
 
 // 2^(e-128) for an E8M0 byte (the CPU's decode multiplies the doubled E2M1 value by this).
@@ -236,12 +247,67 @@ __device__ __forceinline__ const uint8_t* row_ptr(const KParams& p, int gr, cons
     return p.w0 + static_cast<uint64_t>(gr) * p.stride0;
 }
 
+// The weight granules a thread copies each stage: idx = threadIdx.x + j * kThreads for j < kSlots
+// (row idx / GRAN of the CTA, granule idx % GRAN). The row's byte offset in its matrix stays the
+// same from stage to stage, so it is found once: bit 31 set for gate/up mode's up matrix,
+// kNoRow where the row does not exist.
 template <class C>
-__device__ __forceinline__ void load_stage(const KParams& p, uint8_t* stage, int row0, int kb0, int nb) {
+struct RowSlots {
+    static constexpr int kSlots = (C::BM * C::GRAN + C::kThreads - 1) / C::kThreads;
+    static constexpr uint32_t kNoRow = 0xFFFFFFFFu;
+    uint32_t off[kSlots];
+};
+
+template <class C>
+__device__ __forceinline__ void find_rows(const KParams& p, int row0, RowSlots<C>& rs) {
+#pragma unroll
+    for (int j = 0; j < RowSlots<C>::kSlots; ++j) {
+        const int idx = threadIdx.x + j * C::kThreads;
+        rs.off[j] = RowSlots<C>::kNoRow;
+        if (idx >= C::BM * C::GRAN) continue;
+        const int gr = row0 + idx / C::GRAN;
+        if (p.gateup) {  // as row_ptr: 16-row tiles of 8 gate rows over the same 8 up rows
+            const int f = (gr >> 4) * 8 + (gr & 7);
+            if (f >= p.rows) continue;
+            const bool up = (gr & 8) != 0;
+            rs.off[j] = static_cast<uint32_t>(static_cast<uint64_t>(f) * (up ? p.stride1 : p.stride0)) |
+                        (up ? 0x80000000u : 0u);
+        } else if (gr < p.rows) {
+            rs.off[j] = static_cast<uint32_t>(static_cast<uint64_t>(gr) * p.stride0);
+        }
+    }
+}
+
+// Aligned mode (16-byte aligned matrices under 2^31 bytes): the stage's weight granules from the
+// precomputed row offsets, about a dozen instructions per granule.
+template <class C>
+__device__ __forceinline__ void load_weights_aligned(const KParams& p, const RowSlots<C>& rs, uint8_t* sA, int kb0,
+                                                     int nb) {
+    const int nbytes = nb * C::BB;
+#pragma unroll
+    for (int j = 0; j < RowSlots<C>::kSlots; ++j) {
+        const uint32_t r = rs.off[j];
+        if (r == RowSlots<C>::kNoRow) continue;
+        const int idx = threadIdx.x + j * C::kThreads;
+        const int lr = idx / C::GRAN, gi = idx - lr * C::GRAN;
+        const bool up = (r & 0x80000000u) != 0;
+        const uint32_t src = (r & 0x7FFFFFFFu) + static_cast<uint32_t>(kb0) * C::BB;  // chunk start in the matrix
+        const int o = static_cast<int>(src & 15u);  // the matrix base is 16-byte aligned
+        if (16 * gi >= o + nbytes) continue;         // past this row's chunk
+        const uint32_t g = src - static_cast<uint32_t>(o) + 16u * static_cast<uint32_t>(gi);
+        const int64_t avail = static_cast<int64_t>(up ? p.size1 : p.size0) - g;
+        cp_async16(sA + lr * C::SLOT + 16 * gi, (up ? p.w1 : p.w0) + g, avail >= 16 ? 16 : static_cast<int>(avail));
+    }
+}
+
+template <class C>
+__device__ __forceinline__ void load_stage(const KParams& p, const RowSlots<C>& rs, uint8_t* stage, int row0, int kb0,
+                                           int nb) {
     uint8_t* sA = stage;
     uint8_t* sB = stage + C::A_STAGE;
     const int nbytes = nb * C::BB;
-    for (int idx = threadIdx.x; idx < C::BM * C::GRAN; idx += C::kThreads) {
+    if (p.aligned) load_weights_aligned<C>(p, rs, sA, kb0, nb);
+    for (int idx = threadIdx.x; !p.aligned && idx < C::BM * C::GRAN; idx += C::kThreads) {
         const int lr = idx / C::GRAN, gi = idx - lr * C::GRAN;
         const uint8_t* end = nullptr;
         const uint8_t* rp = row_ptr(p, row0 + lr, &end);
@@ -250,18 +316,12 @@ __device__ __forceinline__ void load_stage(const KParams& p, uint8_t* stage, int
         uint8_t* dst = sA + lr * C::SLOT + 16 * gi;
         const int o = static_cast<int>(reinterpret_cast<uintptr_t>(src) & 15u);
         if (16 * gi >= o + nbytes) continue;  // past this row's chunk
-        if (p.aligned) {
-            // The granule starts inside the matrix (its base is 16-byte aligned); it may run past
-            // the row (harmless: those bytes are never decoded) but never past the matrix.
-            const uint8_t* g = src - o + 16 * gi;
-            const long long avail = end - g;
-            cp_async16(dst, g, avail >= 16 ? 16 : static_cast<int>(avail));
-        } else {
-            for (int b = 0; b < 16; ++b) {
-                const int pos = 16 * gi + b - o;
-                if (pos >= 0 && pos < nbytes) dst[b] = src[pos];
-            }
+        // Unaligned matrix: byte copies (correct, slow; tested).
+        for (int b = 0; b < 16; ++b) {
+            const int pos = 16 * gi + b - o;
+            if (pos >= 0 && pos < nbytes) dst[b] = src[pos];
         }
+        (void)end;
     }
     // Activations: [m][ldxq] rows, chunk at element kb0*32, nb*64 bytes (whole granules,
     // 16-byte aligned: the workspace is, and ldxq is a multiple of 8).
@@ -319,11 +379,13 @@ __global__ void __launch_bounds__(WARPS * 32) qmm_kernel(const KParams p) {
 #pragma unroll
             for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;
 
+    RowSlots<C> rs;
+    find_rows<C>(p, row0, rs);
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
         if (s < nchunks) {
             const int kb0 = kb_begin + s * C::KCB;
-            load_stage<C>(p, smem + s * C::STAGE, row0, kb0, min(C::KCB, kb_end - kb0));
+            load_stage<C>(p, rs, smem + s * C::STAGE, row0, kb0, min(C::KCB, kb_end - kb0));
         }
         cp_async_commit();
     }
@@ -335,7 +397,7 @@ __global__ void __launch_bounds__(WARPS * 32) qmm_kernel(const KParams p) {
             const int nx = ch + STAGES - 1;
             if (nx < nchunks) {
                 const int kb0 = kb_begin + nx * C::KCB;
-                load_stage<C>(p, smem + (nx % STAGES) * C::STAGE, row0, kb0, min(C::KCB, kb_end - kb0));
+                load_stage<C>(p, rs, smem + (nx % STAGES) * C::STAGE, row0, kb0, min(C::KCB, kb_end - kb0));
             }
             cp_async_commit();
         }
@@ -381,12 +443,21 @@ __global__ void __launch_bounds__(WARPS * 32) qmm_kernel(const KParams p) {
                         }
                     } else if constexpr (WT == kQ8) {
                         const uint8_t* q = blk + 2;
-                        a[mt][0][h] = q8_pair(q[2 * c] | (static_cast<uint32_t>(q[2 * c + 1]) << 16));
-                        a[mt][0][2 + h] = q8_pair(q[2 * c + 8] | (static_cast<uint32_t>(q[2 * c + 9]) << 16));
-                        a[mt][1][h] = q8_pair(q[2 * c + 16] | (static_cast<uint32_t>(q[2 * c + 17]) << 16));
-                        a[mt][1][2 + h] = q8_pair(q[2 * c + 24] | (static_cast<uint32_t>(q[2 * c + 25]) << 16));
-                        sc[mt][h] = __half2float(__ushort_as_half(
-                            static_cast<unsigned short>(blk[0] | (static_cast<uint32_t>(blk[1]) << 8))));
+                        if (p.even) {  // a pair of int8 in one 16-bit load, spread to bits 0-7 and 16-23
+                            const uint16_t* q16 = reinterpret_cast<const uint16_t*>(q);
+                            a[mt][0][h] = q8_pair(__byte_perm(q16[c], 0u, 0x4140u));
+                            a[mt][0][2 + h] = q8_pair(__byte_perm(q16[c + 4], 0u, 0x4140u));
+                            a[mt][1][h] = q8_pair(__byte_perm(q16[c + 8], 0u, 0x4140u));
+                            a[mt][1][2 + h] = q8_pair(__byte_perm(q16[c + 12], 0u, 0x4140u));
+                            sc[mt][h] = __half2float(__ushort_as_half(*reinterpret_cast<const unsigned short*>(blk)));
+                        } else {
+                            a[mt][0][h] = q8_pair(q[2 * c] | (static_cast<uint32_t>(q[2 * c + 1]) << 16));
+                            a[mt][0][2 + h] = q8_pair(q[2 * c + 8] | (static_cast<uint32_t>(q[2 * c + 9]) << 16));
+                            a[mt][1][h] = q8_pair(q[2 * c + 16] | (static_cast<uint32_t>(q[2 * c + 17]) << 16));
+                            a[mt][1][2 + h] = q8_pair(q[2 * c + 24] | (static_cast<uint32_t>(q[2 * c + 25]) << 16));
+                            sc[mt][h] = __half2float(__ushort_as_half(
+                                static_cast<unsigned short>(blk[0] | (static_cast<uint32_t>(blk[1]) << 8))));
+                        }
                     } else {
                         const uint16_t* e = reinterpret_cast<const uint16_t*>(blk);  // rows 2-byte aligned
 #pragma unroll
@@ -399,13 +470,7 @@ __global__ void __launch_bounds__(WARPS * 32) qmm_kernel(const KParams p) {
                     }
                 }
 
-            float part[MT][NT][4];
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) part[mt][nt][i] = 0.0f;
+            float part[MT][NT][4];  // the block's sum before its scale; the first k16 step starts it
 
 #pragma unroll
             for (int s = 0; s < 2; ++s) {
@@ -427,7 +492,11 @@ __global__ void __launch_bounds__(WARPS * 32) qmm_kernel(const KParams p) {
 #pragma unroll
                         for (int mt = 0; mt < MT; ++mt) {
                             if constexpr (kScaled) {
-                                mma16816<Act>(part[mt][nt], a[mt][s], bf[j][0], bf[j][1]);
+                                if (s == 0) {
+                                    mma16816_zero(part[mt][nt], a[mt][s], bf[j][0], bf[j][1]);
+                                } else {
+                                    mma16816<Act>(part[mt][nt], a[mt][s], bf[j][0], bf[j][1]);
+                                }
                             } else {
                                 mma16816<Act>(acc[mt][nt], a[mt][s], bf[j][0], bf[j][1]);
                             }
@@ -721,6 +790,13 @@ const uint8_t* mat_end(const DeviceMat& W) {
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+// The aligned path addresses a matrix with 31-bit offsets (KParams::size0).
+constexpr uint64_t kAlignedMaxBytes = 1ull << 31;
+uint32_t mat_bytes(const DeviceMat& W) {
+    const uint64_t n = static_cast<uint64_t>(mat_end(W) - W.data);
+    return n < kAlignedMaxBytes ? static_cast<uint32_t>(n) : 0;
+}
+bool cp_async_path(const DeviceMat& W) { return aligned16(W.data) && (W.rows == 0 || mat_bytes(W) > 0); }
 
 // Split activations: m tokens take 2m columns, hi rows 0..m-1 and lo rows from half the tile's
 // width on (the tile launch_qmm picks for lo_off + m columns is the one picked here for 2m).
@@ -793,7 +869,9 @@ void quant_matmul(QuantMatmulWorkspace& ws, const DeviceMat& W, const float* x, 
     p.stride0 = W.row_stride;
     p.rows = static_cast<int>(W.rows);
     p.nkb = static_cast<int>(W.cols / 32);
-    p.aligned = aligned16(W.data);
+    p.aligned = cp_async_path(W);
+    p.size0 = mat_bytes(W);
+    p.even = p.aligned && W.row_stride % 2 == 0;
     p.mx_bits = W.type == GgmlType::MXFP4 && ws.mxfp4_bit_decode();
     p.xq = ws.xq();
     p.ldxq = static_cast<int>(W.cols);
@@ -836,7 +914,10 @@ void expert_ffn(QuantMatmulWorkspace& ws, const ExpertMats& e, const float* x, i
     gu.rows = static_cast<int>(n_ff);
     gu.nkb = static_cast<int>(n_embd / 32);
     gu.gateup = 1;
-    gu.aligned = aligned16(e.gate.data) && aligned16(e.up.data);
+    gu.aligned = cp_async_path(e.gate) && cp_async_path(e.up);
+    gu.size0 = mat_bytes(e.gate);
+    gu.size1 = mat_bytes(e.up);
+    gu.even = gu.aligned && e.gate.row_stride % 2 == 0 && e.up.row_stride % 2 == 0;
     gu.mx_bits = e.gate.type == GgmlType::MXFP4 && ws.mxfp4_bit_decode();
     gu.xq = ws.xq();
     gu.ldxq = static_cast<int>(n_embd);
@@ -853,7 +934,9 @@ void expert_ffn(QuantMatmulWorkspace& ws, const ExpertMats& e, const float* x, i
     dn.stride0 = e.down.row_stride;
     dn.rows = static_cast<int>(n_embd);
     dn.nkb = static_cast<int>(n_ff / 32);
-    dn.aligned = aligned16(e.down.data);
+    dn.aligned = cp_async_path(e.down);
+    dn.size0 = mat_bytes(e.down);
+    dn.even = dn.aligned && e.down.row_stride % 2 == 0;
     dn.mx_bits = e.down.type == GgmlType::MXFP4 && ws.mxfp4_bit_decode();
     dn.xq = ws.hq();
     dn.ldxq = static_cast<int>(n_ff);
