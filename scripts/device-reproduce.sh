@@ -112,9 +112,13 @@ for part in "$@"; do
       # 500 or fidelity write it); it skips, visibly, elsewhere.
       if [ -f models/device.gguf ]; then export BG_DEVICE_MODEL=$PWD/models/device.gguf; fi
       note "GPU tests"
+      # The logs also go into the archive (the device tool returns at most 8 files).
+      mkdir -p "$root/measurements/device/gpu-tests"
+      cp "$out/machine.txt" "$root/measurements/device/gpu-tests/"
       for t in "$stage"/test_gpu_*; do
         timeout 300 "$t" > "$out/$(basename "$t").log" 2>&1 || status=1
         tail -n 3 "$out/$(basename "$t").log" | tee -a "$log"
+        cp "$out/$(basename "$t").log" "$root/measurements/device/gpu-tests/"
       done
       ;;
     device-model) note "make-model device"; mkdir -p models; [ -f models/device.gguf ] || "$bin" make-model --scale scenarios/models/device.json --out models/device.gguf --seed 1 2>&1 | tail -n 3 | tee -a "$log" ;;
