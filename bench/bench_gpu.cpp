@@ -334,6 +334,7 @@ void BM_ExpertFused(benchmark::State& state) {
     const bool graph = state.range(4) != 0;
     const bool lut = state.range(5) != 0;  // MXFP4: force the table decode
     const bool single = state.range(6) != 0;  // one activation rounding (split activations off)
+    const int tiles = static_cast<int>(state.range(7));  // QuantMatmulWorkspace::set_tile_variant
     const auto gimg = random_weights(type, F, E, 1), uimg = random_weights(type, F, E, 2),
                dimg = random_weights(type, E, F, 3);
     const uint64_t expert_bytes = gimg.size() + uimg.size() + dimg.size();
@@ -349,6 +350,7 @@ void BM_ExpertFused(benchmark::State& state) {
     cuda::QuantMatmulWorkspace ws(std::max(E, F), F);
     if (lut) ws.set_mxfp4_bit_decode(false);
     if (single) ws.set_split_activations(false);
+    ws.set_tile_variant(tiles);
     state.counters["bit_decode"] = ws.mxfp4_bit_decode() ? 1 : 0;
     state.counters["split_x"] = ws.split_activations() ? 1 : 0;
     cudaStream_t s = nullptr;
@@ -370,6 +372,7 @@ void BM_Dense(benchmark::State& state, bool sgemm, bool single = false) {
     const auto type = static_cast<GgmlType>(state.range(0));
     const int64_t rows = state.range(1), cols = state.range(2), M = state.range(3);
     const bool graph = !sgemm && state.range(4) != 0;
+    const int tiles = static_cast<int>(state.range(5));
     const auto img = random_weights(type, rows, cols, 11);
     WeightSets sets(img, kRotateBytes);
     float* x = device_copy(random_activations(M * cols, 12));
@@ -385,6 +388,7 @@ void BM_Dense(benchmark::State& state, bool sgemm, bool single = false) {
     } else {
         ws = std::make_unique<cuda::QuantMatmulWorkspace>(cols, 0);
         ws->set_split_activations(!single);
+        ws->set_tile_variant(tiles);
     }
     time_calls(state, s, sets.bufs.size(), static_cast<double>(img.size()), 2.0 * M * rows * cols, graph, [&](size_t i) {
         const cuda::DeviceMat W{sets.bufs[i], type, cols, rows, rb};
@@ -417,15 +421,17 @@ BENCHMARK(BM_D2DCopy)->Arg(static_cast<int64_t>(kD2DBytes))->Iterations(4)->UseM
 
 // type (39 mxfp4, 8 q8_0, 30 bf16), n_embd, n_ff, M, graph (1: 16 calls replayed as a CUDA
 // graph), lut (1: MXFP4 table decode instead of the bit decode; counter bit_decode says which ran),
-// single (1: one activation rounding instead of the default hi + lo split; what the split costs)
+// single (1: one activation rounding instead of the default hi + lo split; what the split costs),
+// tiles (QuantMatmulWorkspace::set_tile_variant: the alternative tiles for up to 16 tokens)
 BENCHMARK(BM_ExpertFused)
-    ->ArgNames({"type", "n_embd", "n_ff", "M", "graph", "lut", "single"})
-    ->ArgsProduct({{kMx}, {5120}, {2304}, {1, 2, 3, 8, 16, 32, 64}, {0, 1}, {0}, {0}})
-    ->ArgsProduct({{kMx}, {5120}, {2304}, {1, 16, 64}, {0}, {1}, {0}})
-    ->ArgsProduct({{kQ8, kBf}, {5120}, {2304}, {1, 16, 64}, {0}, {0}, {0}})
-    ->ArgsProduct({{kMx}, {1024}, {768}, {1, 16, 64}, {0}, {0}, {0}})
-    ->ArgsProduct({{kMx}, {5120}, {2304}, {1, 3, 8, 16, 32, 64}, {0}, {0}, {1}})
-    ->ArgsProduct({{kMx}, {1024}, {768}, {1, 16, 64}, {0}, {0}, {1}})
+    ->ArgNames({"type", "n_embd", "n_ff", "M", "graph", "lut", "single", "tiles"})
+    ->ArgsProduct({{kMx}, {5120}, {2304}, {1, 2, 3, 8, 16, 32, 64}, {0, 1}, {0}, {0}, {0}})
+    ->ArgsProduct({{kMx}, {5120}, {2304}, {1, 16, 64}, {0}, {1}, {0}, {0}})
+    ->ArgsProduct({{kQ8, kBf}, {5120}, {2304}, {1, 16, 64}, {0}, {0}, {0}, {0}})
+    ->ArgsProduct({{kMx}, {1024}, {768}, {1, 16, 64}, {0}, {0}, {0}, {0}})
+    ->ArgsProduct({{kMx}, {5120}, {2304}, {1, 3, 8, 16, 32, 64}, {0}, {0}, {1}, {0}})
+    ->ArgsProduct({{kMx}, {1024}, {768}, {1, 16, 64}, {0}, {0}, {1}, {0}})
+    ->ArgsProduct({{kMx, kQ8}, {5120}, {2304}, {1, 3, 8, 16}, {0}, {0}, {0}, {1, 2, 3}})
     ->Iterations(kSamples)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
@@ -433,15 +439,21 @@ BENCHMARK(BM_ExpertFused)
 // Dense shapes of the full model (rows x cols): attn_q_a 1280x5120, attn_q_b 32768x1280,
 // attn_output_b 5120x8192, output head 129280x5120.
 #define BG_DENSE_SHAPES(B)                                                                                  \
-    B->ArgNames({"type", "rows", "cols", "M", "graph"})                                                     \
-        ->ArgsProduct({{kQ8, kBf}, {1280}, {5120}, {1, 3, 16, 64}, {0}})                                    \
-        ->ArgsProduct({{kQ8, kBf}, {32768}, {1280}, {1, 3, 16, 64}, {0}})                                   \
-        ->ArgsProduct({{kQ8, kBf}, {5120}, {8192}, {1, 3, 16, 64}, {0}})                                    \
-        ->ArgsProduct({{kQ8, kBf}, {129280}, {5120}, {1, 64}, {0}})                                         \
+    B->ArgNames({"type", "rows", "cols", "M", "graph", "tiles"})                                            \
+        ->ArgsProduct({{kQ8, kBf}, {1280}, {5120}, {1, 3, 16, 64}, {0}, {0}})                               \
+        ->ArgsProduct({{kQ8, kBf}, {32768}, {1280}, {1, 3, 16, 64}, {0}, {0}})                              \
+        ->ArgsProduct({{kQ8, kBf}, {5120}, {8192}, {1, 3, 16, 64}, {0}, {0}})                               \
+        ->ArgsProduct({{kQ8, kBf}, {129280}, {5120}, {1, 64}, {0}, {0}})                                    \
         ->Iterations(kSamples)                                                                              \
         ->UseManualTime()                                                                                   \
         ->Unit(benchmark::kMicrosecond)
-BG_DENSE_SHAPES(BENCHMARK(BM_DenseFused))->Args({kQ8, 1280, 5120, 1, 1})->Args({kQ8, 32768, 1280, 1, 1});
+BG_DENSE_SHAPES(BENCHMARK(BM_DenseFused))
+    ->Args({kQ8, 1280, 5120, 1, 1, 0})
+    ->Args({kQ8, 32768, 1280, 1, 1, 0})
+    // The alternative tiles (tiles 1-3) on the shapes the forward multiplies per 16-token unit.
+    ->ArgsProduct({{kQ8}, {1280}, {5120}, {1, 16}, {0}, {1, 2, 3}})
+    ->ArgsProduct({{kQ8}, {32768}, {1280}, {1, 16}, {0}, {1, 2, 3}})
+    ->ArgsProduct({{kQ8}, {5120}, {8192}, {1, 16}, {0}, {1, 2, 3}});
 BG_DENSE_SHAPES(BENCHMARK(BM_DenseSgemm));
 BG_DENSE_SHAPES(BENCHMARK(BM_DenseFusedSingle));
 

@@ -184,6 +184,7 @@ struct MatCase {
     bool lut = false;  // MXFP4: force the table decode (default: the bit decode where the GPU allows)
     bool single = false;  // one activation rounding (split activations off)
     bool sm86 = false;    // sm_86's tile shapes (99 KB of shared memory), whatever the GPU
+    int tiles = 0;        // QuantMatmulWorkspace::set_tile_variant (the benchmarks' alternatives)
 };
 
 std::string case_name(const MatCase& c) {
@@ -195,6 +196,7 @@ std::string case_name(const MatCase& c) {
     if (c.lut) s << "_lut";
     if (c.single) s << "_single";
     if (c.sm86) s << "_sm86tiles";
+    if (c.tiles) s << "_tiles" << c.tiles;
     return s.str();
 }
 
@@ -215,6 +217,7 @@ TEST_P(QuantMatmul, MatchesFloat64Reference) {
     if (c.lut) ws.set_mxfp4_bit_decode(false);
     if (c.single) ws.set_split_activations(false);
     if (c.sm86) ws.set_small_shared_memory(true);
+    ws.set_tile_variant(c.tiles);
     const float tol = tol_matmul(c.type, c.single);
     const std::vector<double> ref = ref_matmul(W, x, ldx, c.M);
 
@@ -286,6 +289,15 @@ std::vector<MatCase> matmul_cases() {
         for (int64_t M : {17, 40, 64})
             for (bool single : {false, true}) v.push_back({t, 300, 1440, M, 0, 0, 0, false, single, true});
     v.push_back({GgmlType::MXFP4, 2304, 5120, 64, 0, 0, 0, false, false, true});
+    // The alternative tiles bench_gpu compares (1-16 tokens), every type; the default's choice by
+    // rows at 9-16 tokens (4 stages under 4096 rows, 2 from there) is in the full-width cases.
+    for (GgmlType t : {GgmlType::MXFP4, GgmlType::Q8_0, GgmlType::BF16})
+        for (int tiles = 1; tiles < cuda::QuantMatmulWorkspace::kTileVariants; ++tiles)
+            for (int64_t M : {1, 6, 16}) {
+                MatCase c{t, 300, 1440, M};
+                c.tiles = tiles;
+                v.push_back(c);
+            }
     return v;
 }
 

@@ -732,20 +732,48 @@ int smem_optin(const QuantMatmulWorkspace& ws) {
 // Tile shapes by tokens in the chunk (see quant_matmul.cuh). The 256-row tiles keep 2 stages
 // where shared memory is small (sm_86) and take 4 where it is not (sm_90): one CTA per SM, so
 // the stages are all the bytes in flight.
+// Tile shapes by activation columns (quant_matmul.cuh; the choice is bench_gpu's, measured on an
+// H200 with the alternatives of QuantMatmulWorkspace::set_tile_variant: bench/KERNELS.md):
+//  - <= 8 columns: 64 rows, 4 warps, K chunks of 8 blocks, 3 stages (the alternatives measured
+//    within 2 % of it at 1-3 tokens);
+//  - <= 16: 128 rows, 8 warps of one 16-row tile each (15-20 % faster than 4 warps of two tiles
+//    at 8 tokens: twice the warps per SM to hide the shared-memory and MMA latency);
+//  - <= 32: 256 rows, 8 warps; 4 stages (one CTA per SM) for matrices under 4096 rows, where
+//    split-K fills the GPU, 2 stages (several CTAs per SM) from 4096 rows on (20 % faster on
+//    attn_q_b and attn_output_b at 16 tokens); always 2 where shared memory is small (sm_86);
+//  - <= 64: 256 x 64, 4 stages where shared memory allows, else 2.
 template <int WT>
 void launch_qmm(const KParams& p, int mma_rows, const QuantMatmulWorkspace& ws, cudaStream_t stream) {
+    const int v = ws.tile_variant();
+    const bool big_smem = smem_optin(ws) >= Cfg<WT, 8, 2, 8, 4, 4>::SMEM + 64;
     if (p.m <= 8) {
-        Launch<WT, 4, 1, 1, 8, 3>::run(p, mma_rows, ws, stream);
+        switch (v) {
+            case 1: Launch<WT, 4, 1, 1, 4, 3>::run(p, mma_rows, ws, stream); break;
+            case 2: Launch<WT, 8, 1, 1, 4, 3>::run(p, mma_rows, ws, stream); break;
+            case 3: Launch<WT, 4, 1, 1, 4, 2>::run(p, mma_rows, ws, stream); break;
+            default: Launch<WT, 4, 1, 1, 8, 3>::run(p, mma_rows, ws, stream);
+        }
     } else if (p.m <= 16) {
-        Launch<WT, 4, 2, 2, 4, 3>::run(p, mma_rows, ws, stream);
+        switch (v) {
+            case 1: Launch<WT, 4, 1, 2, 4, 3>::run(p, mma_rows, ws, stream); break;
+            case 3: Launch<WT, 4, 2, 2, 4, 2>::run(p, mma_rows, ws, stream); break;
+            case 4: Launch<WT, 4, 2, 2, 4, 3>::run(p, mma_rows, ws, stream); break;
+            default: Launch<WT, 8, 1, 2, 4, 3>::run(p, mma_rows, ws, stream);
+        }
     } else if (p.m <= 32) {
-        if (smem_optin(ws) >= Cfg<WT, 8, 2, 4, 4, 4>::SMEM + 64) {
-            Launch<WT, 8, 2, 4, 4, 4>::run(p, mma_rows, ws, stream);
-        } else {
-            Launch<WT, 8, 2, 4, 4, 2>::run(p, mma_rows, ws, stream);
+        const bool four_stages = big_smem && (v == 4 || (v == 0 && mma_rows < 4096));
+        switch (v) {
+            case 1: Launch<WT, 4, 2, 4, 4, 3>::run(p, mma_rows, ws, stream); break;
+            case 2: Launch<WT, 8, 1, 4, 4, 3>::run(p, mma_rows, ws, stream); break;
+            default:
+                if (four_stages) {
+                    Launch<WT, 8, 2, 4, 4, 4>::run(p, mma_rows, ws, stream);
+                } else {
+                    Launch<WT, 8, 2, 4, 4, 2>::run(p, mma_rows, ws, stream);
+                }
         }
     } else {
-        if (smem_optin(ws) >= Cfg<WT, 8, 2, 8, 4, 4>::SMEM + 64) {
+        if (big_smem) {
             Launch<WT, 8, 2, 8, 4, 4>::run(p, mma_rows, ws, stream);
         } else {
             Launch<WT, 8, 2, 8, 4, 2>::run(p, mma_rows, ws, stream);

@@ -9,8 +9,9 @@
 //    weight rows are staged raw (the file's bytes) into shared memory with 16-byte cp.async,
 //    STAGES deep, and each warp decodes its 16-row A fragments from there into registers;
 //  - tile shapes by activation columns (2 per token with split activations, below): <= 8
-//    ("GEMV": 64 rows, 8 columns, 3 stages), <= 16 (128 x 16), <= 32 (256 x 32), <= 64 (256
-//    rows, 64 columns; 2 stages on sm_86, 4 where shared memory allows, sm_90); more tokens run
+//    ("GEMV": 64 rows, 8 columns, 3 stages), <= 16 (128 x 16, 8 warps), <= 32 (256 x 32; 2
+//    stages from 4096 rows on or on sm_86, else 4), <= 64 (256 rows, 64 columns; 2 stages on
+//    sm_86, 4 where shared memory allows, sm_90); more tokens run
 //    in passes of 64 columns (32 tokens split, 64 not), each pass reading the weights once;
 //  - split-K sized so the grid fills the GPU (at most kQuantPartialFloats partial sums): each
 //    CTA of a split stores its FP32 partial tile into the workspace, and the last CTA of a row
@@ -102,6 +103,16 @@ public:
     bool small_shared_memory() const { return small_smem_; }
     void set_small_shared_memory(bool on) { small_smem_ = on; }
 
+    // Alternative tile shapes for up to 32 activation columns (16 tokens split), for
+    // benchmarks (bench_gpu's `tiles` argument; bench/KERNELS.md) and their tests: 0 the
+    // default choice; 1 four warps with narrower K chunks or 128-row tiles; 2 eight warps of one
+    // 16-row tile each; 3 two stages; 4 the choice before the H200 measurements of 2026-12-02
+    // (128 x 16 tiles of 4 warps at <= 16 columns, 4 stages at <= 32 whatever the rows).
+    // Results are the same bits whatever the variant only where the split-K count is forced.
+    static constexpr int kTileVariants = 5;
+    int tile_variant() const { return tile_variant_; }
+    void set_tile_variant(int v) { tile_variant_ = v >= 0 && v < kTileVariants ? v : 0; }
+
     // Internals for the launchers.
     void* xq() const { return xq_; }
     void* hq() const { return hq_; }
@@ -122,6 +133,7 @@ private:
     bool mx_bits_ = false;
     bool split_x_ = true;
     bool small_smem_ = false;
+    int tile_variant_ = 0;
 };
 
 // y[t*ldy + r] = sum_i W[r][i] * x[t*ldx + i] for t < n_tok, r < W.rows (bg::cuda::matmul's
