@@ -16,6 +16,7 @@
 #              all of them ran past 7 minutes on the H200 (2026-12-01, cut short), so pick with
 #              BG_BENCH_FILTER: 'D2D|ExpertFused|ExpertMxfp4' (experts), 'D2D|Dense' (dense weights)
 #   kernel-profile  Nsight Compute (ncu) on the fused MXFP4 expert at 1, 8 and 64 tokens -> measurements/device/kernel-profile/
+#   kernel-sass  ncu instruction statistics of the fused MXFP4 expert at 1 token, and its SASS -> measurements/device/kernel-profile/
 #   drop-models  removes models/*.gguf (the 64 GiB disk holds the device scale or the slice, not both)
 #   ablation   harness: scenarios/device/ablation (the longest part: about 9 minutes on an H200)
 #   500        harness: scenarios/device/seed-500-baseline and seed-500-optimized
@@ -170,7 +171,9 @@ for part in "$@"; do
         note "no nsys; ncu durations: slice, 64 tokens, 2 passes, 4 decode tokens"
         "$ncu_bin" --metrics gpu__time_duration.sum --csv --page raw "$bin" "${run_args[@]}" --prompt-tokens 64 \
           --passes 2 --gen 4 > "$dir/ncu-durations.csv" 2> "$dir/run.log" || status=1
-        tail -n 2 "$dir/ncu-durations.csv" | tee -a "$log"
+        xz -9 -f "$dir/ncu-durations.csv"
+        python3 scripts/ncu-kernel-summary.py "$dir/ncu-durations.csv.xz" > "$dir/kernel-summary.txt" || status=1
+        head -n 25 "$dir/kernel-summary.txt" | tee -a "$log"
       fi
       ;;
     slice-fidelity)
@@ -231,6 +234,22 @@ for part in "$@"; do
           tail -n 3 "$root/measurements/device/kernel-profile/expert-mxfp4-m$m.csv" | tee -a "$log"
         done
       fi
+      ;;
+    kernel-sass)
+      # The instruction mix of the fused MXFP4 expert at one token (why its time hardly depends on
+      # the bytes): Nsight Compute's instruction and source sections, and the kernels' SASS.
+      dir="$root/measurements/device/kernel-profile"; mkdir -p "$dir"
+      ncu_bin=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -n 1)
+      cuobjdump_bin=$(command -v cuobjdump || ls /usr/local/cuda*/bin/cuobjdump 2>/dev/null | head -n 1)
+      note "ncu instruction statistics: expert MXFP4, 1 token"
+      "$ncu_bin" --section InstructionStats --section WarpStateStats --section SourceCounters --launch-skip 200 \
+        --launch-count 3 --csv --page details "$stage/bench_gpu" \
+        --benchmark_filter="BM_ExpertFused/type:39/n_embd:5120/n_ff:2304/M:1/graph:0/lut:0/single:0/tiles:0" \
+        > "$dir/expert-mxfp4-m1-instructions.csv" 2>&1 || status=1
+      [ -n "$cuobjdump_bin" ] && "$cuobjdump_bin" -sass -arch sm_90 "$stage/bench_gpu" 2>/dev/null \
+        | awk '/Function : .*qmm_kernelILi39ELi4ELi1ELi1ELi8ELi3E/ {p=1} p && /Function : / && !/qmm_kernelILi39ELi4ELi1ELi1ELi8ELi3E/ {p=0} p' \
+        | xz -9 > "$dir/qmm-mxfp4-gemv-sm90.sass.xz"
+      ls -la "$dir" | tee -a "$log"
       ;;
     drop-models) note "removing generated models (the disk holds the device scale or the slice, not both)"; rm -f models/*.gguf ;;
     probes)
