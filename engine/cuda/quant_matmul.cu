@@ -120,6 +120,7 @@ struct KParams {
     int llama = 0;
     int mx_bits = 0;  // MXFP4: decode by bit placement (needs FP16 subnormals in the MMA)
     int even = 0;     // Q8_0: every row starts at an even address in shared memory (16-bit loads)
+    int hperm = 0;    // gate/up: write h in the MXFP4 column order (mx_column), for an MXFP4 down
 };
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -177,6 +178,19 @@ __device__ __forceinline__ void mma16816_zero(float (&d)[4], const uint32_t (&a)
 // 2^(e-128) for an E8M0 byte (the CPU's decode multiplies the doubled E2M1 value by this).
 __device__ __forceinline__ float e8m0_half(uint32_t e) {
     return __uint_as_float(e < 2 ? (0x00200000u << e) : ((e - 1) << 23));
+}
+
+// The MXFP4 kernels' column order within a 32-block. Lane c of a warp decodes its A fragments
+// from one 32-bit word, the block's code bytes 4c..4c+3 (elements 4c..4c+3 in their low
+// nibbles, 4c+16..4c+19 in their high ones), as four half2 registers: (4c, 4c+2), (4c+1, 4c+3),
+// (4c+16, 4c+18), (4c+17, 4c+19). Those are the m16n8k16 fragment's k = (2c, 2c+1) and
+// (2c+8, 2c+9) of the block's first and second k16 step, so element e of a block sits at MMA
+// column 16 * (e / 16) + (2c + q/2 for q = e % 4 even, 8 + 2c + q/2 for q odd), c = (e % 16) / 4.
+// The activations go into that order when they are converted (and h when the gate/up epilogue
+// writes it for an MXFP4 down projection); the dot product is the same sum, reordered.
+__host__ __device__ __forceinline__ int mx_column(int k) {
+    const int e = k & 31, c = (e & 15) >> 2, q = e & 3;
+    return (k & ~31) + (e & 16) + ((q & 1) ? 8 : 0) + 2 * c + (q >> 1);
 }
 
 // Two MXFP4 codes at bits 0-3 and 16-19 of t -> half2 of their doubled E2M1 values (exact
@@ -407,11 +421,10 @@ __global__ void __launch_bounds__(WARPS * 32) qmm_kernel(const KParams p) {
         const int nb = min(C::KCB, kb_end - kb0);
         const int chunk_off = kb0 * C::BB;
 
-        for (int b = 0; b < nb; ++b) {
+        auto block = [&](int b) {
             // A fragments of both k16 steps of block b, and the block's scales.
             uint32_t a[MT][2][4];
             float sc[MT][2];
-            uint32_t big = 0;  // bit 2*mt+h: bit decode with a scale byte > 240 (2^(e-113) not a float)
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -419,28 +432,26 @@ __global__ void __launch_bounds__(WARPS * 32) qmm_kernel(const KParams p) {
                     const int lr = warp * MT * 16 + mt * 16 + g + 8 * h;
                     const uint8_t* blk = sA + lr * C::SLOT + ((ob[mt][h] + chunk_off) & 15) + b * C::BB;
                     if constexpr (WT == kMx) {
-                        const uint32_t p0 = blk[1 + 2 * c], p1 = blk[2 + 2 * c];
-                        const uint32_t p2 = blk[9 + 2 * c], p3 = blk[10 + 2 * c];
-                        const uint32_t wlo = p0 | (p1 << 16), whi = p2 | (p3 << 16);
-                        const uint32_t e = blk[0];
+                        // The lane's 4 code bytes (mx_column's order) as one word: two aligned
+                        // loads and a funnel shift, whatever the block's alignment.
+                        const int off = static_cast<int>(blk - smem) + 1 + 4 * c;
+                        const uint32_t* w4 = reinterpret_cast<const uint32_t*>(smem + (off & ~3));
+                        const uint32_t w = __funnelshift_r(w4[0], w4[1], (off & 3) * 8);
                         if (p.mx_bits) {
-                            a[mt][0][h] = mxfp4_bits(wlo);
-                            a[mt][0][2 + h] = mxfp4_bits(whi);
-                            a[mt][1][h] = mxfp4_bits(wlo >> 4);
-                            a[mt][1][2 + h] = mxfp4_bits(whi >> 4);
-                            if (e <= 240) {
-                                sc[mt][h] = __uint_as_float((e + 14) << 23);  // 2^(e-127) * 2^14
-                            } else {
-                                sc[mt][h] = e8m0_half(e);  // the partial sum is doubled *2^14 below
-                                big |= 1u << (2 * mt + h);
-                            }
+                            a[mt][0][h] = mxfp4_bits(w);
+                            a[mt][0][2 + h] = mxfp4_bits(w >> 8);
+                            a[mt][1][h] = mxfp4_bits(w >> 4);
+                            a[mt][1][2 + h] = mxfp4_bits(w >> 12);
                         } else {
-                            a[mt][0][h] = mxfp4_pair(wlo & 0x000F000Fu);
-                            a[mt][0][2 + h] = mxfp4_pair(whi & 0x000F000Fu);
-                            a[mt][1][h] = mxfp4_pair((wlo >> 4) & 0x000F000Fu);
-                            a[mt][1][2 + h] = mxfp4_pair((whi >> 4) & 0x000F000Fu);
-                            sc[mt][h] = e8m0_half(e);
+                            a[mt][0][h] = mxfp4_pair(w & 0x000F000Fu);
+                            a[mt][0][2 + h] = mxfp4_pair((w >> 8) & 0x000F000Fu);
+                            a[mt][1][h] = mxfp4_pair((w >> 4) & 0x000F000Fu);
+                            a[mt][1][2 + h] = mxfp4_pair((w >> 12) & 0x000F000Fu);
                         }
+                        // 2^(e-128): exact for the table decode's doubled values; the bit
+                        // decode's e2m1 * 2^-14 leaves the sums 2^15 short, restored once after
+                        // the K loop (a power of two: the same roundings, scaled).
+                        sc[mt][h] = e8m0_half(blk[0]);
                     } else if constexpr (WT == kQ8) {
                         const uint8_t* q = blk + 2;
                         if (p.even) {  // a pair of int8 in one 16-bit load, spread to bits 0-7 and 16-23
@@ -504,17 +515,6 @@ __global__ void __launch_bounds__(WARPS * 32) qmm_kernel(const KParams p) {
                     }
                 }
             }
-            if constexpr (WT == kMx) {
-                if (big != 0) {  // scale bytes > 240 (|w| > 2^113): e2m1*2^-14 -> doubled
-#pragma unroll
-                    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                            for (int i = 0; i < 4; ++i)
-                                if ((big >> (2 * mt + (i >> 1))) & 1u) part[mt][nt][i] *= 32768.0f;
-                }
-            }
             if constexpr (kScaled) {
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt)
@@ -526,9 +526,31 @@ __global__ void __launch_bounds__(WARPS * 32) qmm_kernel(const KParams p) {
                         acc[mt][nt][3] = fmaf(sc[mt][1], part[mt][nt][3], acc[mt][nt][3]);
                     }
             }
+        };
+        // A whole chunk unrolled (shared-memory offsets as immediates, no loop overhead) where
+        // the tile is small enough for the code to stay small: the 1-8 token tiles.
+        if constexpr (NT <= 2) {
+            if (nb == C::KCB) {
+#pragma unroll
+                for (int b = 0; b < C::KCB; ++b) block(b);
+            } else {
+                for (int b = 0; b < nb; ++b) block(b);
+            }
+        } else {
+            for (int b = 0; b < nb; ++b) block(b);
         }
     }
     cp_async_wait<0>();
+    if constexpr (WT == kMx) {
+        if (p.mx_bits) {
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) acc[mt][nt][i] *= 32768.0f;
+        }
+    }
 
     // acc[mt][nt][i]: row g + 8*(i >= 2) of m-tile mt, token nt*8 + 2c + (i & 1).
     if (p.splits > 1) {
@@ -632,8 +654,9 @@ __global__ void __launch_bounds__(WARPS * 32) qmm_kernel(const KParams p) {
                 if (f >= p.rows || t >= p.m_hi) continue;
                 const float v = swiglu_dev(acc[mt][nt][j], acc[mt][nt][2 + j], p.limit, p.llama);
                 const Act hi = to_act<Act>(v);
-                hq[static_cast<int64_t>(t) * p.ldh + f] = hi;
-                if (p.lo_off) hq[static_cast<int64_t>(p.lo_off + t) * p.ldh + f] = to_act<Act>(v - act_float(hi));
+                const int col = p.hperm ? mx_column(f) : f;
+                hq[static_cast<int64_t>(t) * p.ldh + col] = hi;
+                if (p.lo_off) hq[static_cast<int64_t>(p.lo_off + t) * p.ldh + col] = to_act<Act>(v - act_float(hi));
             }
 }
 
@@ -648,22 +671,24 @@ __global__ void fp16_subnormal_probe(float* out) {
 }
 
 // out[t][k] = x[rows ? rows[t] : t][k] rounded to Act (hi); with lo_off, also
-// out[lo_off + t][k] = x - hi rounded to Act (lo). Rows ldo apart. Grid (k/128, m).
+// out[lo_off + t][k] = x - hi rounded to Act (lo). Rows ldo apart; with mx, column mx_column(k)
+// instead of k (the MXFP4 kernels' order). Grid (k/128, m).
 template <typename Act>
 __global__ void convert_x_kernel(const float* x, int64_t ldx, const int32_t* rows, int k_total, Act* out, int ldo,
-                                 int lo_off) {
+                                 int lo_off, int mx) {
     const int t = blockIdx.y;
     const int k = 4 * (blockIdx.x * blockDim.x + threadIdx.x);
     if (k >= k_total) return;  // k_total is a multiple of 32
     const float* src = x + static_cast<int64_t>(rows ? rows[t] : t) * ldx + k;
-    Act* dst = out + static_cast<int64_t>(t) * ldo + k;
-    Act* dlo = out + static_cast<int64_t>(lo_off + t) * ldo + k;
+    Act* dst = out + static_cast<int64_t>(t) * ldo;
+    Act* dlo = out + static_cast<int64_t>(lo_off + t) * ldo;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const float v = src[i];
         const Act hi = to_act<Act>(v);
-        dst[i] = hi;
-        if (lo_off) dlo[i] = to_act<Act>(v - act_float(hi));
+        const int col = mx ? mx_column(k + i) : k + i;
+        dst[col] = hi;
+        if (lo_off) dlo[col] = to_act<Act>(v - act_float(hi));
     }
 }
 
@@ -795,9 +820,10 @@ void convert_x(GgmlType t, const float* x, int64_t ldx, const int32_t* rows, int
     const dim3 grid(static_cast<unsigned>((k / 4 + 127) / 128), static_cast<unsigned>(m));
     if (t == GgmlType::BF16) {
         convert_x_kernel<__nv_bfloat16><<<grid, 128, 0, stream>>>(x, ldx, rows, k, static_cast<__nv_bfloat16*>(out), ldo,
-                                                                   lo_off);
+                                                                   lo_off, 0);
     } else {
-        convert_x_kernel<__half><<<grid, 128, 0, stream>>>(x, ldx, rows, k, static_cast<__half*>(out), ldo, lo_off);
+        convert_x_kernel<__half><<<grid, 128, 0, stream>>>(x, ldx, rows, k, static_cast<__half*>(out), ldo, lo_off,
+                                                           t == GgmlType::MXFP4 ? 1 : 0);
     }
     BG_CUDA_CHECK_LAUNCH();
 }
@@ -950,6 +976,7 @@ void expert_ffn(QuantMatmulWorkspace& ws, const ExpertMats& e, const float* x, i
     gu.xq = ws.xq();
     gu.ldxq = static_cast<int>(n_embd);
     gu.mode = kGateUp;
+    gu.hperm = e.down.type == GgmlType::MXFP4 ? 1 : 0;  // h is the down projection's activations
     gu.hq = ws.hq();
     gu.ldh = static_cast<int>(n_ff);
     gu.limit = limit;
