@@ -10,11 +10,12 @@
 //     whole granules) and the [BN][KCB*32] FP16/BF16 activations (converted once per chunk of
 //     64 tokens by convert_x_kernel);
 //   - each warp owns MT 16-row MMA tiles; per 32-block it reads its rows' bytes from shared
-//     memory and builds the m16n8k16 A fragments in registers: MXFP4 nibbles -> doubled E2M1
-//     integers (-12..12) through one byte_perm table, Q8_0 int8 -> FP16 through the 0x6400
-//     magic, BF16 as stored; B fragments come from ldmatrix; the block's two k16 MMAs go into
-//     a zeroed partial accumulator which is then scaled by the block's FP32 scale into the
-//     running sum (BF16 accumulates directly);
+//     memory and builds the m16n8k16 A fragments in registers: MXFP4 nibbles -> E2M1 * 2^-14
+//     by bit placement (or doubled E2M1 integers through a byte_perm table), one 32-bit word
+//     of codes per lane and block thanks to the activations' column order (mx_column); Q8_0
+//     int8 -> FP16 through the 0x6400 magic, BF16 as stored; B fragments come from ldmatrix;
+//     the block's two k16 MMAs make a partial sum which is scaled by the block's FP32 scale
+//     into the running sum (BF16 accumulates directly);
 //   - split-K: every CTA of a split stores its FP32 partial tile ([split][token][row] in the
 //     workspace), then counts itself in with an atomic on its row tile's counter; the last CTA
 //     to arrive reads the tile's partials back in split order 0, 1, .. (so the sum's order is
@@ -207,8 +208,8 @@ __device__ __forceinline__ uint32_t mxfp4_pair(uint32_t t) {
 // e2m1(code) * 2^-14 exactly: (code & 7) << 9 puts E2M1's two exponent bits at the bottom of
 // FP16's exponent and its mantissa bit at the top of FP16's mantissa (code 1, 0.5, lands on the
 // FP16 subnormal 2^-15), the sign bit goes to bit 15. Three instructions per pair (the table
-// decode takes about eight); the scale puts back the 2^14. Used only where
-// fp16_subnormals_in_mma() holds.
+// decode takes about eight); the kernel puts back the 2^15 its scale 2^(e-128) leaves out,
+// once, after the K loop. Used only where fp16_subnormals_in_mma() holds.
 __device__ __forceinline__ uint32_t mxfp4_bits(uint32_t w) {
     return ((w << 9) & 0x0E000E00u) | ((w << 12) & 0x80008000u);
 }
