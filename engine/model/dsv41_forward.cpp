@@ -274,9 +274,6 @@ void Forward::embed(Ubatch& u, const int32_t* tokens, int64_t n, int64_t pos0) {
             fail("forward: token id %d is outside the vocabulary (%lld)", tokens[i], (long long)hp_.n_vocab);
     u.pos0 = pos0;
     u.n = n;
-    const int64_t k = hp_.n_expert_used;
-    u.ids.resize(static_cast<size_t>(n * k));
-    u.wts.resize(static_cast<size_t>(n * k));
     std::copy(tokens, tokens + n, tokens_ + pos0);
     // The embedding lives in host memory: its rows, dequantised here, go over as [n][E] floats,
     // which the backend then spreads over the four residual copies.
@@ -443,6 +440,8 @@ void Forward::attention_half(int64_t l, Ubatch& u) {
     // The routing stays on the device: moe_half groups it there and the host learns the layer's
     // experts from one copy of the counts. Only an observer (fidelity) sees each unit's choices.
     if (!observer_) return;
+    u.ids.resize(static_cast<size_t>(n * k));  // a unit's size at most: no allocation after the first
+    u.wts.resize(static_cast<size_t>(n * k));
     ops_->download(u.ids.data(), ids, n * k * sizeof(int32_t));
     ops_->download(u.wts.data(), wts, n * k * sizeof(float));
     ops_->sync();

@@ -20,12 +20,13 @@
 
 namespace bg::dsv41 {
 
-// A unit of work: positions pos0..pos0+n-1, and its routing as the host reads it.
+// A unit of work: positions pos0..pos0+n-1, and its routing as the host reads it (only with a
+// RoutingObserver attached: otherwise the routing stays on the device).
 struct Ubatch {
     int64_t pos0 = 0;
     int64_t n = 0;
-    std::vector<int32_t> ids;  // [n][k] routed experts, in rank order
-    std::vector<float> wts;    // [n][k] their weights
+    std::vector<int32_t> ids;  // [n][k] routed experts, in rank order (observer only)
+    std::vector<float> wts;    // [n][k] their weights (observer only)
 };
 
 // Observes routing decisions (metrics, profiling); called once per token per MoE layer.
@@ -75,8 +76,8 @@ public:
 
     // Starts a unit at positions pos0..pos0+n-1: records the tokens and embeds them.
     void embed(Ubatch& u, const int32_t* tokens, int64_t n, int64_t pos0);
-    // Engram, the attention sub-layer, the MoE mix and routing. The routed experts are left in
-    // u.ids / u.wts for moe_half.
+    // Engram, the attention sub-layer, the MoE mix and routing. The routing stays on the device
+    // for moe_half; with an observer attached it is also copied into u.ids / u.wts.
     void attention_half(int64_t l, Ubatch& u);
     // The MoE sub-layer of several units at once: every expert any of them routed to is
     // brought in once and applied to all of their tokens (layer-major prefill passes every
