@@ -82,6 +82,11 @@ harness=$stage/betelgeuse-harness
 status=0
 log=$out/device-reproduce.log
 note() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$log"; }
+# A CUDA tool (ncu, nsys, cuobjdump) on PATH or where the toolkit and Nsight install it; empty if none.
+cuda_tool() {
+  command -v "$1" || ls /usr/local/cuda*/bin/"$1" /opt/nvidia/nsight-compute/*/"$1" /opt/nvidia/nsight-systems/*/bin/"$1" \
+    /usr/local/cuda*/nsight-systems*/bin/"$1" 2>/dev/null | head -n 1
+}
 
 harness_run() {  # run|ablate scenario [profile]
   local profile=${3:-device}
@@ -157,7 +162,7 @@ for part in "$@"; do
       slice_model
       dir="$root/measurements/slice/kernel-summary"; mkdir -p "$dir"
       nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$dir/machine.txt"
-      nsys_bin=$(command -v nsys || ls /usr/local/cuda*/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys /usr/local/cuda*/nsight-systems*/bin/nsys 2>/dev/null | head -n 1)
+      nsys_bin=$(cuda_tool nsys)
       run_args=(run --backend cuda --model models/slice.gguf --routing resident-only --prefill layer-major --ubatch 16
         --promote --slots 20 --hot 5 --transient-slots 12 --lru-slots 0 --host-budget 2875 --vram-budget 3068 --threads 0)
       if [ -n "$nsys_bin" ]; then
@@ -167,7 +172,7 @@ for part in "$@"; do
         "$nsys_bin" stats --report cuda_gpu_kern_sum --format csv --output "$dir/kern" /tmp/bg-slice.nsys-rep > /dev/null 2>&1 || status=1
         "$nsys_bin" stats --report cuda_gpu_kern_sum /tmp/bg-slice.nsys-rep 2>/dev/null | head -n 40 | tee -a "$log"
       else
-        ncu_bin=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -n 1)
+        ncu_bin=$(cuda_tool ncu)
         note "no nsys; ncu durations: slice, 64 tokens, 2 passes, 4 decode tokens"
         "$ncu_bin" --metrics gpu__time_duration.sum --csv --page raw "$bin" "${run_args[@]}" --prompt-tokens 64 \
           --passes 2 --gen 4 > "$dir/ncu-durations.csv" 2> "$dir/run.log" || status=1
@@ -221,7 +226,7 @@ for part in "$@"; do
       # on the full-width MXFP4 expert at 1 and 64 tokens, one sample each, a summary per kernel.
       mkdir -p "$root/measurements/device/kernel-profile"
       nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$root/measurements/device/kernel-profile/machine.txt"
-      ncu_bin=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
+      ncu_bin=$(cuda_tool ncu)
       if [ -z "$ncu_bin" ]; then
         note "kernel-profile: no ncu on this machine"; status=1
       else
@@ -239,8 +244,8 @@ for part in "$@"; do
       # The instruction mix of the fused MXFP4 expert at one token (why its time hardly depends on
       # the bytes): Nsight Compute's instruction and source sections, and the kernels' SASS.
       dir="$root/measurements/device/kernel-profile"; mkdir -p "$dir"
-      ncu_bin=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -n 1)
-      cuobjdump_bin=$(command -v cuobjdump || ls /usr/local/cuda*/bin/cuobjdump 2>/dev/null | head -n 1)
+      ncu_bin=$(cuda_tool ncu)
+      cuobjdump_bin=$(cuda_tool cuobjdump)
       note "ncu instruction statistics: expert MXFP4, 1 token"
       "$ncu_bin" --section InstructionStats --section WarpStateStats --section SourceCounters --launch-skip 200 \
         --launch-count 3 --csv --page details "$stage/bench_gpu" \

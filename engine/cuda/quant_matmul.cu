@@ -93,9 +93,7 @@ enum Mode : int { kStore = 0, kGateUp = 2 };
 struct KParams {
     const uint8_t* w0 = nullptr;   // the matrix (gate/up mode: gate)
     const uint8_t* w1 = nullptr;   // gate/up mode: up
-    const uint8_t* end0 = nullptr; // one past the last byte of w0's last row
-    const uint8_t* end1 = nullptr;
-    uint32_t size0 = 0, size1 = 0; // end - w (aligned mode: under 2^31, checked by the host)
+    uint32_t size0 = 0, size1 = 0; // bytes from w to one past its last row's last byte (aligned mode: under 2^31)
     uint64_t stride0 = 0, stride1 = 0;
     int rows = 0;      // output rows (gate/up mode: n_ff features)
     int nkb = 0;       // K / 32
@@ -247,19 +245,25 @@ __device__ __forceinline__ __nv_bfloat16 to_act<__nv_bfloat16>(float v) {
     return __float2bfloat16_rn(v);
 }
 
-// Weight row gr of the CTA's matrix view (gate/up mode: 16-row tiles of 8 gate rows over the
-// same 8 up rows). Null when the row does not exist.
-__device__ __forceinline__ const uint8_t* row_ptr(const KParams& p, int gr, const uint8_t** end) {
+// Byte offset of weight row gr of the CTA's matrix view in its matrix (gate/up mode: 16-row
+// tiles of 8 gate rows over the same 8 up rows; *up says the row is up's), or -1 where the row
+// does not exist.
+__device__ __forceinline__ int64_t row_offset(const KParams& p, int gr, bool* up) {
+    *up = false;
     if (p.gateup) {
         const int f = (gr >> 4) * 8 + (gr & 7);
-        if (f >= p.rows) return nullptr;
-        const bool up = (gr & 8) != 0;
-        *end = up ? p.end1 : p.end0;
-        return up ? p.w1 + static_cast<uint64_t>(f) * p.stride1 : p.w0 + static_cast<uint64_t>(f) * p.stride0;
+        if (f >= p.rows) return -1;
+        *up = (gr & 8) != 0;
+        return static_cast<int64_t>(static_cast<uint64_t>(f) * (*up ? p.stride1 : p.stride0));
     }
-    if (gr >= p.rows) return nullptr;
-    *end = p.end0;
-    return p.w0 + static_cast<uint64_t>(gr) * p.stride0;
+    return gr < p.rows ? static_cast<int64_t>(static_cast<uint64_t>(gr) * p.stride0) : -1;
+}
+
+// Weight row gr of the CTA's matrix view; null when the row does not exist.
+__device__ __forceinline__ const uint8_t* row_ptr(const KParams& p, int gr) {
+    bool up = false;
+    const int64_t off = row_offset(p, gr, &up);
+    return off < 0 ? nullptr : (up ? p.w1 : p.w0) + off;
 }
 
 // The weight granules a thread copies each stage: idx = threadIdx.x + j * kThreads for j < kSlots
@@ -280,16 +284,9 @@ __device__ __forceinline__ void find_rows(const KParams& p, int row0, RowSlots<C
         const int idx = threadIdx.x + j * C::kThreads;
         rs.off[j] = RowSlots<C>::kNoRow;
         if (idx >= C::BM * C::GRAN) continue;
-        const int gr = row0 + idx / C::GRAN;
-        if (p.gateup) {  // as row_ptr: 16-row tiles of 8 gate rows over the same 8 up rows
-            const int f = (gr >> 4) * 8 + (gr & 7);
-            if (f >= p.rows) continue;
-            const bool up = (gr & 8) != 0;
-            rs.off[j] = static_cast<uint32_t>(static_cast<uint64_t>(f) * (up ? p.stride1 : p.stride0)) |
-                        (up ? 0x80000000u : 0u);
-        } else if (gr < p.rows) {
-            rs.off[j] = static_cast<uint32_t>(static_cast<uint64_t>(gr) * p.stride0);
-        }
+        bool up = false;
+        const int64_t off = row_offset(p, row0 + idx / C::GRAN, &up);
+        if (off >= 0) rs.off[j] = static_cast<uint32_t>(off) | (up ? 0x80000000u : 0u);
     }
 }
 
@@ -324,8 +321,7 @@ __device__ __forceinline__ void load_stage(const KParams& p, const RowSlots<C>& 
     if (p.aligned) load_weights_aligned<C>(p, rs, sA, kb0, nb);
     for (int idx = threadIdx.x; !p.aligned && idx < C::BM * C::GRAN; idx += C::kThreads) {
         const int lr = idx / C::GRAN, gi = idx - lr * C::GRAN;
-        const uint8_t* end = nullptr;
-        const uint8_t* rp = row_ptr(p, row0 + lr, &end);
+        const uint8_t* rp = row_ptr(p, row0 + lr);
         if (rp == nullptr) continue;
         const uint8_t* src = rp + static_cast<uint64_t>(kb0) * C::BB;
         uint8_t* dst = sA + lr * C::SLOT + 16 * gi;
@@ -336,7 +332,6 @@ __device__ __forceinline__ void load_stage(const KParams& p, const RowSlots<C>& 
             const int pos = 16 * gi + b - o;
             if (pos >= 0 && pos < nbytes) dst[b] = src[pos];
         }
-        (void)end;
     }
     // Activations: [m][ldxq] rows, chunk at element kb0*32, nb*64 bytes (whole granules,
     // 16-byte aligned: the workspace is, and ldxq is a multiple of 8).
@@ -381,8 +376,7 @@ __global__ void __launch_bounds__(WARPS * 32) qmm_kernel(const KParams p) {
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            const uint8_t* end = nullptr;
-            const uint8_t* rp = row_ptr(p, row0 + warp * MT * 16 + mt * 16 + g + 8 * h, &end);
+            const uint8_t* rp = row_ptr(p, row0 + warp * MT * 16 + mt * 16 + g + 8 * h);
             ob[mt][h] = rp ? static_cast<int>(reinterpret_cast<uintptr_t>(rp) & 15u) : 0;
         }
 
@@ -920,7 +914,6 @@ void quant_matmul(QuantMatmulWorkspace& ws, const DeviceMat& W, const float* x, 
     if (W.rows == 0 || n_tok <= 0) return;
     KParams p;
     p.w0 = W.data;
-    p.end0 = mat_end(W);
     p.stride0 = W.row_stride;
     p.rows = static_cast<int>(W.rows);
     p.nkb = static_cast<int>(W.cols / 32);
@@ -962,8 +955,6 @@ void expert_ffn(QuantMatmulWorkspace& ws, const ExpertMats& e, const float* x, i
     KParams gu;
     gu.w0 = e.gate.data;
     gu.w1 = e.up.data;
-    gu.end0 = mat_end(e.gate);
-    gu.end1 = mat_end(e.up);
     gu.stride0 = e.gate.row_stride;
     gu.stride1 = e.up.row_stride;
     gu.rows = static_cast<int>(n_ff);
@@ -986,7 +977,6 @@ void expert_ffn(QuantMatmulWorkspace& ws, const ExpertMats& e, const float* x, i
 
     KParams dn;
     dn.w0 = e.down.data;
-    dn.end0 = mat_end(e.down);
     dn.stride0 = e.down.row_stride;
     dn.rows = static_cast<int>(n_embd);
     dn.nkb = static_cast<int>(n_ff / 32);

@@ -219,7 +219,6 @@ void TieredExpertStore::prepare_layer(int64_t layer, int64_t n_slots) {
         it.source = Source::kHost;
         it.stage = Stage::kInHost;
         it.host_src = home_ptr(layer, homes_[layer][e]);
-        it.speculative = true;
         item_of_[e] = static_cast<int32_t>(n++);
     }
     if (n == 0) return;

@@ -143,8 +143,7 @@ private:
         Source source = Source::kDisk;
         Stage stage = Stage::kPending;
         bool to_hot = false;        // a hot-home expert read from disk: staging -> hot slot
-        bool speculative = false;   // copied on prepare_layer's hint, before routing
-        bool unused = false;        // speculative, and routing did not name it: never delivered
+        bool unused = false;        // copied on prepare_layer's hint, and routing did not name it: never delivered
         int32_t staging = -1, transient = -1;
         const uint8_t* host_src = nullptr;  // host slot or staging holding the bytes
         const uint8_t* compute = nullptr;   // device memory compute reads
