@@ -15,6 +15,10 @@
 //    scale) from page-locked and from pageable memory; counter: GB/s.
 // Times are GPU times (CUDA events) for the kernels and wall times around copy + stream sync for
 // the copies, reported as manual time. Exits 0 with a message where no GPU is present.
+//  - the integer kernels of engine/cuda/int8_matmul.cuh (`--matmul fast`): the expert FFN
+//    (BM_ExpertInt8) and the dense shapes (BM_DenseInt8), with the counters above and mma_us,
+//    the int8 MMA work over the peak measured in this run by a register-only mma.sync probe,
+//    and x_bound = us / max(floor_us, mma_us);
 // Filters: --benchmark_filter=Fused (only the new kernels), =D2D, =Expert, =Dense.
 #include <benchmark/benchmark.h>
 
@@ -29,6 +33,8 @@
 #include "cuda/check.cuh"
 #include "cuda/dequant.cuh"
 #include "cuda/ops.cuh"
+#include "cuda/int8_matmul.cuh"
+#include "cuda/mma_probe.cuh"
 #include "cuda/quant_matmul.cuh"
 #include "tensor/ggml_types.h"
 
@@ -152,6 +158,7 @@ void BM_HostToDevice(benchmark::State& state) {
 // Device-memory bandwidth, measured once per run (main) and by BM_D2DCopy.
 
 double g_d2d_gbs = 0;  // bytes read + written per second / 1e9, median
+double g_int8_tops = 0;  // int8 mma.sync peak of this GPU, measured in main
 
 double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
@@ -366,6 +373,72 @@ void BM_ExpertFused(benchmark::State& state) {
         BG_CUDA_CHECK(cudaFree(p));
 }
 
+// The int8 counters: the MMA work of a call (tokens rounded up to 8-token n-tiles, as the
+// kernels issue it) over the measured peak, and the call against the larger of the two floors.
+void int8_counters(benchmark::State& state, int64_t M, double weights) {
+    const double issued = 2.0 * weights * static_cast<double>((M + 7) / 8 * 8);
+    const double mma_us = g_int8_tops > 0 ? issued / (g_int8_tops * 1e12) * 1e6 : 0;
+    state.counters["mma_us"] = mma_us;
+    state.counters["x_bound"] = state.counters["us"] / std::max<double>(state.counters["floor_us"], mma_us);
+}
+
+// One full expert through cuda::int8_expert_ffn (the default `--matmul fast` path), as
+// BM_ExpertFused.
+void BM_ExpertInt8(benchmark::State& state) {
+    const auto type = static_cast<GgmlType>(state.range(0));
+    const int64_t E = state.range(1), F = state.range(2), M = state.range(3);
+    const bool graph = state.range(4) != 0;
+    const auto gimg = random_weights(type, F, E, 1), uimg = random_weights(type, F, E, 2),
+               dimg = random_weights(type, E, F, 3);
+    const uint64_t expert_bytes = gimg.size() + uimg.size() + dimg.size();
+    const uint64_t min_total = kRotateBytes * gimg.size() / expert_bytes + 1;
+    WeightSets g(gimg, min_total), u(uimg, min_total), d(dimg, min_total);
+    const size_t n_sets = std::min({g.bufs.size(), u.bufs.size(), d.bufs.size()});
+    const int64_t T = M + 5;
+    float* x = device_copy(random_activations(T * E, 7));
+    float* y = device_copy(random_activations(T * E, 8));
+    std::vector<int32_t> rows(static_cast<size_t>(M));
+    for (int64_t j = 0; j < M; ++j) rows[j] = static_cast<int32_t>(T - 1 - j);
+    int32_t* drows = device_copy(rows);
+    cuda::Int8Workspace ws(std::max(E, F), F);
+    cudaStream_t s = nullptr;
+    BG_CUDA_CHECK(cudaStreamCreate(&s));
+    const uint64_t rbE = row_bytes(type, E), rbF = row_bytes(type, F);
+    time_calls(state, s, n_sets, static_cast<double>(expert_bytes), 2.0 * 3.0 * M * E * F, graph, [&](size_t i) {
+        const ExpertMats m{{g.bufs[i], type, E, F, rbE}, {u.bufs[i], type, E, F, rbE}, {d.bufs[i], type, F, E, rbF}};
+        cuda::int8_expert_ffn(ws, m, x, E, drows, M, 10.0f, bg::SwigluClamp::kDeepSeek, y, E, drows, s);
+    });
+    int8_counters(state, M, 3.0 * E * F);
+    state.counters["sets"] = static_cast<double>(n_sets);
+    BG_CUDA_CHECK(cudaStreamDestroy(s));
+    for (void* p : {static_cast<void*>(x), static_cast<void*>(y), static_cast<void*>(drows)})
+        BG_CUDA_CHECK(cudaFree(p));
+}
+
+// y = W x through cuda::int8_matmul, as BM_DenseFused.
+void BM_DenseInt8(benchmark::State& state) {
+    const auto type = static_cast<GgmlType>(state.range(0));
+    const int64_t rows = state.range(1), cols = state.range(2), M = state.range(3);
+    const bool graph = state.range(4) != 0;
+    const auto img = random_weights(type, rows, cols, 11);
+    WeightSets sets(img, kRotateBytes);
+    float* x = device_copy(random_activations(M * cols, 12));
+    float* y = nullptr;
+    BG_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&y), M * rows * sizeof(float)));
+    cudaStream_t s = nullptr;
+    BG_CUDA_CHECK(cudaStreamCreate(&s));
+    const uint64_t rb = row_bytes(type, cols);
+    cuda::Int8Workspace ws(cols, 0);
+    time_calls(state, s, sets.bufs.size(), static_cast<double>(img.size()), 2.0 * M * rows * cols, graph, [&](size_t i) {
+        cuda::int8_matmul(ws, cuda::DeviceMat{sets.bufs[i], type, cols, rows, rb}, x, cols, M, y, rows, s);
+    });
+    int8_counters(state, M, static_cast<double>(rows) * cols);
+    state.counters["sets"] = static_cast<double>(sets.bufs.size());
+    BG_CUDA_CHECK(cudaStreamDestroy(s));
+    BG_CUDA_CHECK(cudaFree(x));
+    BG_CUDA_CHECK(cudaFree(y));
+}
+
 // y = W x for a dense matrix of rows x cols: the fused kernel (sgemm = 0) or the baseline
 // bg::cuda::matmul, dequantise to F32 + SGEMM (sgemm = 1).
 void BM_Dense(benchmark::State& state, bool sgemm, bool single = false) {
@@ -455,6 +528,24 @@ BG_DENSE_SHAPES(BENCHMARK(BM_DenseFused))
     ->ArgsProduct({{kQ8}, {32768}, {1280}, {1, 16}, {0}, {1, 2, 3}})
     ->ArgsProduct({{kQ8}, {5120}, {8192}, {1, 16}, {0}, {1, 2, 3}});
 BG_DENSE_SHAPES(BENCHMARK(BM_DenseSgemm));
+// type, n_embd, n_ff, M, graph
+BENCHMARK(BM_ExpertInt8)
+    ->ArgNames({"type", "n_embd", "n_ff", "M", "graph"})
+    ->ArgsProduct({{kMx}, {5120}, {2304}, {1, 2, 3, 8, 16, 32, 64}, {0, 1}})
+    ->ArgsProduct({{kQ8}, {5120}, {2304}, {1, 8, 16, 64}, {0}})
+    ->ArgsProduct({{kMx}, {1024}, {768}, {1, 16, 64}, {0}})
+    ->Iterations(kSamples)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_DenseInt8)
+    ->ArgNames({"type", "rows", "cols", "M", "graph"})
+    ->ArgsProduct({{kQ8}, {1280}, {5120}, {1, 3, 16, 64}, {0}})
+    ->ArgsProduct({{kQ8}, {32768}, {1280}, {1, 3, 16, 64}, {0}})
+    ->ArgsProduct({{kQ8}, {5120}, {8192}, {1, 3, 16, 64}, {0}})
+    ->ArgsProduct({{kQ8}, {129280}, {5120}, {1, 64}, {0}})
+    ->Iterations(kSamples)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 BG_DENSE_SHAPES(BENCHMARK(BM_DenseFusedSingle));
 
 // One expert's three MXFP4 matrices: 3 * n_embd * n_ff * 17/32 bytes.
@@ -489,6 +580,8 @@ int main(int argc, char** argv) {
     g_d2d_gbs = 2.0 * static_cast<double>(kD2DBytes) / median(t) / 1e9;
     std::fprintf(stderr, "bench_gpu: D2D copy of %zu MiB: median %.1f us over %zu copies, %.0f GB/s (read + write)\n",
                  kD2DBytes >> 20, median(t) * 1e6, t.size(), g_d2d_gbs);
+    g_int8_tops = bg::cuda::int8_mma_peak_tops();
+    std::fprintf(stderr, "bench_gpu: int8 mma.sync m16n8k32 peak %.0f TOPS\n", g_int8_tops);
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
     return 0;

@@ -4,6 +4,10 @@
 // the live allocations.
 //
 // Paths (engine/cuda/cuda_ops.cu):
+//  - integer (MatmulMode::kFast, the default): weight types with int8 traits (tensor/qtypes:
+//    MXFP4, Q8_0) go through the int8 tensor-core kernels (engine/cuda/int8_matmul.cuh); their
+//    workspace holds the int8 activations of one 64-token pass with their block scales, the
+//    expert FFN's h the same way, and the split-K partial sums;
 //  - fused: MXFP4, Q8_0 and BF16 rows of whole 32-blocks go through the fused quantized kernels
 //    (engine/cuda/quant_matmul.cuh), reading the blocks in place; their workspace holds the
 //    converted activations of one 64-token chunk, the expert FFN's hidden activations, the
@@ -17,10 +21,20 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
 #include "tensor/ggml_types.h"
+#include "tensor/qtypes/all.h"
 
 namespace bg {
+
+// How quantized weights are multiplied (`--matmul`): kFast through int8 activations and exact
+// integer block sums (llama.cpp's habit; engine/cuda/int8_matmul.cuh, engine/cpu/int8_matmul.h),
+// kPrecise through the float path (activations kept to about 2^-22, weights decoded exactly;
+// engine/cuda/quant_matmul.cuh, cpu::matmul), which the float64 reference checks use.
+enum class MatmulMode { kFast, kPrecise };
+MatmulMode parse_matmul_mode(const std::string& s);  // "fast" | "precise"; throws bg::Error otherwise
+const char* matmul_mode_name(MatmulMode m);
 
 // `addr` is the matrix's address, or its offset from a base aligned to at least 16 bytes.
 inline bool fused_matmul_takes(GgmlType t, int64_t cols, uint64_t addr) {
@@ -41,10 +55,24 @@ inline uint64_t quant_workspace_bytes(int64_t max_cols, int64_t max_ff) {
     return b + kQuantPartialFloats * sizeof(float) + static_cast<uint64_t>(kQuantCounters) * sizeof(int32_t);
 }
 
+// The integer path's workspace (cuda::Int8Workspace), in bytes: x as int8 for 64 tokens with a
+// float scale per 32 values, the same for h (max_ff > 0), and the split-K partial sums.
+constexpr uint64_t kInt8PartialFloats = uint64_t{1} << 21;  // 8 MiB
+inline uint64_t int8_workspace_bytes(int64_t max_cols, int64_t max_ff) {
+    const uint64_t tok = static_cast<uint64_t>(kQuantChunk);
+    uint64_t b = tok * static_cast<uint64_t>(max_cols) + tok * static_cast<uint64_t>(max_cols / 32) * sizeof(float);
+    if (max_ff > 0)
+        b += tok * static_cast<uint64_t>(max_ff) + tok * static_cast<uint64_t>(max_ff / 32) * sizeof(float);
+    return b + kInt8PartialFloats * sizeof(float);
+}
+
 constexpr uint64_t kMaxDequantScratchBytes = uint64_t{128} << 20;
 
 // Accumulates what a model's matrices ask of the CUDA matmul paths.
 struct MatmulNeeds {
+    MatmulMode mode = MatmulMode::kFast;
+    int64_t int8_max_cols = 0;      // widest input of an integer-path matrix (0: none)
+    int64_t int8_max_ff = 0;        // widest integer-path expert FFN (0: none)
     int64_t quant_max_cols = 0;     // widest input of a fused matrix (0: no fused matrix)
     int64_t quant_max_ff = 0;       // widest fused expert FFN (0: none)
     bool sgemm = false;             // some matrix goes through cuBLAS
@@ -52,6 +80,10 @@ struct MatmulNeeds {
 
     // One matrix multiplied through Ops::matmul.
     void add_matrix(GgmlType t, int64_t cols, int64_t rows, uint64_t addr) {
+        if (int8_takes(t, cols)) {
+            int8_max_cols = std::max(int8_max_cols, cols);
+            return;
+        }
         if (fused_matmul_takes(t, cols, addr)) {
             quant_max_cols = std::max(quant_max_cols, cols);
             return;
@@ -61,6 +93,13 @@ struct MatmulNeeds {
         const uint64_t row = static_cast<uint64_t>(cols) * sizeof(float);
         const uint64_t whole = row * static_cast<uint64_t>(std::max<int64_t>(rows, 1));
         dequant_bytes = std::max(dequant_bytes, std::max(row, std::min(whole, kMaxDequantScratchBytes)));
+    }
+    // Whether a matrix (an expert) goes through the integer kernels in this mode.
+    bool int8_takes(GgmlType t, int64_t cols) const {
+        return mode == MatmulMode::kFast && cols > 0 && cols % 32 == 0 && qtypes::int8_path_takes(t);
+    }
+    bool int8_expert(GgmlType gate, GgmlType up, GgmlType down, int64_t n_embd, int64_t n_ff) const {
+        return gate == up && int8_takes(gate, n_embd) && int8_takes(down, n_ff);
     }
     // Whether Ops::expert_ffn runs an expert fused (gate, up: n_ff rows of n_embd; down: n_embd
     // rows of n_ff; all one fused type, each at its address).
@@ -72,6 +111,11 @@ struct MatmulNeeds {
     // One routed expert's three matrices, laid end to end from an aligned slot; false when the
     // expert runs unfused (gather, three matmuls, SwiGLU, scatter).
     bool add_expert(GgmlType gate, GgmlType up, GgmlType down, int64_t n_embd, int64_t n_ff) {
+        if (int8_expert(gate, up, down, n_embd, n_ff)) {
+            int8_max_cols = std::max({int8_max_cols, n_embd, n_ff});
+            int8_max_ff = std::max(int8_max_ff, n_ff);
+            return true;
+        }
         const uint64_t up_at = static_cast<uint64_t>(n_ff) * row_bytes(gate, n_embd);
         const uint64_t down_at = up_at + static_cast<uint64_t>(n_ff) * row_bytes(up, n_embd);
         if (fused_expert(gate, up, down, n_embd, n_ff, 0, up_at, down_at)) {

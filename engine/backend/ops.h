@@ -98,6 +98,7 @@ inline uint64_t expert_work_bytes(const OpsLimits& lim) {
 // expert runs unfused, its scratch. Here so `betelgeuse plan` knows it without a device.
 inline uint64_t cuda_ops_device_bytes(const OpsLimits& lim) {
     uint64_t b = 0;
+    if (lim.matmul.int8_max_cols > 0) b += int8_workspace_bytes(lim.matmul.int8_max_cols, lim.matmul.int8_max_ff);
     if (lim.matmul.quant_max_cols > 0) b += quant_workspace_bytes(lim.matmul.quant_max_cols, lim.matmul.quant_max_ff);
     b += lim.matmul.dequant_bytes;
     if (lim.experts_unfused) b += expert_work_bytes(lim);

@@ -91,6 +91,9 @@ void add_run_flags(CLI::App* cmd, RunConfig& cfg) {
     cmd->add_option("--passes", cfg.passes, "Prefill passes over the prompt (1 cold, then warm)")->capture_default_str();
     cmd->add_option("--backend", cfg.backend, "auto | cpu | cuda")->capture_default_str();
     cmd->add_option("--swiglu-clamp", cfg.swiglu_clamp, "deepseek | llamacpp")->capture_default_str();
+    cmd->add_option("--matmul", cfg.matmul,
+                    "fast (int8 activations, integer tensor cores) | precise (float path, for reference checks)")
+        ->capture_default_str();
     cmd->add_option("--n-ctx", cfg.n_ctx, "Context length (0: prompt + gen)")->capture_default_str();
     cmd->add_option("--routing", cfg.routing, "exact | pinned-top1 | resident-only")->capture_default_str();
     cmd->add_option("--residency", cfg.residency, "Residency plan from 'betelgeuse profile' (default: highest router bias)");

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/pool_channel.h"
+#include "cpu/int8_matmul.h"
 #include "cpu/ops.h"
 #include "cpu/routing.h"
 #include "util/check.h"
@@ -58,6 +59,8 @@ public:
         route_order_.resize(static_cast<size_t>(lim.n_expert));
         for (auto* v : {&xg_, &eo_}) v->resize(static_cast<size_t>(expert_work_floats_x(lim)));
         for (auto* v : {&g_, &up_, &h_}) v->resize(static_cast<size_t>(expert_work_floats_ff(lim)));
+        int8_.xq.resize(static_cast<size_t>(int8_scratch_values(lim)));
+        int8_.xd.resize(static_cast<size_t>(int8_scratch_values(lim) / 32));
     }
 
     void upload(void* dst, const void* src, uint64_t bytes) override { std::memmove(dst, src, bytes); }
@@ -75,6 +78,12 @@ public:
     void busy_end() override {}
 
     void matmul(const MatView& W, const float* x, int64_t ldx, int64_t n_tok, float* y, int64_t ldy) override {
+        if (lim_.matmul.int8_takes(W.type, W.cols)) {
+            BG_CHECK_MSG(n_tok * W.cols <= static_cast<int64_t>(int8_.xq.size()),
+                         "cpu ops: an integer-path matmul larger than reserve() was told of");
+            cpu::matmul_int8(pool_, int8_, W, x, ldx, n_tok, y, ldy);
+            return;
+        }
         cpu::matmul(pool_, W, x, ldx, n_tok, y, ldy);
     }
     void dequantize(GgmlType t, const uint8_t* src, float* dst, int64_t n) override { dequantize_row(t, src, dst, n); }
@@ -246,17 +255,25 @@ private:
     std::vector<float> att_scratch_, route_scratch_;
     std::vector<float> xg_, g_, up_, h_, eo_;  // expert_ffn: gathered x, gate, up, hidden, output
     std::vector<int32_t> route_order_;
+    Int8MatmulScratch int8_;  // --matmul fast: the int8 activations of the largest call
 };
 
 }  // namespace
 
 std::unique_ptr<Ops> make_cpu_ops(ThreadPool& pool) { return std::make_unique<CpuOps>(pool); }
 
+// Activations one integer-path matmul quantises at most: the most tokens of a call (a unit, or
+// a routed expert's tokens) times the widest integer-path input.
+int64_t int8_scratch_values(const OpsLimits& lim) {
+    return lim.matmul.int8_max_cols > 0 ? std::max(lim.max_tok, lim.expert_max_tok) * lim.matmul.int8_max_cols : 0;
+}
+
 uint64_t ops_host_bytes(const OpsLimits& lim) {
     const uint64_t rows = static_cast<uint64_t>(lim.max_tok * lim.max_att_rows);
     return rows * sizeof(const float*) + static_cast<uint64_t>(lim.max_tok) * sizeof(int64_t) +
            rows * static_cast<uint64_t>(lim.n_head) * sizeof(float) + 2 * static_cast<uint64_t>(lim.n_expert) * sizeof(float) +
-           static_cast<uint64_t>(lim.n_expert) * sizeof(int32_t) + expert_work_bytes(lim);
+           static_cast<uint64_t>(lim.n_expert) * sizeof(int32_t) + expert_work_bytes(lim) +
+           static_cast<uint64_t>(int8_scratch_values(lim)) + static_cast<uint64_t>(int8_scratch_values(lim) / 32) * sizeof(float);
 }
 
 }  // namespace bg::cpu

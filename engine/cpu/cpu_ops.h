@@ -15,6 +15,8 @@ std::unique_ptr<Ops> make_cpu_ops(ThreadPool& pool);
 // Host bytes the CPU ops hold once reserve(lim) ran: attention rows and scores, router scratch,
 // the routed expert's gathered input, gate, up, hidden and output.
 uint64_t ops_host_bytes(const OpsLimits& lim);
+// Of those, the int8 activations of the largest integer-path matmul (values; 0 in precise mode).
+int64_t int8_scratch_values(const OpsLimits& lim);
 
 // The CPU device: the host-memory backend (cpu_backend.cpp) and these ops.
 DeviceFactory& cpu_device();

@@ -6,6 +6,7 @@
 
 #include "cuda/check.cuh"
 #include "cuda/dequant.cuh"
+#include "cuda/int8_matmul.cuh"
 #include "cuda/ops.cuh"
 #include "cuda/quant_matmul.cuh"
 #include "util/check.h"
@@ -35,6 +36,7 @@ public:
         for (void* p : own_) cudaFree(p);
         mm_.reset();
         qws_.reset();
+        i8ws_.reset();
         cudaStreamDestroy(stream_);
     }
 
@@ -68,6 +70,10 @@ public:
         // The matmul paths the model's weights take (backend/matmul_plan.h), sized once.
         lim_ = lim;
         const MatmulNeeds& mn = lim.matmul;
+        if (mn.int8_max_cols > 0) {
+            i8ws_ = std::make_unique<Int8Workspace>(mn.int8_max_cols, mn.int8_max_ff);
+            own_bytes_ += i8ws_->bytes();
+        }
         if (mn.quant_max_cols > 0) {
             qws_ = std::make_unique<QuantMatmulWorkspace>(mn.quant_max_cols, mn.quant_max_ff);
             own_bytes_ += qws_->bytes();
@@ -142,9 +148,15 @@ public:
     }
     const Timeline* timeline() const override { return timeline_.get(); }
 
-    // The fused quantized kernels wherever they take the weights; cuBLAS for the rest (F32 in
-    // place; F16 and the odd cases dequantised into the scratch first).
+    // The integer kernels for int8-typed weights in fast mode; the fused quantized kernels
+    // wherever they take the weights; cuBLAS for the rest (F32 in place; F16 and the odd cases
+    // dequantised into the scratch first).
     void matmul(const MatView& W, const float* x, int64_t ldx, int64_t n_tok, float* y, int64_t ldy) override {
+        if (lim_.matmul.int8_takes(W.type, W.cols)) {
+            BG_CHECK_MSG(i8ws_ && W.cols <= i8ws_->max_cols(), "cuda ops: an integer-path matrix wider than reserve() was told of");
+            int8_matmul(*i8ws_, W, x, ldx, n_tok, y, ldy, stream_);
+            return;
+        }
         if (fused_matmul_takes(W.type, W.cols, reinterpret_cast<uintptr_t>(W.data))) {
             BG_CHECK_MSG(qws_ && W.cols <= qws_->max_cols(), "cuda ops: a fused matrix wider than reserve() was told of");
             quant_matmul(*qws_, W, x, ldx, n_tok, y, ldy, stream_);
@@ -160,6 +172,12 @@ public:
                     SwigluClamp form, float* out, const int32_t* out_rows) override {
         const int64_t E = e.gate.cols, F = e.gate.rows;
         BG_CHECK(rows && out_rows && e.down.rows == E && e.down.cols == F);
+        if (lim_.matmul.int8_expert(e.gate.type, e.up.type, e.down.type, E, F)) {
+            BG_CHECK_MSG(i8ws_ && F <= i8ws_->max_ff() && std::max(E, F) <= i8ws_->max_cols(),
+                         "cuda ops: an integer-path expert wider than reserve() was told of");
+            int8_expert_ffn(*i8ws_, e, x, ldx, rows, m, limit, form, out, E, out_rows, stream_);
+            return;
+        }
         if (MatmulNeeds::fused_expert(e.gate.type, e.up.type, e.down.type, E, F, reinterpret_cast<uintptr_t>(e.gate.data),
                                       reinterpret_cast<uintptr_t>(e.up.data), reinterpret_cast<uintptr_t>(e.down.data))) {
             BG_CHECK_MSG(qws_ && F <= qws_->max_ff() && std::max(E, F) <= qws_->max_cols(),
@@ -255,6 +273,7 @@ private:
 
     cudaStream_t stream_ = nullptr;
     OpsLimits lim_;
+    std::unique_ptr<Int8Workspace> i8ws_;         // the integer kernels (null: none in this mode)
     std::unique_ptr<QuantMatmulWorkspace> qws_;  // the fused kernels (null: no fused matrix)
     std::unique_ptr<MatmulContext> mm_;          // cuBLAS (null: no matrix needs it)
     std::vector<void*> own_;

@@ -33,6 +33,7 @@
 
 #include "cuda/check.cuh"
 #include "cuda/quant_matmul.cuh"
+#include "cuda/swiglu_dev.cuh"
 #include "util/check.h"
 
 namespace bg::cuda {
@@ -218,17 +219,6 @@ __device__ __forceinline__ uint32_t q8_pair(uint32_t w) {
     const uint32_t b = (w ^ 0x00800080u) | 0x64006400u;
     __half2 h = __hsub2(*reinterpret_cast<const __half2*>(&b), __half2half2(__ushort_as_half(0x6480)));
     return *reinterpret_cast<uint32_t*>(&h);
-}
-
-__device__ __forceinline__ float sigmoid_dev(float x) { return 1.0f / (1.0f + expf(-x)); }
-
-// cpu::swiglu, both clamp forms (limit <= bg::kSwigluNoClamp: no clamp).
-__device__ __forceinline__ float swiglu_dev(float g, float u, float limit, int llama) {
-    if (limit <= bg::kSwigluNoClamp) return g * sigmoid_dev(g) * u;
-    const float uc = fminf(limit, fmaxf(-limit, u));
-    if (llama) return fminf(g * sigmoid_dev(g), limit) * uc;
-    const float gc = fminf(g, limit);
-    return gc * sigmoid_dev(gc) * uc;
 }
 
 __device__ __forceinline__ float act_float(__half v) { return __half2float(v); }

@@ -95,6 +95,7 @@ ForwardLayout ForwardLayout::of(const HParams& hp, const std::vector<LayerRoles>
     f.ops.expert_max_tok = chunk;
     f.ops.n_embd = E;
     f.ops.n_ff = nff;
+    f.ops.matmul.mode = cfg.matmul;
     // Every matrix the forward multiplies by (the token embedding is gathered on the host), dense
     // ones from the 64-byte aligned image, experts from 4 KiB aligned slots.
     for (const TensorSpec& s : tensor_specs(hp, roles)) {

@@ -22,6 +22,9 @@ struct ForwardConfig {
     // [layer][n_expert] 1 where resident: needed by every policy but exact.
     const std::vector<std::vector<uint8_t>>* resident = nullptr;
     int64_t moe_chunk = 64;     // tokens per expert matmul
+    // How quantized weights are multiplied. Precise here, where the float64 reference checks
+    // build forwards; `betelgeuse run` defaults to fast (RunConfig::matmul).
+    MatmulMode matmul = MatmulMode::kPrecise;
 };
 
 // Memory a forward pass holds, by kind. On a backend whose memory is the host's, the device

@@ -45,6 +45,7 @@ nlohmann::json RunConfig::to_json() const {
         {"threads", threads},
         {"backend", backend},
         {"swiglu_clamp", swiglu_clamp},
+        {"matmul", matmul},
         {"n_ctx", n_ctx},
         {"routing", routing},
         {"residency", residency},

@@ -34,6 +34,9 @@ struct RunConfig {
     int threads = 0;                  // 0: all cores
     std::string backend = "auto";     // auto (cuda when built with it and a GPU is present) | cpu | cuda
     std::string swiglu_clamp = "deepseek";  // or "llamacpp"
+    // fast: int8 activations and exact integer block sums for quantized weights (llama.cpp's
+    // default); precise: the float path the float64 reference checks use.
+    std::string matmul = "fast";
     int64_t n_ctx = 0;                // 0: prompt + gen
     // Tiered store
     std::string routing = "exact";    // exact | pinned-top1 | resident-only

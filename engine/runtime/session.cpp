@@ -114,6 +114,7 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
     fc.n_ctx = cfg.n_ctx > 0 ? cfg.n_ctx : n_prompt + std::max<int64_t>(cfg.gen, 1);
     fc.max_ubatch = cfg.ubatch;
     fc.swiglu_form = clamp;
+    fc.matmul = parse_matmul_mode(cfg.matmul);
     fc.routing = routing_;
     fc.resident = &plan_.mask;
     fwd_ = std::make_unique<dsv41::Forward>(*model_, device->make_ops(*pool_), store_proxy_, *engram_, fc);

@@ -1,0 +1,89 @@
+#include "cpu/int8_matmul.h"
+
+#include <functional>
+
+#include "tensor/qtypes/all.h"
+#include "tensor/qtypes/int8_act.h"
+#include "util/check.h"
+
+namespace bg::cpu {
+
+namespace {
+
+// One block's exact integer dot product (GCC vectorises this with widening multiplies).
+inline int32_t dot32(const int8_t* a, const int8_t* b) {
+    int32_t s = 0;
+    for (int i = 0; i < 32; ++i) s += static_cast<int32_t>(a[i]) * static_cast<int32_t>(b[i]);
+    return s;
+}
+
+template <class T>
+void rows_int8(const MatView& W, const int8_t* xq, const float* xd, int64_t n_tok, float* y, int64_t ldy, int64_t r0,
+               int64_t r1) {
+    const int64_t nb = W.cols / 32;
+    thread_local std::vector<int8_t> wq;  // [cols] this row as int8
+    thread_local std::vector<float> wd;   // [nb] its block scales
+    if (static_cast<int64_t>(wq.size()) < W.cols) wq.resize(static_cast<size_t>(W.cols));
+    if (static_cast<int64_t>(wd.size()) < nb) wd.resize(static_cast<size_t>(nb));
+    for (int64_t r = r0; r < r1; ++r) {
+        const uint8_t* row = W.data + static_cast<uint64_t>(r) * W.row_stride;
+        float dmin = 0.0f;
+        for (int64_t b = 0; b < nb; ++b) T::unpack(row, b, wq.data() + b * 32, &wd[static_cast<size_t>(b)], &dmin);
+        for (int64_t t = 0; t < n_tok; ++t) {
+            const int8_t* q = xq + t * W.cols;
+            const float* d = xd + t * nb;
+            float acc = 0.0f;
+            for (int64_t b = 0; b < nb; ++b)
+                acc += static_cast<float>(dot32(wq.data() + b * 32, q + b * 32)) * (wd[static_cast<size_t>(b)] * d[b]);
+            y[t * ldy + r] = acc;
+        }
+    }
+}
+
+struct Job {
+    const MatView* W;
+    const int8_t* xq;
+    const float* xd;
+    int64_t n_tok;
+    float* y;
+    int64_t ldy;
+};
+
+}  // namespace
+
+void quantize_int8_rows(const float* x, int64_t ldx, int64_t n_tok, int64_t cols, int8_t* q, float* d) {
+    BG_CHECK(cols % qtypes::kActBlock == 0);
+    const int64_t nb = cols / qtypes::kActBlock;
+    for (int64_t t = 0; t < n_tok; ++t)
+        for (int64_t b = 0; b < nb; ++b) {
+            int32_t sum = 0;
+            d[t * nb + b] = qtypes::quantize_act_block(x + t * ldx + b * 32, q + t * cols + b * 32, &sum);
+        }
+}
+
+void matmul_int8(ThreadPool& pool, Int8MatmulScratch& s, const MatView& W, const float* x, int64_t ldx, int64_t n_tok,
+                 float* y, int64_t ldy) {
+    BG_CHECK_MSG(qtypes::int8_path_takes(W.type), "matmul_int8: a weight type without int8 traits");
+    BG_CHECK(W.cols > 0 && W.cols % 32 == 0);
+    BG_CHECK(W.data != nullptr || W.rows == 0);
+    BG_CHECK(W.row_stride >= row_bytes(W.type, W.cols));
+    BG_CHECK(n_tok <= 1 || (ldx >= W.cols && ldy >= W.rows));
+    if (W.rows == 0 || n_tok <= 0) return;
+    const int64_t nb = W.cols / 32;
+    if (static_cast<int64_t>(s.xq.size()) < n_tok * W.cols) s.xq.resize(static_cast<size_t>(n_tok * W.cols));
+    if (static_cast<int64_t>(s.xd.size()) < n_tok * nb) s.xd.resize(static_cast<size_t>(n_tok * nb));
+    quantize_int8_rows(x, ldx, n_tok, W.cols, s.xq.data(), s.xd.data());
+    const Job job{&W, s.xq.data(), s.xd.data(), n_tok, y, ldy};
+    // One captured pointer keeps the std::function in its small-object buffer: no allocation.
+    const Job* jp = &job;
+    const std::function<void(int64_t, int64_t)> fn = [jp](int64_t r0, int64_t r1) {
+        qtypes::visit(jp->W->type, [&](auto traits) {
+            rows_int8<decltype(traits)>(*jp->W, jp->xq, jp->xd, jp->n_tok, jp->y, jp->ldy, r0, r1);
+        });
+    };
+    const int64_t work_per_row = std::max<int64_t>(1, W.cols * n_tok);
+    const int64_t min_chunk = std::max<int64_t>(1, (int64_t{1} << 16) / work_per_row);
+    pool.parallel_for(W.rows, fn, min_chunk);
+}
+
+}  // namespace bg::cpu

@@ -1,0 +1,93 @@
+// Integer tensor-core matmuls for quantized weights (`--matmul fast`, the default; issue 22), in
+// the manner of llama.cpp's mmq: activations quantised once per call to int8 blocks of 32 with a
+// float scale (tensor/qtypes/int8_act.h), weights unpacked to int8 in registers by their type's
+// traits (tensor/qtypes/*.h: MXFP4's doubled E2M1 codes through a byte_perm table, Q8_0 as
+// stored), mma.sync m16n8k32 s8.s8 -> s32 (sm_80+: the RTX 3060's sm_86 and the H200's sm_90).
+// One MMA covers one 32-weight block of 16 rows x 8 tokens, so its int32 result is the exact
+// block dot product; the block partial (d_w * d_x) * isum is added to an FP32 accumulator.
+//
+// Kernels (engine/cuda/int8_matmul_kernel.cuh, instantiated per type in int8_matmul_<type>.cu):
+//  - a CTA owns 64 weight rows (4 warps x 16) of one or two matrices (gate and up together) x
+//    all tokens of a <= 64-token pass (1-8 MMA n-tiles, so 1 token costs one n-tile) x a range of
+//    K blocks (split-K sized so the grid fills the GPU); the activations of 4 K blocks at a time
+//    are staged in shared memory in MMA fragment order (each lane's B fragment one 8-byte load),
+//    the weights go from global memory straight into A fragments;
+//  - each split writes its FP32 partials; a second kernel adds them in split order (so results
+//    are bit-identical run to run) and runs the epilogue: store or scatter to output rows, or,
+//    for gate/up, SwiGLU and the quantisation of h for the down projection.
+//
+// Numerical contract: every block's integer sum is exact; the result differs from the float64
+// sum of the same block partials only by FP32 summation (tests/test_gpu_int8_matmul.cpp holds
+// the error to that); the CPU (engine/cpu/int8_matmul.cpp) computes the same partials and sums
+// them in another order. Against the precise path (quant_matmul.cuh) the difference is the int8
+// rounding of the activations, about 0.4 % of each block's largest value.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "backend/matmul_plan.h"
+#include "backend/types.h"
+#include "cuda/ops.cuh"
+
+namespace bg::cuda {
+
+// Device memory of the integer path, allocated once: exactly bg::int8_workspace_bytes(max_cols,
+// max_ff). One workspace serves one stream at a time.
+//  - x as int8 in fragment order [max_cols/32][8 tiles][32 lanes][8 bytes], and its block scales
+//    [max_cols/32][64 tokens];
+//  - the expert FFN's h, the same way for max_ff;
+//  - split-K partial sums: kInt8PartialFloats FP32.
+class Int8Workspace {
+public:
+    Int8Workspace(int64_t max_cols, int64_t max_ff);
+    ~Int8Workspace();
+    Int8Workspace(const Int8Workspace&) = delete;
+    Int8Workspace& operator=(const Int8Workspace&) = delete;
+
+    int64_t max_cols() const { return max_cols_; }
+    int64_t max_ff() const { return max_ff_; }
+    int sm_count() const { return sm_count_; }
+    uint64_t bytes() const { return bytes_; }
+    // Split-K override for tests and benchmarks: 0 = the heuristic, n > 0 = n splits.
+    void force_split(int n) { force_split_ = n; }
+    int forced_split() const { return force_split_; }
+
+    int8_t* xq() const { return xq_; }
+    float* xd() const { return xd_; }
+    int8_t* hq() const { return hq_; }
+    float* hd() const { return hd_; }
+    float* partials() const { return part_; }
+
+private:
+    int64_t max_cols_ = 0, max_ff_ = 0;
+    int sm_count_ = 0;
+    int force_split_ = 0;
+    int8_t* xq_ = nullptr;
+    float* xd_ = nullptr;
+    int8_t* hq_ = nullptr;
+    float* hd_ = nullptr;
+    float* part_ = nullptr;
+    uint64_t bytes_ = 0;
+};
+
+// y[t*ldy + r] = sum_i W[r][i] * x[t*ldx + i] through int8 activations; W of a type
+// qtypes::int8_path_takes accepts, cols a multiple of 32 and <= ws.max_cols(). y must not
+// overlap x.
+void int8_matmul(Int8Workspace& ws, const DeviceMat& W, const float* x, int64_t ldx, int64_t n_tok, float* y,
+                 int64_t ldy, cudaStream_t stream);
+
+// cuda::expert_ffn's contract (quant_matmul.cuh) through int8 activations: x (gathered by rows)
+// and h = SwiGLU(gate . x, up . x) are each quantised to int8 blocks once. Gate, up and down may
+// have different int8 types.
+void int8_expert_ffn(Int8Workspace& ws, const ExpertMats& e, const float* x, int64_t ldx, const int32_t* rows,
+                     int64_t n_tok, float limit, bg::SwigluClamp form, float* y, int64_t ldy, const int32_t* out_rows,
+                     cudaStream_t stream);
+
+// For tests: the int8 activations and scales the kernels see for x (n_tok <= 64 rows of cols),
+// downloaded in plain order: q [n_tok][cols], d [n_tok][cols/32] (host memory).
+void int8_quantize_for_test(Int8Workspace& ws, const float* x, int64_t ldx, int64_t n_tok, int64_t cols, int8_t* q_host,
+                            float* d_host, cudaStream_t stream);
+
+}  // namespace bg::cuda

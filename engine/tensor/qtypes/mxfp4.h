@@ -1,0 +1,69 @@
+// MXFP4 (ggml type 39) for the integer matmul path: blocks of 32 weights in 17 bytes, one E8M0
+// scale byte e, then 16 bytes of E2M1 codes (byte j: element j in the low nibble, element j+16 in
+// the high nibble). As int8: the doubled E2M1 value of each code (ggml's kvalues_mxfp4, exact
+// integers -12..12), with the block scale halved to match: value = code2x * 2^(e-128).
+#pragma once
+
+#include <cstdint>
+
+#include "tensor/ggml_types.h"
+#include "tensor/qtypes/hd.h"
+
+namespace bg::qtypes {
+
+struct Mxfp4 {
+    static constexpr GgmlType kType = GgmlType::MXFP4;
+    static constexpr int kBlockWeights = 32;  // weights a block (the unit rows are made of)
+    static constexpr int kBlockBytes = 17;
+    static constexpr bool kHasMin = false;    // no min term: partial = d_w * d_x * isum
+
+    // 2^(e-128) exactly: ggml's E8M0 "half" (e <= 1 gives the subnormals 2^-128, 2^-127; 255 NaN).
+    BG_HD static float scale_of(uint8_t e) {
+        uint32_t bits = e == 255 ? 0x7FC00000u : e >= 2 ? static_cast<uint32_t>(e - 1) << 23 : 0x00200000u << e;
+        float f;
+        __builtin_memcpy(&f, &bits, 4);
+        return f;
+    }
+    BG_HD static int value_of(int code) {
+        constexpr int8_t kv[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+        return kv[code & 15];
+    }
+
+    // Sub-block sb (weights sb*32 .. sb*32+31) of a row: int8 values and the block's scale.
+    static void unpack(const uint8_t* row, int64_t sb, int8_t v[32], float* d, float* dmin) {
+        const uint8_t* b = row + sb * kBlockBytes;
+        for (int j = 0; j < 16; ++j) {
+            v[j] = static_cast<int8_t>(value_of(b[1 + j] & 15));
+            v[j + 16] = static_cast<int8_t>(value_of(b[1 + j] >> 4));
+        }
+        *d = scale_of(b[0]);
+        *dmin = 0.0f;
+    }
+
+#ifdef __CUDACC__
+    // Four codes (one per byte, 0..15) -> four int8 values, through the table in byte_perm form.
+    __device__ __forceinline__ static int decode4(uint32_t c) {
+        constexpr uint32_t t0 = 0x03020100u, t1 = 0x0C080604u;  // 0 1 2 3 | 4 6 8 12
+        constexpr uint32_t t2 = 0xFDFEFF00u, t3 = 0xF4F8FAFCu;  // 0 -1 -2 -3 | -4 -6 -8 -12
+        const uint32_t x = c | (c >> 4);                  // byte 0: c0 | c1<<4, byte 2: c2 | c3<<4
+        const uint32_t sel = __byte_perm(x, 0, 0x0020);   // nibbles c0 c1 c2 c3
+        const uint32_t lo3 = sel & 0x7777u;
+        const uint32_t pos = __byte_perm(t0, t1, lo3), neg = __byte_perm(t2, t3, lo3);
+        return static_cast<int>(__byte_perm(pos, neg, ((sel & 0x8888u) >> 1) | 0x3210u));
+    }
+    // The A fragment words of one row for lane quad t of sub-block sb: lo = values
+    // [sb*32 + 4t, +4), hi = values [sb*32 + 16 + 4t, +4); *d the block's scale.
+    template <class Load>
+    __device__ __forceinline__ static void load_a(const uint8_t* row, int sb, int t, const Load& ld, int& lo, int& hi,
+                                                  float& d, float& dmin) {
+        const uint8_t* b = row + static_cast<int64_t>(sb) * kBlockBytes;
+        const uint32_t w = ld.u32(b + 1 + 4 * t);
+        lo = decode4(w & 0x0F0F0F0Fu);
+        hi = decode4((w >> 4) & 0x0F0F0F0Fu);
+        d = scale_of(ld.u8(b));
+        dmin = 0.0f;
+    }
+#endif
+};
+
+}  // namespace bg::qtypes

@@ -1,0 +1,42 @@
+// Q8_0 (ggml type 8) for the integer matmul path: blocks of 32 weights in 34 bytes, an FP16
+// scale d then 32 int8 q; value = d * q. The int8 values are the stored bytes.
+#pragma once
+
+#include <cstdint>
+
+#include "tensor/ggml_types.h"
+#include "tensor/qtypes/hd.h"
+
+#ifdef __CUDACC__
+#include <cuda_fp16.h>
+#endif
+
+namespace bg::qtypes {
+
+struct Q8_0 {
+    static constexpr GgmlType kType = GgmlType::Q8_0;
+    static constexpr int kBlockWeights = 32;
+    static constexpr int kBlockBytes = 34;
+    static constexpr bool kHasMin = false;
+
+    static void unpack(const uint8_t* row, int64_t sb, int8_t v[32], float* d, float* dmin) {
+        const uint8_t* b = row + sb * kBlockBytes;
+        for (int j = 0; j < 32; ++j) v[j] = static_cast<int8_t>(b[2 + j]);
+        *d = fp16_to_fp32(static_cast<uint16_t>(b[0] | (b[1] << 8)));
+        *dmin = 0.0f;
+    }
+
+#ifdef __CUDACC__
+    template <class Load>
+    __device__ __forceinline__ static void load_a(const uint8_t* row, int sb, int t, const Load& ld, int& lo, int& hi,
+                                                  float& d, float& dmin) {
+        const uint8_t* b = row + static_cast<int64_t>(sb) * kBlockBytes;
+        lo = static_cast<int>(ld.u32(b + 2 + 4 * t));
+        hi = static_cast<int>(ld.u32(b + 18 + 4 * t));
+        d = __half2float(__ushort_as_half(static_cast<unsigned short>(ld.u8(b) | (ld.u8(b + 1) << 8))));
+        dmin = 0.0f;
+    }
+#endif
+};
+
+}  // namespace bg::qtypes

@@ -1,0 +1,290 @@
+// The integer tensor-core kernels (engine/cuda/int8_matmul.cuh, `--matmul fast`) on fresh random
+// inputs, at full width and odd sizes:
+//  - the activations the kernels see are bit-identical to the CPU's quantisation
+//    (tensor/qtypes/int8_act.h), so both backends start from the same int8 values;
+//  - int8_matmul against a float64 reference of the same arithmetic (weights by the exact
+//    dequantize_row, activations q * d, double sums): every block sum is exact, so only FP32
+//    summation differs: ||y - ref|| / ||ref|| <= 1e-5 (expected ~1e-7); and against the CPU's
+//    matmul_int8 (another summation order) likewise;
+//  - int8_expert_ffn against the float64 reference of its arithmetic: x quantised, gate and up
+//    in double, h = SwiGLU of their FP32 values quantised by the CPU function, down in double.
+//    h's FP32 rounding can move a value of h across a rounding boundary of its int8
+//    quantisation (about 1 in 10^5 values), one step of one block: held to 1e-4 (expected ~1e-6);
+//  - outputs are poisoned (NaN) first: every output written, nothing else touched; each case runs
+//    twice and must give the same bits (split-K partials added in a fixed order).
+// Skipped, visibly, without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cpu/int8_matmul.h"
+#include "cpu/ops.h"
+#include "cpu/thread_pool.h"
+#include "cuda/check.cuh"
+#include "cuda/dequant.cuh"
+#include "cuda/int8_matmul.cuh"
+#include "device_buffer.h"
+#include "device_mat.h"
+#include "random_inputs.h"
+#include "random_weights.h"
+#include "tensor/qtypes/int8_act.h"
+
+using namespace bg;
+
+namespace {
+
+using bgtest::Cmp;
+using bgtest::compare;
+using bgtest::Dev;
+using bgtest::DevMat;
+using bgtest::fresh_rng;
+using bgtest::HostMat;
+using bgtest::random_mat;
+
+constexpr double kTolMatmul = 1e-5;
+constexpr double kTolFfn = 1e-4;
+
+// y[t][r] = sum_i deq(W)[r][i] * q[t][i] * d[t][i/32] in double; q, d: [M][cols], [M][cols/32].
+std::vector<double> ref_int8(const HostMat& W, const int8_t* q, const float* d, int64_t M) {
+    const int64_t nb = W.cols / 32;
+    std::vector<double> y(static_cast<size_t>(M * W.rows));
+    for (int64_t t = 0; t < M; ++t)
+        for (int64_t r = 0; r < W.rows; ++r) {
+            const float* w = W.deq.data() + r * W.cols;
+            double s = 0;
+            for (int64_t b = 0; b < nb; ++b) {
+                double sb = 0;
+                for (int i = 0; i < 32; ++i) sb += static_cast<double>(w[b * 32 + i]) * q[t * W.cols + b * 32 + i];
+                s += sb * d[t * nb + b];
+            }
+            y[t * W.rows + r] = s;
+        }
+    return y;
+}
+
+TEST(Int8Quantize, KernelsSeeTheCpuQuantisation) {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device: int8 quantisation not tested";
+    auto rng = fresh_rng();
+    for (int64_t M : {1, 7, 8, 13, 64}) {
+        const int64_t cols = 5120, ldx = cols + 3;
+        std::vector<float> x = bgtest::uniform(rng, M * ldx, -3.0f, 3.0f);
+        for (int64_t i = 0; i < 32; ++i) x[i] = 0.0f;  // one all-zero block: scale 0
+        Dev<float> dx(x);
+        cuda::Int8Workspace ws(cols, 0);
+        std::vector<int8_t> q(static_cast<size_t>(M * cols)), qc(q.size());
+        std::vector<float> d(static_cast<size_t>(M * cols / 32)), dc(d.size());
+        cuda::int8_quantize_for_test(ws, dx.get(), ldx, M, cols, q.data(), d.data(), nullptr);
+        cpu::quantize_int8_rows(x.data(), ldx, M, cols, qc.data(), dc.data());
+        ASSERT_EQ(std::memcmp(q.data(), qc.data(), q.size()), 0) << "M " << M << ": int8 values differ from the CPU's";
+        ASSERT_EQ(std::memcmp(d.data(), dc.data(), d.size() * sizeof(float)), 0) << "M " << M << ": scales differ";
+    }
+}
+
+struct MatCase {
+    GgmlType type;
+    int64_t rows, cols, M;
+    uint64_t pad = 0;
+    int offset = 0;  // byte offset of W.data from a 16-byte boundary
+    int split = 0;   // 0: heuristic
+};
+
+std::string mat_name(const MatCase& c) {
+    std::ostringstream s;
+    s << type_name(c.type) << "_r" << c.rows << "_c" << c.cols << "_M" << c.M;
+    if (c.pad) s << "_pad" << c.pad;
+    if (c.offset) s << "_off" << c.offset;
+    if (c.split) s << "_split" << c.split;
+    return s.str();
+}
+
+class Int8MatmulGpu : public ::testing::TestWithParam<MatCase> {};
+
+TEST_P(Int8MatmulGpu, MatchesFloat64ReferenceAndTheCpu) {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device: int8_matmul not tested";
+    const MatCase c = GetParam();
+    auto rng = fresh_rng();
+    const HostMat W = random_mat(c.type, c.rows, c.cols, c.pad, rng);
+    const int64_t ldx = c.cols + 3, ldy = c.rows + 5;
+    const std::vector<float> x = bgtest::uniform(rng, c.M * ldx, -1.0f, 1.0f);
+    std::vector<int8_t> q(static_cast<size_t>(c.M * c.cols));
+    std::vector<float> d(static_cast<size_t>(c.M * c.cols / 32));
+    cpu::quantize_int8_rows(x.data(), ldx, c.M, c.cols, q.data(), d.data());
+    const std::vector<double> ref = ref_int8(W, q.data(), d.data(), c.M);
+
+    cpu::ThreadPool pool(2);
+    cpu::Int8MatmulScratch scratch;
+    std::vector<float> ycpu(static_cast<size_t>(c.M * c.rows));
+    cpu::matmul_int8(pool, scratch, MatView{W.bytes.data(), c.type, c.cols, c.rows, W.stride}, x.data(), ldx, c.M,
+                     ycpu.data(), c.rows);
+
+    DevMat dW(W, c.offset);
+    Dev<float> dx(x);
+    Dev<float> dy(static_cast<size_t>(c.M * ldy));
+    cuda::Int8Workspace ws(c.cols, 0);
+    ws.force_split(c.split);
+    std::vector<float> first;
+    for (int run = 0; run < 2; ++run) {
+        BG_CUDA_CHECK(cudaMemset(dy.get(), 0xff, c.M * ldy * sizeof(float)));
+        cuda::int8_matmul(ws, dW.view, dx.get(), ldx, c.M, dy.get(), ldy, nullptr);
+        BG_CUDA_CHECK(cudaGetLastError());
+        BG_CUDA_CHECK(cudaDeviceSynchronize());
+        const std::vector<float> yall = dy.download();
+        if (run == 0) first = yall;
+        else ASSERT_EQ(std::memcmp(first.data(), yall.data(), yall.size() * sizeof(float)), 0) << "not deterministic";
+        std::vector<float> out(static_cast<size_t>(c.M * c.rows));
+        for (int64_t t = 0; t < c.M; ++t) {
+            for (int64_t r = 0; r < c.rows; ++r) out[t * c.rows + r] = yall[t * ldy + r];
+            for (int64_t r = c.rows; r < ldy; ++r) {
+                uint32_t bits;
+                std::memcpy(&bits, &yall[t * ldy + r], 4);
+                ASSERT_EQ(bits, 0xffffffffu) << "wrote y[" << t << "][" << r << "], past the row's outputs";
+            }
+        }
+        const Cmp cmp = compare(out, ref);
+        ASSERT_LT(cmp.bad, 0) << "output [token " << cmp.bad / c.rows << "][row " << cmp.bad % c.rows << "] not written";
+        EXPECT_LE(cmp.rel, kTolMatmul) << "||y-ref||/||ref|| = " << cmp.rel;
+        std::vector<double> cpu_as_ref(ycpu.begin(), ycpu.end());
+        const Cmp vs_cpu = compare(out, cpu_as_ref);
+        EXPECT_LE(vs_cpu.rel, kTolMatmul) << "against the CPU's matmul_int8: " << vs_cpu.rel;
+        if (run == 0)
+            std::printf("  %s: rel err %.3g (float64), %.3g (CPU)\n", mat_name(c).c_str(), cmp.rel, vs_cpu.rel);
+    }
+}
+
+std::vector<MatCase> mat_cases() {
+    std::vector<MatCase> v;
+    for (GgmlType t : {GgmlType::MXFP4, GgmlType::Q8_0}) {
+        // The expert's shapes at full width, every token count class.
+        for (int64_t M : {1, 3, 8, 9, 16, 33, 64, 65, 130}) v.push_back({t, 2304, 5120, M});
+        for (int64_t M : {1, 8, 64}) v.push_back({t, 5120, 2304, M});
+        // Odd row counts, narrow and padded rows, unaligned data, forced splits.
+        v.push_back({t, 37, 96, 5, 0, 3});
+        v.push_back({t, 100, 160, 17, 7, 1});
+        v.push_back({t, 1, 32, 1});
+        v.push_back({t, 300, 1280, 16, 0, 0, 1});
+        v.push_back({t, 300, 1280, 16, 0, 0, 3});
+        v.push_back({t, 129, 4096, 40, 1, 2, 7});
+    }
+    return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, Int8MatmulGpu, ::testing::ValuesIn(mat_cases()),
+                         [](const auto& info) { return mat_name(info.param); });
+
+struct FfnCase {
+    GgmlType gate_up, down;
+    int64_t n_embd, n_ff, M;
+    bool gathered = true;
+    float limit = 10.0f;
+    SwigluClamp form = SwigluClamp::kDeepSeek;
+};
+
+std::string ffn_name(const FfnCase& c) {
+    std::ostringstream s;
+    s << type_name(c.gate_up) << "_" << type_name(c.down) << "_E" << c.n_embd << "_F" << c.n_ff << "_M" << c.M;
+    if (!c.gathered) s << "_plain";
+    if (c.form == SwigluClamp::kLlamaCpp) s << "_llama";
+    if (c.limit < 1.0f) s << "_clamped";
+    return s.str();
+}
+
+class Int8ExpertFfnGpu : public ::testing::TestWithParam<FfnCase> {};
+
+TEST_P(Int8ExpertFfnGpu, MatchesFloat64ReferenceOfItsArithmetic) {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device: int8_expert_ffn not tested";
+    const FfnCase c = GetParam();
+    auto rng = fresh_rng();
+    const int64_t E = c.n_embd, F = c.n_ff;
+    const HostMat gate = random_mat(c.gate_up, F, E, 0, rng);
+    const HostMat up = random_mat(c.gate_up, F, E, 0, rng);
+    const HostMat down = random_mat(c.down, E, F, 0, rng);
+    const int64_t T = c.gathered ? c.M + 7 : c.M;
+    const int64_t ldx = E + 4, ldy = E + 2;
+    const std::vector<float> x = bgtest::uniform(rng, T * ldx, -1.0f, 1.0f);
+    const std::vector<float> y0 = bgtest::uniform(rng, T * ldy, -0.5f, 0.5f);
+    std::vector<int32_t> rows(static_cast<size_t>(T)), out_rows(static_cast<size_t>(T));
+    std::iota(rows.begin(), rows.end(), 0);
+    std::iota(out_rows.begin(), out_rows.end(), 0);
+    if (c.gathered) {
+        std::shuffle(rows.begin(), rows.end(), rng);
+        std::shuffle(out_rows.begin(), out_rows.end(), rng);
+    }
+    rows.resize(static_cast<size_t>(c.M));
+    out_rows.resize(static_cast<size_t>(c.M));
+
+    // The reference: per token, x quantised, gate/up in double, h in FP32 through cpu::swiglu,
+    // h quantised, down in double.
+    std::vector<double> want_row(static_cast<size_t>(T * E), 0.0);
+    std::vector<int8_t> xq(static_cast<size_t>(E)), hq(static_cast<size_t>(F));
+    std::vector<float> xd(static_cast<size_t>(E / 32)), hd(static_cast<size_t>(F / 32));
+    std::vector<float> g(static_cast<size_t>(F)), u(static_cast<size_t>(F)), h(static_cast<size_t>(F));
+    for (int64_t j = 0; j < c.M; ++j) {
+        cpu::quantize_int8_rows(x.data() + rows[j] * ldx, ldx, 1, E, xq.data(), xd.data());
+        const std::vector<double> gj = ref_int8(gate, xq.data(), xd.data(), 1);
+        const std::vector<double> uj = ref_int8(up, xq.data(), xd.data(), 1);
+        for (int64_t f = 0; f < F; ++f) g[f] = static_cast<float>(gj[f]), u[f] = static_cast<float>(uj[f]);
+        cpu::swiglu(g.data(), u.data(), F, c.limit, c.form, h.data());
+        cpu::quantize_int8_rows(h.data(), F, 1, F, hq.data(), hd.data());
+        const std::vector<double> yj = ref_int8(down, hq.data(), hd.data(), 1);
+        for (int64_t e = 0; e < E; ++e) want_row[out_rows[j] * E + e] = yj[e];
+    }
+
+    DevMat dg(gate, 0), du(up, 0), dd(down, 0);
+    Dev<float> dx(x), dy(y0.size());
+    Dev<int32_t> drows(rows), dout(out_rows);
+    cuda::Int8Workspace ws(std::max(E, F), F);
+    const ExpertMats mats{dg.view, du.view, dd.view};
+    std::vector<float> first;
+    for (int run = 0; run < 2; ++run) {
+        dy.upload(y0);
+        cuda::int8_expert_ffn(ws, mats, dx.get(), ldx, c.gathered ? drows.get() : nullptr, c.M, c.limit, c.form,
+                              dy.get(), ldy, c.gathered ? dout.get() : nullptr, nullptr);
+        BG_CUDA_CHECK(cudaGetLastError());
+        BG_CUDA_CHECK(cudaDeviceSynchronize());
+        const std::vector<float> y = dy.download();
+        if (run == 0) first = y;
+        else ASSERT_EQ(std::memcmp(first.data(), y.data(), y.size() * sizeof(float)), 0) << "not deterministic";
+        std::vector<bool> written(static_cast<size_t>(T), false);
+        for (int32_t r : out_rows) written[r] = true;
+        std::vector<float> got;
+        std::vector<double> want;
+        for (int64_t t = 0; t < T; ++t)
+            for (int64_t e = 0; e < ldy; ++e) {
+                const float v = y[t * ldy + e], v0 = y0[t * ldy + e];
+                if (!written[t] || e >= E) {
+                    ASSERT_EQ(std::memcmp(&v, &v0, 4), 0) << "y[" << t << "][" << e << "] changed";
+                    continue;
+                }
+                got.push_back(v);
+                want.push_back(want_row[t * E + e]);
+            }
+        const Cmp cmp = compare(got, want);
+        ASSERT_LT(cmp.bad, 0) << "a routed output is not finite";
+        EXPECT_LE(cmp.rel, kTolFfn) << "||y-ref||/||ref|| = " << cmp.rel;
+        if (run == 0) std::printf("  %s: rel err %.3g\n", ffn_name(c).c_str(), cmp.rel);
+    }
+}
+
+std::vector<FfnCase> ffn_cases() {
+    std::vector<FfnCase> v;
+    for (int64_t M : {1, 5, 8, 16, 64, 70}) v.push_back({GgmlType::MXFP4, GgmlType::MXFP4, 5120, 2304, M});
+    for (int64_t M : {1, 16}) v.push_back({GgmlType::Q8_0, GgmlType::Q8_0, 5120, 2304, M});
+    v.push_back({GgmlType::MXFP4, GgmlType::Q8_0, 5120, 2304, 9});  // down a step above, as llama-quantize does
+    v.push_back({GgmlType::MXFP4, GgmlType::MXFP4, 256, 96, 3, false});
+    v.push_back({GgmlType::Q8_0, GgmlType::Q8_0, 128, 64, 12, true, 0.05f});
+    v.push_back({GgmlType::MXFP4, GgmlType::MXFP4, 128, 64, 12, true, 0.05f, SwigluClamp::kLlamaCpp});
+    return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, Int8ExpertFfnGpu, ::testing::ValuesIn(ffn_cases()),
+                         [](const auto& info) { return ffn_name(info.param); });
+
+}  // namespace

@@ -1,0 +1,141 @@
+// The CPU's integer matmul (`--matmul fast`; engine/cpu/int8_matmul.h) on fresh random inputs:
+//  - the activation quantisation holds its contract (tensor/qtypes/int8_act.h);
+//  - y against a float64 reference of the same arithmetic, written from ggml's block definitions:
+//    weights by the exact dequantize_row, activations as q * d from the quantisation, products
+//    and sums in double. The int8 path's integer block sums are exact, so the only difference is
+//    FP32 summation of the block partials: ||y - ref|| / ||ref|| <= 1e-5 (expected ~1e-7..1e-6);
+//  - against the exact float product the difference is the activations' int8 rounding: for
+//    inputs uniform in [-1, 1] about 1/(127 sqrt 12) / 0.577 = 3.9e-3 relative, held to
+//    [1e-3, 1e-2].
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "cpu/int8_matmul.h"
+#include "cpu/thread_pool.h"
+#include "random_inputs.h"
+#include "random_weights.h"
+#include "tensor/qtypes/all.h"
+#include "tensor/qtypes/int8_act.h"
+
+using namespace bg;
+
+namespace {
+
+constexpr double kTolSameArithmetic = 1e-5;
+
+// y[t][r] = sum_i deq(W)[r][i] * q[t][i] * d[t][i/32], in double.
+std::vector<double> ref_int8(const bgtest::HostMat& W, const std::vector<int8_t>& q, const std::vector<float>& d,
+                             int64_t M) {
+    const int64_t nb = W.cols / 32;
+    std::vector<double> y(static_cast<size_t>(M * W.rows));
+    for (int64_t t = 0; t < M; ++t)
+        for (int64_t r = 0; r < W.rows; ++r) {
+            double s = 0;
+            for (int64_t i = 0; i < W.cols; ++i)
+                s += static_cast<double>(W.deq[r * W.cols + i]) * q[t * W.cols + i] * static_cast<double>(d[t * nb + i / 32]);
+            y[t * W.rows + r] = s;
+        }
+    return y;
+}
+
+TEST(Int8Act, QuantisedBlockHoldsItsContract) {
+    auto rng = bgtest::fresh_rng();
+    std::uniform_real_distribution<float> mag(-30.0f, 12.0f);  // block scales from 2^-30 to 2^12
+    for (int rep = 0; rep < 2000; ++rep) {
+        const float scale = std::exp2(mag(rng));
+        std::vector<float> x = bgtest::uniform(rng, 32, -scale, scale);
+        int8_t q[32];
+        int32_t sum = 0;
+        const float d = qtypes::quantize_act_block(x.data(), q, &sum);
+        float amax = 0;
+        for (float v : x) amax = std::max(amax, std::fabs(v));
+        ASSERT_EQ(d, amax / 127.0f);
+        int32_t s = 0;
+        for (int i = 0; i < 32; ++i) {
+            ASSERT_LE(std::abs(q[i]), 127);
+            ASSERT_LE(std::fabs(x[i] - q[i] * d), 0.5f * d * (1 + 1e-5f)) << "x " << x[i] << " q " << int(q[i]) << " d " << d;
+            s += q[i];
+        }
+        ASSERT_EQ(sum, s);
+    }
+    // A block of zeros (the padding of a short pass) quantises to zeros with scale 0.
+    float z[32] = {};
+    int8_t q[32];
+    int32_t sum = 1;
+    EXPECT_EQ(qtypes::quantize_act_block(z, q, &sum), 0.0f);
+    EXPECT_EQ(sum, 0);
+    for (int8_t v : q) EXPECT_EQ(v, 0);
+}
+
+TEST(Int8Traits, UnpackGivesTheExactWeights) {
+    auto rng = bgtest::fresh_rng();
+    for (GgmlType t : {GgmlType::MXFP4, GgmlType::Q8_0}) {
+        const bgtest::HostMat W = bgtest::random_mat(t, 7, 96, 3, rng);
+        qtypes::visit(t, [&](auto traits) {
+            using T = decltype(traits);
+            for (int64_t r = 0; r < W.rows; ++r)
+                for (int64_t b = 0; b < W.cols / 32; ++b) {
+                    int8_t v[32];
+                    float d = 0, dmin = 0;
+                    T::unpack(W.bytes.data() + r * W.stride, b, v, &d, &dmin);
+                    for (int i = 0; i < 32; ++i)
+                        ASSERT_EQ(static_cast<float>(v[i]) * d, W.deq[r * W.cols + b * 32 + i])
+                            << type_name(t) << " row " << r << " block " << b << " element " << i;
+                }
+        });
+    }
+}
+
+struct Case {
+    GgmlType type;
+    int64_t rows, cols, M;
+};
+
+class Int8Matmul : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Int8Matmul, MatchesFloat64ReferenceOfItsArithmetic) {
+    const Case c = GetParam();
+    auto rng = bgtest::fresh_rng();
+    const bgtest::HostMat W = bgtest::random_mat(c.type, c.rows, c.cols, 5, rng);
+    const int64_t ldx = c.cols + 3, ldy = c.rows + 2;
+    const std::vector<float> x = bgtest::uniform(rng, c.M * ldx, -1.0f, 1.0f);
+    cpu::ThreadPool pool(2);
+    cpu::Int8MatmulScratch scratch;
+    MatView v{W.bytes.data(), c.type, c.cols, c.rows, W.stride};
+    std::vector<float> y(static_cast<size_t>(c.M * ldy), NAN);
+    cpu::matmul_int8(pool, scratch, v, x.data(), ldx, c.M, y.data(), ldy);
+
+    std::vector<int8_t> q(static_cast<size_t>(c.M * c.cols));
+    std::vector<float> d(static_cast<size_t>(c.M * c.cols / 32));
+    cpu::quantize_int8_rows(x.data(), ldx, c.M, c.cols, q.data(), d.data());
+    const std::vector<double> ref = ref_int8(W, q, d, c.M);
+    std::vector<float> out(static_cast<size_t>(c.M * c.rows));
+    for (int64_t t = 0; t < c.M; ++t)
+        for (int64_t r = 0; r < c.rows; ++r) out[t * c.rows + r] = y[t * ldy + r];
+    const bgtest::Cmp same = bgtest::compare(out, ref);
+    ASSERT_LT(same.bad, 0) << "output " << same.bad << " not written";
+    EXPECT_LE(same.rel, kTolSameArithmetic);
+    const bgtest::Cmp exact = bgtest::compare(out, bgtest::ref_matmul(W, x, ldx, c.M));
+    EXPECT_GE(exact.rel, 1e-3) << "the activations were not rounded to int8";
+    EXPECT_LE(exact.rel, 1e-2);
+    std::printf("  %s r%lld c%lld M%lld: rel err %.3g against its arithmetic, %.3g against the exact product\n",
+                type_name(c.type), (long long)c.rows, (long long)c.cols, (long long)c.M, same.rel, exact.rel);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, Int8Matmul,
+                         ::testing::Values(Case{GgmlType::MXFP4, 64, 256, 1}, Case{GgmlType::MXFP4, 37, 160, 3},
+                                           Case{GgmlType::MXFP4, 100, 512, 8}, Case{GgmlType::MXFP4, 33, 96, 16},
+                                           Case{GgmlType::MXFP4, 48, 256, 64}, Case{GgmlType::Q8_0, 64, 256, 1},
+                                           Case{GgmlType::Q8_0, 37, 160, 3}, Case{GgmlType::Q8_0, 100, 512, 8},
+                                           Case{GgmlType::Q8_0, 33, 96, 16}, Case{GgmlType::Q8_0, 48, 256, 65}),
+                         [](const auto& info) {
+                             const Case& c = info.param;
+                             return std::string(type_name(c.type)) + "_r" + std::to_string(c.rows) + "_c" +
+                                    std::to_string(c.cols) + "_M" + std::to_string(c.M);
+                         });
+
+}  // namespace
