@@ -1,5 +1,5 @@
-// Launch shapes and device helpers shared by the elementwise and per-row op families (the .cu
-// files beside this one that include it): the block size and grid-stride grid of their launches,
+// Launch shapes and device helpers shared by the op families (the .cu files beside this one that
+// include it): the block size, the grid-stride grid and the 2-D per-row grid of their launches,
 // the product-rounded multiply-add that keeps the CPU's bits, the sigmoid, and warp and block sums.
 #pragma once
 
@@ -12,9 +12,16 @@ namespace bg::cuda {
 
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 1 << 16;  // grid-stride loops cover the rest
+constexpr unsigned kMaxGridY = 65535;
 
 inline unsigned blocks_for(int64_t n) {
     return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks));
+}
+
+// 2-D grids: x over the row's width, y (striding) over rows.
+inline dim3 rows_grid(int64_t width, int64_t n_rows) {
+    return dim3(static_cast<unsigned>((width + kThreads - 1) / kThreads),
+                static_cast<unsigned>(std::min<int64_t>(n_rows, kMaxGridY)));
 }
 
 // The CPU build rounds each product before adding it (no FMA contraction without -march), so

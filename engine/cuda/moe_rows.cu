@@ -1,8 +1,6 @@
 // The MoE row shuffles around the routed experts: moe_gather copies the rows a group of tokens
 // sends to one expert into a dense block, moe_scatter puts an expert's output rows back in
 // their slots, moe_weighted_sum adds each token's k expert outputs, weighted, to its row.
-#include <algorithm>
-
 #include "cuda/check.cuh"
 #include "cuda/common.cuh"
 #include "cuda/ops.cuh"
@@ -11,8 +9,6 @@
 namespace bg::cuda {
 
 namespace {
-
-constexpr unsigned kMaxGridY = 65535;
 
 // 2-D grids below: x over the row's width, y (striding) over rows.
 __global__ void gather_kernel(const float* x, int64_t ldx, const int32_t* rows, int64_t m, int64_t width,
@@ -37,11 +33,6 @@ __global__ void weighted_sum_kernel(const float* eo, const float* w, int64_t n_t
         for (int64_t j = 0; j < k; ++j) acc = mul_add(w[t * k + j], eo[(t * k + j) * width + e], acc);
         y[t * width + e] += acc;
     }
-}
-
-dim3 rows_grid(int64_t width, int64_t n_rows) {
-    return dim3(static_cast<unsigned>((width + kThreads - 1) / kThreads),
-                static_cast<unsigned>(std::min<int64_t>(n_rows, kMaxGridY)));
 }
 
 }  // namespace
