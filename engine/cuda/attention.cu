@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "cuda/check.cuh"
+#include "cuda/common.cuh"
 #include "cuda/ops.cuh"
 #include "util/check.h"
 
@@ -18,13 +19,6 @@ constexpr int kIdxRowsPerWarp = 8;
 constexpr int kIdxRowsPerBlock = kIdxWarps * kIdxRowsPerWarp;
 constexpr int kTopkThreads = 512;
 constexpr size_t kDefaultSmem = 48 * 1024;
-
-__device__ __forceinline__ float mul_add(float a, float b, float c) { return __fadd_rn(__fmul_rn(a, b), c); }
-
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
 
 __device__ __forceinline__ float warp_max(float v) {
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));

@@ -7,15 +7,13 @@
 #include <cmath>
 
 #include "cuda/check.cuh"
+#include "cuda/common.cuh"
 #include "cuda/ops.cuh"
 #include "util/check.h"
 
 namespace bg::cuda {
 
 namespace {
-
-constexpr int kThreads = 256;
-constexpr unsigned kMaxGridY = 65535;
 
 __device__ __forceinline__ uint32_t load_u16(const uint8_t* b) {
     return static_cast<uint32_t>(b[0]) | (static_cast<uint32_t>(b[1]) << 8);
@@ -200,10 +198,9 @@ void matmul(MatmulContext& ctx, const DeviceMat& W, const float* x, int64_t ldx,
         const int64_t chunk = ctx.chunk_rows(W.cols);
         const bool by4 = W.cols % 4 == 0;
         const int64_t threads_per_row = by4 ? W.cols / 4 : W.cols;
-        const unsigned gx = static_cast<unsigned>((threads_per_row + kThreads - 1) / kThreads);
         for (int64_t r0 = 0; r0 < W.rows; r0 += chunk) {
             const int64_t rows = std::min(chunk, W.rows - r0);
-            const dim3 grid(gx, static_cast<unsigned>(std::min<int64_t>(rows, kMaxGridY)));
+            const dim3 grid = rows_grid(threads_per_row, rows);
             const uint8_t* src = W.data + static_cast<uint64_t>(r0) * W.row_stride;
             if (by4) {
                 dequant_rows4_kernel<<<grid, kThreads, 0, stream>>>(static_cast<uint32_t>(W.type), src, W.row_stride,
@@ -224,10 +221,9 @@ void matmul(MatmulContext& ctx, const DeviceMat& W, const float* x, int64_t ldx,
 void embed_tokens(const DeviceMat& emb, const int32_t* tokens, int64_t n_tok, float* H, cudaStream_t stream) {
     check_mat(emb);
     if (n_tok <= 0) return;
-    const dim3 grid(static_cast<unsigned>((emb.cols + kThreads - 1) / kThreads),
-                    static_cast<unsigned>(std::min<int64_t>(n_tok, kMaxGridY)));
-    embed_kernel<<<grid, kThreads, 0, stream>>>(static_cast<uint32_t>(emb.type), emb.data, emb.row_stride, emb.rows,
-                                                emb.cols, tokens, n_tok, H);
+    embed_kernel<<<rows_grid(emb.cols, n_tok), kThreads, 0, stream>>>(static_cast<uint32_t>(emb.type), emb.data,
+                                                                      emb.row_stride, emb.rows, emb.cols, tokens, n_tok,
+                                                                      H);
     BG_CUDA_CHECK_LAUNCH();
 }
 

@@ -2,6 +2,10 @@
 // bg::Ops method of the same name (engine/backend/ops.h), which names the CPU op it mirrors
 // (engine/cpu/ops.h, engine/cpu/routing.h); only what is CUDA's own is said here.
 // tests/test_gpu_ops.cpp holds every launcher to its CPU counterpart on random inputs.
+// Each op family's kernels sit beside their launchers in one file named for it: matmul.cu (also
+// embed_tokens), positions.cu, rmsnorm.cu, rope.cu, swiglu.cu, mhc.cu (hc_*), engram_gate.cu,
+// compress_pool.cu, attention.cu (also the indexer), router.cu, moe_group.cu, moe_rows.cu
+// (moe_gather/scatter/weighted_sum); device helpers they share are in common.cuh.
 //
 // Conventions shared by every launcher:
 //  - every pointer is device memory unless said otherwise; activations are float32 row-major

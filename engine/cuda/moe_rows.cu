@@ -1,0 +1,62 @@
+// The MoE row shuffles around the routed experts: moe_gather copies the rows a group of tokens
+// sends to one expert into a dense block, moe_scatter puts an expert's output rows back in
+// their slots, moe_weighted_sum adds each token's k expert outputs, weighted, to its row.
+#include "cuda/check.cuh"
+#include "cuda/common.cuh"
+#include "cuda/ops.cuh"
+#include "util/check.h"
+
+namespace bg::cuda {
+
+namespace {
+
+// 2-D grids below: x over the row's width, y (striding) over rows.
+__global__ void gather_kernel(const float* x, int64_t ldx, const int32_t* rows, int64_t m, int64_t width,
+                              float* out) {
+    const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    if (e >= width) return;
+    for (int64_t j = blockIdx.y; j < m; j += gridDim.y) out[j * width + e] = x[rows[j] * ldx + e];
+}
+
+__global__ void scatter_kernel(const float* src, const int32_t* rows, int64_t m, int64_t width, float* dst) {
+    const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    if (e >= width) return;
+    for (int64_t j = blockIdx.y; j < m; j += gridDim.y) dst[rows[j] * width + e] = src[j * width + e];
+}
+
+__global__ void weighted_sum_kernel(const float* eo, const float* w, int64_t n_tok, int64_t k, int64_t width,
+                                    float* y) {
+    const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    if (e >= width) return;
+    for (int64_t t = blockIdx.y; t < n_tok; t += gridDim.y) {
+        float acc = 0.0f;
+        for (int64_t j = 0; j < k; ++j) acc = mul_add(w[t * k + j], eo[(t * k + j) * width + e], acc);
+        y[t * width + e] += acc;
+    }
+}
+
+}  // namespace
+
+void moe_gather(const float* x, int64_t ldx, const int32_t* rows, int64_t m, int64_t width, float* out,
+                cudaStream_t stream) {
+    if (m <= 0 || width <= 0) return;
+    BG_CHECK(ldx >= width);
+    gather_kernel<<<rows_grid(width, m), kThreads, 0, stream>>>(x, ldx, rows, m, width, out);
+    BG_CUDA_CHECK_LAUNCH();
+}
+
+void moe_scatter(const float* src, const int32_t* rows, int64_t m, int64_t width, float* dst, cudaStream_t stream) {
+    if (m <= 0 || width <= 0) return;
+    scatter_kernel<<<rows_grid(width, m), kThreads, 0, stream>>>(src, rows, m, width, dst);
+    BG_CUDA_CHECK_LAUNCH();
+}
+
+void moe_weighted_sum(const float* eo, const float* w, int64_t n_tok, int64_t k, int64_t width, float* y,
+                      cudaStream_t stream) {
+    if (n_tok <= 0 || width <= 0) return;
+    BG_CHECK(k >= 0);
+    weighted_sum_kernel<<<rows_grid(width, n_tok), kThreads, 0, stream>>>(eo, w, n_tok, k, width, y);
+    BG_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace bg::cuda

@@ -1,0 +1,90 @@
+// The MoE router (bg::route, cpu/routing.h) under every RoutingPolicy: p = sqrt(softplus(logit)),
+// the k experts of highest p + bias that the policy allows, and their weights; one warp per token.
+#include <climits>
+#include <cmath>
+#include <cstddef>
+
+#include "cuda/check.cuh"
+#include "cuda/ops.cuh"
+#include "util/check.h"
+
+namespace bg::cuda {
+
+namespace {
+
+// One warp per token. Each rank is one arg-max over the experts still eligible under the total
+// order (p + bias descending, id ascending); taking ranks one by one in that order is what
+// bg::route's walk down the exact ranking does, for all three policies.
+__global__ void route_kernel(int policy, const float* logits, const float* bias, const uint8_t* resident,
+                             int64_t n_expert, int k, int norm, float scale, int32_t* ids, float* weights) {
+    extern __shared__ float route_smem[];
+    float* p = route_smem;                                             // [n_expert]
+    float* key = p + n_expert;                                         // [n_expert] p + bias
+    int32_t* chosen = reinterpret_cast<int32_t*>(key + n_expert);      // [k]
+    uint8_t* taken = reinterpret_cast<uint8_t*>(chosen + k);           // [n_expert]
+    const int64_t t = blockIdx.x;
+    const int lane = threadIdx.x;
+    const float* lg = logits + t * n_expert;
+    for (int64_t e = lane; e < n_expert; e += 32) {
+        const float x = lg[e];
+        const float pe = sqrtf(fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x))));  // sqrt(softplus)
+        p[e] = pe;
+        key[e] = pe + (bias ? bias[e] : 0.0f);
+        taken[e] = 0;
+    }
+    __syncwarp();
+    int n_found = 0;
+    float sum = 0.0f;
+    for (int j = 0; j < k; ++j) {
+        const bool need_resident = policy == static_cast<int>(RoutingPolicy::kResidentOnly) ||
+                                   (policy == static_cast<int>(RoutingPolicy::kPinnedTop1) && j > 0);
+        float bk = 0.0f;
+        int be = -1;  // -1: none yet
+        for (int64_t e = lane; e < n_expert; e += 32) {
+            if (taken[e] || (need_resident && !resident[e])) continue;
+            if (be < 0 || key[e] > bk) {  // ids rise along a lane, so ">" keeps the lower id on ties
+                bk = key[e];
+                be = static_cast<int>(e);
+            }
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ok = __shfl_xor_sync(0xffffffffu, bk, o);
+            const int oe = __shfl_xor_sync(0xffffffffu, be, o);
+            if (oe >= 0 && (be < 0 || ok > bk || (ok == bk && oe < be))) {
+                bk = ok;
+                be = oe;
+            }
+        }
+        if (be < 0) break;  // fewer eligible experts than k
+        if (lane == 0) {
+            chosen[j] = be;
+            taken[be] = 1;
+        }
+        __syncwarp();
+        sum += p[be];
+        ++n_found;
+    }
+    const float f = norm ? scale / fmaxf(sum, 6.1035e-5f) : scale;  // RouteWeighting::factor
+    for (int j = lane; j < k; j += 32) {
+        ids[t * k + j] = j < n_found ? chosen[j] : -1;
+        weights[t * k + j] = j < n_found ? p[chosen[j]] * f : 0.0f;
+    }
+}
+
+}  // namespace
+
+void route(RoutingPolicy policy, const float* logits, const float* bias, const uint8_t* resident, int64_t n_tok,
+           int64_t n_expert, int k, RouteWeighting wt, int32_t* ids, float* weights, cudaStream_t stream) {
+    BG_CHECK(k >= 1 && k <= n_expert);
+    BG_CHECK(policy == RoutingPolicy::kExact || resident != nullptr);
+    if (n_tok <= 0) return;
+    BG_CHECK(n_tok <= INT_MAX);
+    const size_t smem = (2 * static_cast<size_t>(n_expert) + static_cast<size_t>(k)) * 4 + static_cast<size_t>(n_expert);
+    BG_CHECK_MSG(smem <= 48 * 1024, "router: too many experts for one block's shared memory");
+    route_kernel<<<static_cast<unsigned>(n_tok), 32, smem, stream>>>(static_cast<int>(policy), logits, bias, resident,
+                                                                     n_expert, k, wt.norm ? 1 : 0, wt.scale, ids,
+                                                                     weights);
+    BG_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace bg::cuda

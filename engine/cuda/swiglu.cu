@@ -1,0 +1,41 @@
+// SwiGLU with its clamp in either form (SwigluClamp, cpu::swiglu), elementwise.
+#include <cmath>
+
+#include "cuda/check.cuh"
+#include "cuda/common.cuh"
+#include "cuda/ops.cuh"
+
+namespace bg::cuda {
+
+namespace {
+
+__global__ void swiglu_kernel(const float* gate, const float* up, int64_t n, float limit, int llama_form,
+                              float* out) {
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const float g = gate[i], u = up[i];
+        if (limit <= kSwigluNoClamp) {
+            out[i] = g * sigmoid_dev(g) * u;
+        } else {
+            const float uc = fminf(limit, fmaxf(-limit, u));
+            if (llama_form) {
+                out[i] = fminf(g * sigmoid_dev(g), limit) * uc;
+            } else {
+                const float gc = fminf(g, limit);
+                out[i] = gc * sigmoid_dev(gc) * uc;
+            }
+        }
+    }
+}
+
+}  // namespace
+
+void swiglu(const float* gate, const float* up, int64_t n, float limit, SwigluClamp form, float* out,
+            cudaStream_t stream) {
+    if (n <= 0) return;
+    swiglu_kernel<<<blocks_for(n), kThreads, 0, stream>>>(gate, up, n, limit,
+                                                         form == SwigluClamp::kLlamaCpp ? 1 : 0, out);
+    BG_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace bg::cuda
