@@ -9,11 +9,17 @@
 // (tests/test_emulated_gpu_numerics.cpp): ci-scale logits 1.4e-5 from the CPU's, every routing
 // decision and token equal; with one rounding per activation instead, 47 % of routing decisions
 // and no token would match. The GPU differs from that emulation only in the order of FP32 sums.
+//
+// Both matmul modes are held to these figures: precise (above) and fast, the default (int8
+// activations and exact integer block sums, engine/cuda/int8_matmul.cuh), where the CPU computes
+// the same int8 arithmetic (engine/cpu/int8_matmul.h) from the same quantised activations, so
+// the two backends again differ only in the order of FP32 sums.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <set>
+#include <string>
 
 #include "cuda/cuda_device.cuh"
 #include "cuda/dequant.cuh"
@@ -43,9 +49,11 @@ bg::RunConfig ci_cfg(const std::string& routing) {
 
 TEST(GpuE2E, SameExpertsAndTokensAsTheCpuBackend) {
     if (bg::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    for (const char* mode : {"fast", "precise"})
     for (const char* routing : {"exact", "pinned-top1"}) {
-        SCOPED_TRACE(routing);
+        SCOPED_TRACE(std::string(mode) + " " + routing);
         bg::RunConfig c = ci_cfg(routing);
+        c.matmul = mode;
         bg::Session cpu(c);
         bg::Session gpu(c, &bg::cuda::cuda_device());
         nlohmann::json m;
@@ -53,7 +61,8 @@ TEST(GpuE2E, SameExpertsAndTokensAsTheCpuBackend) {
         // The GPU rounds activations before its matmuls and sums in another order: a near-tie
         // between the 6th and 7th expert may fall the other way. Every decision must match but
         // for such rare ties (issue #14: >= 99.5 %).
-        std::printf("  %-12s routing agreement %.5f (%zu of %zu)\n", routing, agree.fraction(), agree.same, agree.total);
+        std::printf("  %-8s %-12s routing agreement %.5f (%zu of %zu)\n", mode, routing, agree.fraction(), agree.same,
+                    agree.total);
         EXPECT_GE(agree.fraction(), bgtest::kRoutingAgreement) << agree.same << " of " << agree.total;
         EXPECT_EQ(cpu.generated(), gpu.generated());
         EXPECT_EQ(m["engine"]["backend"], "cuda");
@@ -62,8 +71,11 @@ TEST(GpuE2E, SameExpertsAndTokensAsTheCpuBackend) {
 
 TEST(GpuE2E, LogitsCloseToTheCpuAndTierStateInvariant) {
     if (bg::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    for (const char* mode : {"fast", "precise"}) {
+    SCOPED_TRACE(mode);
     bg::RunConfig c = ci_cfg("pinned-top1");
     c.prompt_tokens = 40;
+    c.matmul = mode;
     bg::Session cpu(c);
     const std::vector<float> want = cpu.all_logits(bg::RoutingPolicy::kPinnedTop1);
     bg::Session gpu(c, &bg::cuda::cuda_device());
@@ -77,9 +89,10 @@ TEST(GpuE2E, LogitsCloseToTheCpuAndTierStateInvariant) {
     EXPECT_EQ(cold, warm) << "on the GPU too, tier state must not change a result";
     EXPECT_EQ(cold, promoted);
     const double rel = bgtest::max_rel_diff(want, cold);
-    std::printf("  logits max rel diff to the CPU %.3g (tolerance %.3g)\n", rel, kLogitsTol);
+    std::printf("  %s: logits max rel diff to the CPU %.3g (tolerance %.3g)\n", mode, rel, kLogitsTol);
     EXPECT_LT(rel, kLogitsTol);
     EXPECT_GT(gpu.store().verify_slots(), 0u);
+    }
 }
 
 TEST(GpuE2E, WarmResidentOnlyPassReadsNothingFromDisk) {
@@ -122,13 +135,17 @@ TEST(GpuE2E, DeviceScaleSameExpertsAsTheCpuBackend) {
     if (bg::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
     const char* path = std::getenv("BG_DEVICE_MODEL");
     if (!path || !*path) GTEST_SKIP() << "BG_DEVICE_MODEL (the device-scale model's path) is not set";
-    const bg::RunConfig c = bgtest::device_scale_config(path);
-    bg::Session cpu(c);
-    bg::Session gpu(c, &bg::cuda::cuda_device());
-    const bgtest::RoutingAgreement agree = bgtest::run_both_recording_routes(cpu, gpu);
-    std::printf("  device scale: routing agreement %.5f (%zu of %zu); tokens %s\n", agree.fraction(), agree.same,
-                agree.total, cpu.generated() == gpu.generated() ? "equal" : "differ");
-    EXPECT_GE(agree.fraction(), bgtest::kRoutingAgreement) << agree.same << " of " << agree.total;
+    for (const char* mode : {"fast", "precise"}) {
+        SCOPED_TRACE(mode);
+        bg::RunConfig c = bgtest::device_scale_config(path);
+        c.matmul = mode;
+        bg::Session cpu(c);
+        bg::Session gpu(c, &bg::cuda::cuda_device());
+        const bgtest::RoutingAgreement agree = bgtest::run_both_recording_routes(cpu, gpu);
+        std::printf("  device scale, %s: routing agreement %.5f (%zu of %zu); tokens %s\n", mode, agree.fraction(),
+                    agree.same, agree.total, cpu.generated() == gpu.generated() ? "equal" : "differ");
+        EXPECT_GE(agree.fraction(), bgtest::kRoutingAgreement) << agree.same << " of " << agree.total;
+    }
 }
 
 }  // namespace

@@ -22,6 +22,13 @@ namespace {
 // up to 0.25, and 4 of the 13 variants' tokens differ).
 constexpr double kLogitsTol = 2e-3;
 
+// `--matmul fast` against precise on the GPU, every key variant (the same bounds as the CPU's,
+// tests/test_fast_matmul.cpp: both compute the same int8 arithmetic).
+TEST(GpuReference, FastMatmulAgainstPreciseOnEveryKeyVariant) {
+    if (bg::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    bgtest::key_variants_fast_against_precise(bg::cuda::cuda_device(), bgtest::kFastTop1, bgtest::kFastMaxRel);
+}
+
 TEST(GpuReference, CudaForwardAgreesWithReferenceOnEveryKeyVariant) {
     if (bg::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
     bgtest::key_variants_against_reference(bg::cuda::cuda_device(), kLogitsTol);

@@ -18,27 +18,7 @@ namespace {
 
 using int8mm::kMaxTiles;
 using int8mm::kTileTok;
-
-// Byte of element k (0..31) of token tok's K block kb, in fragment order for a pass of n_tiles
-// n-tiles: lane gg*4 + t of tile tok/8 (gg = tok % 8) holds, as b0, elements 4t..4t+3 and, as
-// b1, elements 16+4t..16+4t+3 (the m16n8k32 B fragment of column gg).
-__device__ __forceinline__ int64_t frag_byte(int kb, int tok, int k, int n_tiles) {
-    const int nt = tok >> 3, gg = tok & 7, hi = k >> 4, t = (k & 15) >> 2;
-    return ((static_cast<int64_t>(kb) * n_tiles + nt) * 32 + gg * 4 + t) * 8 + hi * 4 + (k & 3);
-}
-
-// One warp quantises one (token, K block): qtypes::quantize_act_block, with the block's values
-// one per lane. v is 0 for tokens past the pass's last (their q and d are then 0).
-__device__ __forceinline__ void quantize_lane(float v, int kb, int tok, int n_tiles, int8_t* q, float* d) {
-    const int k = threadIdx.x & 31;
-    float amax = fabsf(v);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float dd = amax / 127.0f;
-    const int qi = amax == 0.0f ? 0 : static_cast<int>(roundf(v / dd));
-    q[frag_byte(kb, tok, k, n_tiles)] = static_cast<int8_t>(qi);
-    if (k == 0) d[static_cast<int64_t>(kb) * n_tiles * kTileTok + tok] = dd;
-}
+using int8mm::quantize_lane;
 
 constexpr int kQuantWarps = 8;
 
@@ -55,42 +35,6 @@ __global__ void quantize_x_kernel(const float* x, int64_t ldx, const int32_t* ro
         v = x[r * ldx + static_cast<int64_t>(kb) * 32 + (threadIdx.x & 31)];
     }
     quantize_lane(v, kb, tok, n_tiles, q, d);
-}
-
-// Gate/up partials -> h = SwiGLU(sum gate, sum up) (splits added in order) -> int8 fragments of
-// h for the down projection. part: [split][2][tok_pass][rows].
-__global__ void swiglu_quantize_kernel(const float* part, int splits, int rows, int m, int n_tiles, float limit,
-                                       int llama, int8_t* q, float* d) {
-    const int w = blockIdx.x * kQuantWarps + (threadIdx.x >> 5);
-    const int tok_pass = n_tiles * kTileTok, nkb = rows / 32;
-    if (w >= nkb * tok_pass) return;
-    const int kb = w / tok_pass, tok = w % tok_pass;
-    const int r = kb * 32 + (threadIdx.x & 31);
-    float v = 0.0f;
-    if (tok < m) {
-        const int64_t mat = static_cast<int64_t>(tok_pass) * rows;
-        const int64_t at = static_cast<int64_t>(tok) * rows + r;
-        float g = 0.0f, u = 0.0f;
-        for (int s = 0; s < splits; ++s) {
-            g += part[(2 * s) * mat + at];
-            u += part[(2 * s + 1) * mat + at];
-        }
-        v = swiglu_dev(g, u, limit, llama);
-    }
-    quantize_lane(v, kb, tok, n_tiles, q, d);
-}
-
-// y[(out_rows ? out_rows[j] : j) * ldy + r] = sum of the splits' partials, in split order.
-__global__ void reduce_store_kernel(const float* part, int splits, int rows, int tok_pass, int m, float* y, int64_t ldy,
-                                    const int32_t* out_rows) {
-    const int r = blockIdx.x * blockDim.x + threadIdx.x, j = blockIdx.y;
-    if (r >= rows || j >= m) return;
-    const int64_t mat = static_cast<int64_t>(tok_pass) * rows;
-    const int64_t at = static_cast<int64_t>(j) * rows + r;
-    float s = part[at];
-    for (int i = 1; i < splits; ++i) s += part[i * mat + at];
-    const int64_t o = out_rows ? out_rows[j] : j;
-    y[o * ldy + r] = s;
 }
 
 void check_int8_weights(const DeviceMat& W, int64_t max_cols) {
@@ -112,16 +56,16 @@ void quantize_x(Int8Workspace& ws, const float* x, int64_t ldx, const int32_t* r
     BG_CUDA_CHECK_LAUNCH();
 }
 
-// Splits of K so that the grid fills the GPU (about 4 CTAs per SM), each at least one staging
+// Splits of K so that the grid fills the GPU (about 4 CTAs per SM), each at least one pipeline
 // step long, within the partial-sum buffer. Depends on the SM count and the call's shape only.
 int splits_for(const Int8Workspace& ws, int rows, int nkb, int n_tiles, int mats, int* kb_split) {
     const int row_ctas = (rows + int8mm::kCtaRows - 1) / int8mm::kCtaRows;
     int splits = ws.forced_split() > 0 ? ws.forced_split()
                                        : std::max(1, (4 * ws.sm_count() + row_ctas - 1) / row_ctas);
-    splits = std::min(splits, std::max(1, nkb / int8mm::kStage));
+    splits = std::min(splits, std::max(1, nkb / int8mm::kStep));
     const int64_t per_split = static_cast<int64_t>(mats) * n_tiles * kTileTok * rows;
-    splits = static_cast<int>(std::min<int64_t>(splits, std::max<int64_t>(1, kInt8PartialFloats / per_split)));
     BG_CHECK(per_split <= static_cast<int64_t>(kInt8PartialFloats));
+    splits = static_cast<int>(std::min<int64_t>(splits, static_cast<int64_t>(kInt8PartialFloats) / per_split));
     splits = std::max(1, std::min(splits, nkb));
     *kb_split = (nkb + splits - 1) / splits;
     return (nkb + *kb_split - 1) / *kb_split;
@@ -154,12 +98,13 @@ Int8Workspace::Int8Workspace(int64_t max_cols, int64_t max_ff) : max_cols_(max_c
         hd_ = static_cast<float*>(take(tok * (max_ff / 32) * sizeof(float)));
     }
     part_ = static_cast<float*>(take(kInt8PartialFloats * sizeof(float)));
+    counters_ = static_cast<int*>(take(kInt8Counters * sizeof(int)));
     BG_CHECK(bytes_ == int8_workspace_bytes(max_cols, max_ff));
 }
 
 Int8Workspace::~Int8Workspace() {
     for (void* p : {static_cast<void*>(xq_), static_cast<void*>(xd_), static_cast<void*>(hq_), static_cast<void*>(hd_),
-                    static_cast<void*>(part_)})
+                    static_cast<void*>(part_), static_cast<void*>(counters_)})
         if (p) cudaFree(p);
 }
 
@@ -168,25 +113,35 @@ void int8_matmul(Int8Workspace& ws, const DeviceMat& W, const float* x, int64_t 
     check_int8_weights(W, ws.max_cols());
     BG_CHECK(n_tok <= 1 || (ldx >= W.cols && ldy >= W.rows));
     if (W.rows == 0 || n_tok <= 0) return;
-    const int rows = static_cast<int>(W.rows), nkb = static_cast<int>(W.cols / 32);
+    const int nkb = static_cast<int>(W.cols / 32);
+    ldy = std::max<int64_t>(ldy, W.rows);
     for (int64_t j0 = 0; j0 < n_tok; j0 += kMaxTiles * kTileTok) {
         const int m = static_cast<int>(std::min<int64_t>(kMaxTiles * kTileTok, n_tok - j0));
         const int n_tiles = tiles_for(m);
         quantize_x(ws, x + j0 * ldx, ldx, nullptr, m, W.cols, stream);
-        int8mm::MmaParams p{};
-        p.w[0] = p.w[1] = W.data;
-        p.stride[0] = p.stride[1] = W.row_stride;
-        p.rows = rows;
-        p.nkb = nkb;
-        p.xq = reinterpret_cast<const int2*>(ws.xq());
-        p.xd = ws.xd();
-        p.part = ws.partials();
-        const int splits = splits_for(ws, rows, nkb, n_tiles, 1, &p.kb_split);
-        launch_mma(W.type, p, n_tiles, 1, splits, stream);
-        reduce_store_kernel<<<dim3((rows + 255) / 256, m), 256, 0, stream>>>(ws.partials(), splits, rows,
-                                                                              n_tiles * kTileTok, m, y + j0 * ldy,
-                                                                              std::max<int64_t>(ldy, W.rows), nullptr);
-        BG_CUDA_CHECK_LAUNCH();
+        // Rows in chunks whose partials (one split's at least) and row-tile counters fit the
+        // workspace: the output head's 129,280 rows x 64 tokens are 8.3 M floats.
+        const int64_t chunk_rows = std::min<int64_t>(
+            static_cast<int64_t>(kInt8PartialFloats) / (n_tiles * kTileTok) / int8mm::kCtaRows * int8mm::kCtaRows,
+            static_cast<int64_t>(kInt8Counters) * int8mm::kCtaRows);
+        for (int64_t r0 = 0; r0 < W.rows; r0 += chunk_rows) {
+            const int rows = static_cast<int>(std::min<int64_t>(chunk_rows, W.rows - r0));
+            int8mm::MmaParams p{};
+            p.w[0] = p.w[1] = W.data + static_cast<uint64_t>(r0) * W.row_stride;
+            p.stride[0] = p.stride[1] = W.row_stride;
+            p.rows = rows;
+            p.nkb = nkb;
+            p.m = m;
+            p.xq = ws.xq();
+            p.xd = ws.xd();
+            p.part = ws.partials();
+            p.counters = ws.counters();
+            p.epilogue = int8mm::kStore;
+            p.y = y + j0 * ldy + r0;
+            p.ldy = ldy;
+            const int splits = splits_for(ws, rows, nkb, n_tiles, 1, &p.kb_split);
+            launch_mma(W.type, p, n_tiles, 1, splits, stream);
+        }
     }
 }
 
@@ -218,31 +173,35 @@ void int8_expert_ffn(Int8Workspace& ws, const ExpertMats& e, const float* x, int
         gu.stride[1] = e.up.row_stride;
         gu.rows = ff;
         gu.nkb = E / 32;
-        gu.xq = reinterpret_cast<const int2*>(ws.xq());
+        gu.m = m;
+        gu.xq = ws.xq();
         gu.xd = ws.xd();
         gu.part = ws.partials();
+        gu.counters = ws.counters();
+        gu.epilogue = int8mm::kGateUpQuant;
+        gu.limit = limit;
+        gu.llama = form == bg::SwigluClamp::kLlamaCpp ? 1 : 0;
+        gu.hq = ws.hq();
+        gu.hd = ws.hd();
         const int gu_splits = splits_for(ws, ff, gu.nkb, n_tiles, 2, &gu.kb_split);
         launch_mma(e.gate.type, gu, n_tiles, 2, gu_splits, stream);
-        const int warps = (ff / 32) * n_tiles * kTileTok;
-        swiglu_quantize_kernel<<<(warps + kQuantWarps - 1) / kQuantWarps, kQuantWarps * 32, 0, stream>>>(
-            ws.partials(), gu_splits, ff, m, n_tiles, limit, form == bg::SwigluClamp::kLlamaCpp ? 1 : 0, ws.hq(),
-            ws.hd());
-        BG_CUDA_CHECK_LAUNCH();
 
         int8mm::MmaParams dn{};
         dn.w[0] = dn.w[1] = e.down.data;
         dn.stride[0] = dn.stride[1] = e.down.row_stride;
         dn.rows = E;
         dn.nkb = ff / 32;
-        dn.xq = reinterpret_cast<const int2*>(ws.hq());
+        dn.m = m;
+        dn.xq = ws.hq();
         dn.xd = ws.hd();
         dn.part = ws.partials();
+        dn.counters = ws.counters();
+        dn.epilogue = int8mm::kStore;
+        dn.y = out_rows ? y : y + j0 * ldy;
+        dn.ldy = std::max<int64_t>(ldy, n_embd);
+        dn.out_rows = out_rows ? out_rows + j0 : nullptr;
         const int dn_splits = splits_for(ws, E, dn.nkb, n_tiles, 1, &dn.kb_split);
         launch_mma(e.down.type, dn, n_tiles, 1, dn_splits, stream);
-        reduce_store_kernel<<<dim3((E + 255) / 256, m), 256, 0, stream>>>(
-            ws.partials(), dn_splits, E, n_tiles * kTileTok, m, out_rows ? y : y + j0 * ldy,
-            std::max<int64_t>(ldy, n_embd), out_rows ? out_rows + j0 : nullptr);
-        BG_CUDA_CHECK_LAUNCH();
     }
 }
 

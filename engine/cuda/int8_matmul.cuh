@@ -9,12 +9,13 @@
 // Kernels (engine/cuda/int8_matmul_kernel.cuh, instantiated per type in int8_matmul_<type>.cu):
 //  - a CTA owns 64 weight rows (4 warps x 16) of one or two matrices (gate and up together) x
 //    all tokens of a <= 64-token pass (1-8 MMA n-tiles, so 1 token costs one n-tile) x a range of
-//    K blocks (split-K sized so the grid fills the GPU); the activations of 4 K blocks at a time
-//    are staged in shared memory in MMA fragment order (each lane's B fragment one 8-byte load),
-//    the weights go from global memory straight into A fragments;
-//  - each split writes its FP32 partials; a second kernel adds them in split order (so results
-//    are bit-identical run to run) and runs the epilogue: store or scatter to output rows, or,
-//    for gate/up, SwiGLU and the quantisation of h for the down projection.
+//    K blocks (split-K sized so the grid fills the GPU); weights and activations go through
+//    shared memory in a cp.async pipeline (3 steps of 4 K blocks in flight), the activations in
+//    MMA fragment order (each lane's B fragment one 8-byte load);
+//  - each split writes its FP32 partials; the last CTA of a row tile adds them in split order
+//    (so results are bit-identical run to run) and runs the epilogue: store or scatter to output
+//    rows, or, for gate/up, SwiGLU and the int8 quantisation of h for the down projection.
+//  A matmul is two launches (quantise x, MMA); an expert three (quantise x, gate/up, down).
 //
 // Numerical contract: every block's integer sum is exact; the result differs from the float64
 // sum of the same block partials only by FP32 summation (tests/test_gpu_int8_matmul.cpp holds
@@ -38,7 +39,8 @@ namespace bg::cuda {
 //  - x as int8 in fragment order [max_cols/32][8 tiles][32 lanes][8 bytes], and its block scales
 //    [max_cols/32][64 tokens];
 //  - the expert FFN's h, the same way for max_ff;
-//  - split-K partial sums: kInt8PartialFloats FP32.
+//  - split-K partial sums: kInt8PartialFloats FP32, and kInt8Counters row-tile counters (zero
+//    between calls: each call leaves them zero again).
 class Int8Workspace {
 public:
     Int8Workspace(int64_t max_cols, int64_t max_ff);
@@ -59,6 +61,7 @@ public:
     int8_t* hq() const { return hq_; }
     float* hd() const { return hd_; }
     float* partials() const { return part_; }
+    int* counters() const { return counters_; }
 
 private:
     int64_t max_cols_ = 0, max_ff_ = 0;
@@ -69,6 +72,7 @@ private:
     int8_t* hq_ = nullptr;
     float* hd_ = nullptr;
     float* part_ = nullptr;
+    int* counters_ = nullptr;
     uint64_t bytes_ = 0;
 };
 

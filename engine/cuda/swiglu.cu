@@ -4,6 +4,7 @@
 #include "cuda/check.cuh"
 #include "cuda/common.cuh"
 #include "cuda/ops.cuh"
+#include "cuda/swiglu_dev.cuh"
 
 namespace bg::cuda {
 
@@ -13,18 +14,7 @@ __global__ void swiglu_kernel(const float* gate, const float* up, int64_t n, flo
                               float* out) {
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-        const float g = gate[i], u = up[i];
-        if (limit <= kSwigluNoClamp) {
-            out[i] = g * sigmoid_dev(g) * u;
-        } else {
-            const float uc = fminf(limit, fmaxf(-limit, u));
-            if (llama_form) {
-                out[i] = fminf(g * sigmoid_dev(g), limit) * uc;
-            } else {
-                const float gc = fminf(g, limit);
-                out[i] = gc * sigmoid_dev(gc) * uc;
-            }
-        }
+        out[i] = swiglu_dev(gate[i], up[i], limit, llama_form);
     }
 }
 

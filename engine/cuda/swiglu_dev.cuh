@@ -1,12 +1,12 @@
-// cpu::swiglu on the device, both clamp forms (limit <= bg::kSwigluNoClamp: no clamp), for the
-// kernels that apply it where the gate/up sums complete (quant_matmul.cu, int8_matmul.cu).
+// cpu::swiglu on the device, both clamp forms (limit <= bg::kSwigluNoClamp: no clamp): the
+// elementwise op (swiglu.cu) and the kernels that apply it where the gate/up sums complete
+// (quant_matmul.cu, int8_matmul.cu).
 #pragma once
 
 #include "backend/types.h"
+#include "cuda/common.cuh"
 
 namespace bg::cuda {
-
-__device__ __forceinline__ float sigmoid_dev(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 __device__ __forceinline__ float swiglu_dev(float g, float u, float limit, int llama) {
     if (limit <= bg::kSwigluNoClamp) return g * sigmoid_dev(g) * u;

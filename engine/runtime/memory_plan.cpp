@@ -135,9 +135,14 @@ MemoryPlan plan_memory(const ModelShape& shape, const RunConfig& cfg, bool cuda,
         add(MemoryTier::kVram, "dense weights (all but the token embedding)", f.device_dense);
         add(MemoryTier::kVram, strf("KV and compressed caches (%lld positions)", (long long)fc.n_ctx), f.device_caches);
         add(MemoryTier::kVram, "activations, work buffers and routing masks", f.device_work);
+        const MatmulNeeds& mn = fl.ops.matmul;
+        std::string kinds;
+        for (const auto& [on, what] : {std::pair<bool, const char*>{mn.int8_max_cols > 0, "integer kernels"},
+                                       {mn.quant_max_cols > 0, "fused kernels"}})
+            if (on) kinds += (kinds.empty() ? "" : ", ") + std::string(what);
         add(MemoryTier::kVram,
-            fl.ops.matmul.dequant_bytes > 0 ? "matmul workspace (fused kernels) and dequantisation scratch"
-                                            : "matmul workspace (fused kernels)",
+            "matmul workspace (" + (kinds.empty() ? std::string("cuBLAS only") : kinds) + ")" +
+                (mn.dequant_bytes > 0 ? " and dequantisation scratch" : ""),
             f.device_matmul);
         add(MemoryTier::kHost, "forward buffers and kernel timeline", f.host);
     } else {
