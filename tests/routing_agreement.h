@@ -45,8 +45,9 @@ struct RoutingAgreement {
 };
 
 // Runs a, then b, each recording its routing; the sessions keep no observer afterwards.
-// b_metrics receives b's run metrics where given.
-inline RoutingAgreement run_both_recording_routes(bg::Session& a, bg::Session& b, nlohmann::json* b_metrics = nullptr) {
+// b_metrics receives b's run metrics where given; by_layer, the agreement of each layer.
+inline RoutingAgreement run_both_recording_routes(bg::Session& a, bg::Session& b, nlohmann::json* b_metrics = nullptr,
+                                                  std::vector<RoutingAgreement>* by_layer = nullptr) {
     RouteRecorder ra, rb;
     a.forward().set_observer(&ra);
     a.run(false);
@@ -56,6 +57,15 @@ inline RoutingAgreement run_both_recording_routes(bg::Session& a, bg::Session& b
     b.forward().set_observer(nullptr);
     if (b_metrics) *b_metrics = m;
     if (ra.seen.size() != rb.seen.size()) return {0, std::max(ra.seen.size(), rb.seen.size())};
+    if (by_layer) {
+        by_layer->clear();
+        for (size_t i = 0; i < ra.seen.size(); ++i) {
+            const size_t l = static_cast<size_t>(ra.seen[i].layer);
+            if (by_layer->size() <= l) by_layer->resize(l + 1);
+            (*by_layer)[l].total += 1;
+            (*by_layer)[l].same += ra.seen[i] == rb.seen[i];
+        }
+    }
     return {same_routes(ra, rb), ra.seen.size()};
 }
 

@@ -62,7 +62,8 @@ int splits_for(const Int8Workspace& ws, int rows, int nkb, int n_tiles, int mats
     const int row_ctas = (rows + int8mm::kCtaRows - 1) / int8mm::kCtaRows;
     int splits = ws.forced_split() > 0 ? ws.forced_split()
                                        : std::max(1, (4 * ws.sm_count() + row_ctas - 1) / row_ctas);
-    splits = std::min(splits, std::max(1, nkb / int8mm::kStep));
+    // At least two pipeline steps a split: shorter ones are mostly pipeline fill.
+    splits = std::min(splits, std::max(1, nkb / (2 * int8mm::kStep)));
     const int64_t per_split = static_cast<int64_t>(mats) * n_tiles * kTileTok * rows;
     BG_CHECK(per_split <= static_cast<int64_t>(kInt8PartialFloats));
     splits = static_cast<int>(std::min<int64_t>(splits, static_cast<int64_t>(kInt8PartialFloats) / per_split));

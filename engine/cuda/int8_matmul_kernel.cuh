@@ -64,8 +64,13 @@ template <class T, int NT, int MATS>
 __host__ __device__ constexpr int stage_bytes() {
     return MATS * kCtaRows * row_window<T>() + kStep * NT * 32 * 8 + kStep * NT * kTileTok * 4;
 }
+// The pipeline's stages, which the last CTA of a tile reuses for the split sums.
 template <class T, int NT, int MATS>
-__host__ __device__ constexpr int smem_bytes() { return kStages * stage_bytes<T, NT, MATS>(); }
+__host__ __device__ constexpr int smem_bytes() {
+    return kStages * stage_bytes<T, NT, MATS>() > MATS * NT * kTileTok * kCtaRows * 4
+               ? kStages * stage_bytes<T, NT, MATS>()
+               : MATS * NT * kTileTok * kCtaRows * 4;
+}
 
 // Byte of element k (0..31) of token tok's K block kb, in fragment order for a pass of n_tiles
 // n-tiles: lane gg*4 + t of tile tok/8 (gg = tok % 8) holds, as b0, elements 4t..4t+3 and, as
@@ -245,35 +250,51 @@ __global__ void __launch_bounds__(kWarps * 32) mma_kernel(MmaParams p) {
     if (!s_last) return;
     __threadfence();
     if (threadIdx.x == 0) p.counters[blockIdx.x] = 0;
+    // Sums of the splits for the tile's (matrix, token, row), in split order, by all threads at
+    // once (four sums in flight per thread) into the pipeline's shared memory, which is free now:
+    // [MATS][tok_pass][64] floats.
     const int splits = gridDim.y;
+    float* sum = reinterpret_cast<float*>(smem);
+    const int n_sum = MATS * tok_pass * kCtaRows;
+    for (int i0 = threadIdx.x; i0 < n_sum; i0 += 4 * kWarps * 32) {
+        float v[4];
+        int64_t at[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            const int i = i0 + u * kWarps * 32;
+            const int rr = i % kCtaRows, tok = (i / kCtaRows) % tok_pass, m = i / (kCtaRows * tok_pass);
+            const int r = min(tile_r0 + rr, p.rows - 1);
+            at[u] = m * mat_floats + static_cast<int64_t>(tok) * p.rows + r;
+            v[u] = i < n_sum && tok < p.m ? __ldcg(p.part + at[u]) : 0.0f;
+        }
+        for (int sp = 1; sp < splits; ++sp)
+#pragma unroll
+            for (int u = 0; u < 4; ++u)
+                if (i0 + u * kWarps * 32 < n_sum && (i0 + u * kWarps * 32) / kCtaRows % tok_pass < p.m)
+                    v[u] += __ldcg(p.part + sp * MATS * mat_floats + at[u]);
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+            if (i0 + u * kWarps * 32 < n_sum) sum[i0 + u * kWarps * 32] = v[u];
+    }
+    __syncthreads();
     if (p.epilogue == kStore) {
         for (int i = threadIdx.x; i < kCtaRows * p.m; i += kWarps * 32) {
-            const int r = tile_r0 + i % kCtaRows, j = i / kCtaRows;
-            if (r >= p.rows) continue;
-            const int64_t at = static_cast<int64_t>(j) * p.rows + r;
-            float v = __ldcg(p.part + at);
-            for (int sp = 1; sp < splits; ++sp) v += __ldcg(p.part + sp * MATS * mat_floats + at);
+            const int rr = i % kCtaRows, j = i / kCtaRows;
+            if (tile_r0 + rr >= p.rows) continue;
             const int64_t o = p.out_rows ? p.out_rows[j] : j;
-            p.y[o * p.ldy + r] = v;
+            p.y[o * p.ldy + tile_r0 + rr] = sum[j * kCtaRows + rr];
         }
     } else {
         // h rows [tile_r0, tile_r0 + 64): two K blocks of the down projection, each (block,
         // token) one warp's quantisation; tokens past m quantise zeros (the pass's padding).
         for (int task = warp; task < 2 * tok_pass; task += kWarps) {
             const int blk = task / tok_pass, tok = task % tok_pass;
-            const int r = tile_r0 + blk * 32 + lane;
             if (tile_r0 + blk * 32 >= p.rows) continue;  // warp-uniform: rows are whole 32-blocks
-            float v = 0.0f;
-            if (tok < p.m) {
-                const int64_t at = static_cast<int64_t>(tok) * p.rows + r;
-                float gs = 0.0f, us = 0.0f;
-                for (int sp = 0; sp < splits; ++sp) {
-                    gs += __ldcg(p.part + (2 * sp) * mat_floats + at);
-                    us += __ldcg(p.part + (2 * sp + 1) * mat_floats + at);
-                }
-                v = swiglu_dev(gs, us, p.limit, p.llama);
-            }
-            quantize_lane(v, r / 32, tok, NT, p.hq, p.hd);
+            const int rr = blk * 32 + lane;
+            const float v = tok < p.m ? swiglu_dev(sum[tok * kCtaRows + rr], sum[(tok_pass + tok) * kCtaRows + rr],
+                                                   p.limit, p.llama)
+                                      : 0.0f;
+            quantize_lane(v, (tile_r0 + rr) / 32, tok, NT, p.hq, p.hd);
         }
     }
 }
