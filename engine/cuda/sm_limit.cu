@@ -150,6 +150,8 @@ SmPartition::SmPartition(int device, int requested) : device_(device) {
     limit_ = choose_sm_count(requested, total, rule);
     if (!limit_.partitioned()) return;  // the request covers the whole device: the primary context
 
+    // The split rounds minCount up to the device's granularity (28 gave 32 SMs on an H200, seen
+    // there), hence the count is chosen below the request first.
     CUdevResource group{}, rest{};
     unsigned int n_groups = 1;
     cu_setup(d.DevSmResourceSplitByCount(&group, &n_groups, &all, &rest, 0, static_cast<unsigned>(limit_.used)), requested,
