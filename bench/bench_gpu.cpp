@@ -20,6 +20,9 @@
 //    the int8 MMA work over the peak measured in this run by a register-only mma.sync probe,
 //    and x_bound = us / max(floor_us, mma_us);
 // Filters: --benchmark_filter=Fused (only the new kernels), =D2D, =Expert, =Dense.
+// --sm-limit N (ours, taken out before Google Benchmark reads the rest): every benchmark runs in
+// a green context of N SMs (rounded down to what the GPU can partition; the count used is
+// printed and recorded in the output's context as "sm_limit"); 0 or absent: all SMs.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -28,6 +31,7 @@
 #include <memory>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "cuda/check.cuh"
@@ -36,7 +40,9 @@
 #include "cuda/int8_matmul.cuh"
 #include "cuda/mma_probe.cuh"
 #include "cuda/quant_matmul.cuh"
+#include "cuda/sm_limit.cuh"
 #include "tensor/ggml_types.h"
+#include "util/check.h"
 
 namespace {
 
@@ -568,13 +574,63 @@ BENCHMARK(BM_HostToDevice)
 
 }  // namespace
 
+namespace {
+
+// Takes "--sm-limit N" or "--sm-limit=N" out of argv; -1 on a malformed value.
+int take_sm_limit(int& argc, char** argv) {
+    int limit = 0, out = 1;
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        std::string v;
+        if (a == "--sm-limit") {
+            if (i + 1 >= argc) return -1;
+            v = argv[++i];
+        } else if (a.rfind("--sm-limit=", 0) == 0) {
+            v = a.substr(11);
+        } else {
+            argv[out++] = argv[i];
+            continue;
+        }
+        size_t used = 0;
+        try {
+            limit = std::stoi(v, &used);
+        } catch (const std::exception&) {
+            return -1;
+        }
+        if (used != v.size() || limit < 0) return -1;
+    }
+    argc = out;
+    argv[argc] = nullptr;
+    return limit;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+    const int sm_limit = take_sm_limit(argc, argv);
+    if (sm_limit < 0) {
+        std::fprintf(stderr, "bench_gpu: --sm-limit takes a count of SMs >= 0 (0: all)\n");
+        return 1;
+    }
     if (bg::cuda::device_count() == 0) {
         std::fprintf(stderr, "bench_gpu: no CUDA device, nothing to measure\n");
         return 0;
     }
+    // The context every benchmark runs in, current on this thread (Google Benchmark runs them
+    // all here): a green context of the SMs asked for, else the primary context.
+    std::unique_ptr<bg::cuda::SmPartition> partition;
+    try {
+        partition = std::make_unique<bg::cuda::SmPartition>(0, sm_limit);
+    } catch (const bg::Error& e) {
+        std::fprintf(stderr, "bench_gpu: %s\n", e.what());
+        return 1;
+    }
+    partition->bind_thread();
+    const bg::SmLimit& lim = partition->limit();
+    std::fprintf(stderr, "bench_gpu: %s\n", lim.note.c_str());
     benchmark::Initialize(&argc, argv);
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+    benchmark::AddCustomContext("sm_limit", lim.to_json().dump());
     // The bandwidth every x_floor counter is measured against, in this run.
     const std::vector<double> t = d2d_times(kD2DBytes, 20);
     g_d2d_gbs = 2.0 * static_cast<double>(kD2DBytes) / median(t) / 1e9;
@@ -584,5 +640,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_gpu: int8 mma.sync m16n8k32 peak %.0f TOPS\n", g_int8_tops);
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
+    partition.reset();
     return 0;
 }

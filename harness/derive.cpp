@@ -121,6 +121,98 @@ std::string derived_markdown(const json& r, const json& cfg) {
     return md;
 }
 
+Rtx3060Projection project_rtx3060(double tokens, double gpu_ms, double expert_bytes, double dense_bytes, double pcie_bytes) {
+    Rtx3060Projection p;
+    p.tokens = tokens;
+    p.gpu_ms = gpu_ms;
+    p.vram_bytes = expert_bytes + dense_bytes;
+    p.pcie_bytes = pcie_bytes;
+    p.vram_floor_ms = p.vram_bytes / (kRtx3060VramGBs * 1e6);
+    p.pcie_floor_ms = p.pcie_bytes / (kRtx3060PcieGBs * 1e6);
+    const double gpu_side = std::max(p.gpu_ms, p.vram_floor_ms);
+    p.low_ms = std::max(gpu_side, p.pcie_floor_ms);
+    p.high_ms = gpu_side + p.pcie_floor_ms;
+    return p;
+}
+
+namespace {
+
+// The engine's record of the SM limit and the dense bytes on the device, from the first run of
+// the configuration that has metrics.
+const json* first_engine(const json& cfg) {
+    if (!cfg.contains("runs") || !cfg["runs"].is_array()) return nullptr;
+    for (const auto& run : cfg["runs"])
+        if (run.contains("metrics") && run["metrics"].is_object() && run["metrics"].contains("engine") &&
+            run["metrics"]["engine"].is_object())
+            return &run["metrics"]["engine"];
+    return nullptr;
+}
+
+std::string ms_text(double ms) { return fmt_num(ms, ms < 10 ? 2 : ms < 100 ? 1 : 0) + " ms"; }
+
+std::string range_text(double tokens, double low_ms, double high_ms) {
+    const auto tok_s = [&](double ms) { return fmt_num(ms > 0 ? 1000.0 * tokens / ms : 0.0, 2); };
+    return tok_s(high_ms) + "-" + tok_s(low_ms) + " tok/s (" + ms_text(low_ms) + " to " + ms_text(high_ms) + ")";
+}
+
+}  // namespace
+
+std::string rtx3060_projection_markdown(const json& r, const json& cfg) {
+    const json* e = first_engine(cfg);
+    if (!e || !e->contains("sm_limit") || !(*e)["sm_limit"].is_object()) return "";
+    const json& sl = (*e)["sm_limit"];
+    if (sl.value("requested", 0) <= 0) return "";
+    const int used = sl.value("used", 0), total = sl.value("total", 0);
+    const double dense = e->value("device_image_bytes", 0.0);
+    const auto want = layers_wanted(r);
+    const auto have = layers_run(r);
+    const bool derive = want && have && *have > 0;
+    std::string md = "\n### Projection for the RTX 3060 (not a measurement of one)\n\n";
+    md += "This run's GPU work ran on **" + std::to_string(used) + " SMs** of the GPU's " + std::to_string(total) +
+          " (`--sm-limit " + std::to_string(sl.value("requested", 0)) + "`";
+    if (sl.contains("note") && sl["note"].is_string()) md += ": " + sl["note"].get<std::string>();
+    md += "); an RTX 3060 has 28. Its GPU kernel time is a lower bound for the 3060's issue-bound work (this GPU's "
+          "memory stays faster), so the 3060's floors for the same bytes stand beside it: VRAM reads at " +
+          fmt_num(kRtx3060VramGBs, 0) + " GB/s and PCIe copies at " + fmt_num(kRtx3060PcieGBs, 0) +
+          " GB/s. VRAM bytes = expert bytes consumed by compute (`experts.consumed_bytes`: each expert once per layer "
+          "per unit of work) + the dense weights the GPU holds (`engine.device_image_bytes`, " +
+          fmt_num(dense / 1e6, 1) +
+          " MB) counted once per pass: a floor, since every unit of work re-reads them. The projected range runs from "
+          "max(GPU kernel time, VRAM floor, PCIe floor) (copies hidden under compute) to max(GPU kernel time, VRAM "
+          "floor) + PCIe floor (nothing overlapped). A cold pass's disk reads are not projected (this disk is not the "
+          "3060 PC's).\n\n";
+    const std::string n = derive ? std::to_string(*want) : "";
+    md += "| pass | state | GPU kernel time (measured, " + std::to_string(used) +
+          " SMs) | VRAM bytes | 3060 VRAM floor | PCIe bytes | 3060 PCIe floor | bound on the 3060 | projected prefill, "
+          "this " + (have ? std::to_string(*have) + "-layer " : std::string()) + "model |" +
+          (derive ? " **projected " + n + "-layer prefill (PROJECTED)** |" : "") + "\n|---|---|--:|--:|--:|--:|--:|--|--:|" +
+          (derive ? "--:|" : "") + "\n";
+    const json& passes = cfg.value("summary", json::object()).value("passes", json::array());
+    bool any = false;
+    for (int64_t p = 1; p <= int64_t(passes.size()); ++p) {
+        const auto get = [&](const char* k) { return median_of(cfg, p, k); };
+        const auto gpu = get("gpu_busy_ms"), tokens = get("prompt_tokens");
+        if (!gpu || !tokens) continue;
+        const Rtx3060Projection x =
+            project_rtx3060(*tokens, *gpu, get("experts.consumed_bytes").value_or(0), dense, get("pcie_bytes").value_or(0));
+        md += "| " + label_of(r, p) + " | " + passes[p - 1].value("state", "?") + " | " + ms_text(x.gpu_ms) + " | " +
+              mb(x.vram_bytes) + " | " + ms_text(x.vram_floor_ms) + " | " + mb(x.pcie_bytes) + " | " + ms_text(x.pcie_floor_ms) +
+              " | " + (x.copy_bound() ? "copy-bound (PCIe floor above the GPU side)" : "GPU-bound (GPU side above the PCIe floor)") +
+              " | " + range_text(x.tokens, x.low_ms, x.high_ms) + " |";
+        if (derive) {
+            const double k = double(*want) / double(*have);
+            md += " **" + range_text(x.tokens, x.low_ms * k, x.high_ms * k) + "** |";
+        }
+        md += "\n";
+        any = true;
+    }
+    if (!any) md += "| – | – | GPU kernel time not measured | – | – | – | – | – | – |" + std::string(derive ? " – |" : "") + "\n";
+    if (derive)
+        md += "\nThe " + n + "-layer range is the pass's range per layer × " + n +
+              " (as the derived figures above: the whole pass counts as layer time).\n";
+    return md;
+}
+
 std::string derived_ablation_markdown(const json& r) {
     const auto want = layers_wanted(r);
     if (!want) return "";

@@ -514,7 +514,7 @@ std::string render_markdown(const json& r, const std::string& svg_name) {
         if (show_published(r) && sc["published"].contains("source"))
             md += "; seed figures from " + sc["published"]["source"].get<std::string>();
         md += "\n\n" + partition_line(cfg) + seed_table(r, cfg) + "\n" + run_lines(r, cfg) + baseline_line(r, cfg) +
-              targets_line(r, cfg) + derived_markdown(r, cfg);
+              targets_line(r, cfg) + derived_markdown(r, cfg) + rtx3060_projection_markdown(r, cfg);
     }
     md += "\n" + machine_line(r.value("machine", json::object()));
     std::string cmds;

@@ -25,6 +25,8 @@
 # use, outside every carried folder, by the harness from scenarios/models/slice.json):
 #   slice-model     make-model for the slice alone (about a minute on 16 cores)
 #   slice-4a4b      harness: scenarios/slice/seed-4a-4b
+#   slice-3060      harness: scenarios/slice/rtx3060-proxy (seed-4a-4b on 28 SMs, --sm-limit: 24 on
+#                   an H200) and its projection for the RTX 3060
 #   slice-decode    harness: scenarios/slice/decode
 #   slice-500       harness: scenarios/slice/seed-500-baseline and seed-500-optimized (one repetition each)
 #   slice-500-baseline  harness: scenarios/slice/seed-500-baseline alone (about 5 minutes on an H200)
@@ -135,6 +137,7 @@ for part in "$@"; do
     ablation) harness_run ablate ablation ;;
     slice-model) slice_model ;;
     slice-4a4b) slice_model; harness_run run seed-4a-4b slice ;;
+    slice-3060) slice_model; harness_run run rtx3060-proxy slice ;;
     slice-decode) slice_model; harness_run run decode slice ;;
     slice-500) slice_model; harness_run run seed-500-baseline slice; harness_run run seed-500-optimized slice ;;
     slice-500-baseline) slice_model; harness_run run seed-500-baseline slice ;;

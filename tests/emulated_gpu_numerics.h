@@ -158,7 +158,9 @@ private:
 class GpuNumericsDevice final : public bg::DeviceFactory {
 public:
     const char* name() const override { return "cpu-emulating-cuda-matmul"; }
-    std::unique_ptr<bg::Backend> make_backend() override { return bg::cpu::cpu_device().make_backend(); }
+    std::unique_ptr<bg::Backend> make_backend(const bg::BackendOptions& opts) override {
+        return bg::cpu::cpu_device().make_backend(opts);
+    }
     std::unique_ptr<bg::Ops> make_ops(bg::cpu::ThreadPool& pool) override {
         return std::make_unique<GpuNumericsOps>(bg::cpu::cpu_device().make_ops(pool));
     }

@@ -335,3 +335,65 @@ TEST(HarnessResults, DerivedFiguresScalePerLayerFiguresToTheDerivedDepth) {
     r["scenario"].erase("derive_layers");
     EXPECT_EQ(bgh::render_markdown(r, "").find("derived"), std::string::npos);
 }
+
+// A run with an SM limit (the rtx3060-proxy scenario: --sm-limit 28 on a larger GPU) gets a
+// labelled projection for the RTX 3060 beside its measurements: the GPU kernel time measured on
+// the SMs used, the 3060's VRAM (360 GB/s) and PCIe (25 GB/s) floors for the same bytes, and the
+// projected range, on the model that ran and derived for 40 layers. Without a limit, none.
+TEST(HarnessResults, SmLimitedRunShowsTheRtx3060Projection) {
+    const auto x = bgh::project_rtx3060(64, 40.0, 1.8e9, 0.36e9, 2.5e9);
+    EXPECT_DOUBLE_EQ(x.vram_bytes, 2.16e9);
+    EXPECT_DOUBLE_EQ(x.vram_floor_ms, 6.0);    // 2.16 GB at 360 GB/s
+    EXPECT_DOUBLE_EQ(x.pcie_floor_ms, 100.0);  // 2.5 GB at 25 GB/s
+    EXPECT_DOUBLE_EQ(x.low_ms, 100.0);         // max(40, 6, 100)
+    EXPECT_DOUBLE_EQ(x.high_ms, 140.0);        // max(40, 6) + 100
+    EXPECT_TRUE(x.copy_bound());
+    EXPECT_FALSE(bgh::project_rtx3060(64, 200.0, 1.8e9, 0.36e9, 2.5e9).copy_bound());
+
+    auto pass = [](int p, const char* state, double gpu_ms, double pcie) {
+        return json{{"pass", p}, {"state", state}, {"runs", 1},
+                    {"metrics", {{"prefill_tok_s", {{"median", 100.0}}}, {"prefill_ms", {{"median", 640.0}}},
+                                 {"prompt_tokens", {{"median", 64}}}, {"gpu_busy_ms", {{"median", gpu_ms}}},
+                                 {"experts.consumed_bytes", {{"median", 1.8e9}}}, {"pcie_bytes", {{"median", pcie}}},
+                                 {"experts.disk_bytes", {{"median", 0.0}}}, {"disk_wait_ms", {{"median", 0.0}}}}}};
+    };
+    const json engine = {{"backend", "cuda"},
+                         {"device_image_bytes", 3.6e8},
+                         {"sm_limit", {{"requested", 28}, {"used", 24}, {"total", 132}, {"min_count", 8}, {"step", 8},
+                                       {"partitioned", true},
+                                       {"note", "--sm-limit 28: 24 of the GPU's 132 SMs, the largest count <= 28 this GPU "
+                                                "can partition (at least 8, in steps of 8)"}}}};
+    json r = {{"format", bgh::kResultFormat},
+              {"status", "complete"},
+              {"scenario", {{"name", "rtx3060-proxy"}, {"profile", "slice"}, {"mode", "run"}, {"passes", 2},
+                            {"repetitions", 1}, {"pass_labels", {"4a", "4b"}}, {"derive_layers", 40},
+                            {"hardware", {{"vram_budget_mib", 3068}, {"host_budget_mib", 2875}}}}},
+              {"configurations", {{{"name", "all three"}, {"change_flags", json::array()},
+                                   {"changes", {{"partition", true}, {"layer_major", true}, {"promotion", true},
+                                                {"partition_rule", "resident-only"}}},
+                                   {"summary", {{"passes", {pass(1, "cold", 60.0, 3.0e9), pass(2, "warm", 40.0, 2.5e9)}}}},
+                                   {"runs", {{{"metrics", {{"model", {{"n_layer", 5}}}, {"engine", engine}}}}}}}}},
+              {"machine", json::object()}};
+    const std::string md = bgh::render_markdown(r, "");
+    EXPECT_NE(md.find("### Projection for the RTX 3060 (not a measurement of one)"), std::string::npos) << md;
+    EXPECT_NE(md.find("ran on **24 SMs** of the GPU's 132 (`--sm-limit 28`: --sm-limit 28: 24 of the GPU's 132 SMs"),
+              std::string::npos)
+        << md;
+    EXPECT_NE(md.find("VRAM reads at 360 GB/s and PCIe copies at 25 GB/s"), std::string::npos) << md;
+    EXPECT_NE(md.find("`engine.device_image_bytes`, 360.0 MB"), std::string::npos) << md;
+    EXPECT_NE(md.find("| GPU kernel time (measured, 24 SMs) |"), std::string::npos) << md;
+    EXPECT_NE(md.find("**projected 40-layer prefill (PROJECTED)**"), std::string::npos) << md;
+    // Warm: VRAM 1.8 + 0.36 GB -> 6 ms; PCIe 2.5 GB -> 100 ms; 100-140 ms on 5 layers, x 8 for 40.
+    EXPECT_NE(md.find("| 4b | warm | 40.0 ms | 2,160.0 MB | 6.00 ms | 2,500.0 MB | 100 ms | copy-bound (PCIe floor above the "
+                      "GPU side) | 457.14-640.00 tok/s (100 ms to 140 ms) | **57.14-80.00 tok/s (800 ms to 1,120 ms)** |"),
+              std::string::npos)
+        << md;
+    // Cold: PCIe 3 GB -> 120 ms; 120-180 ms.
+    EXPECT_NE(md.find("| 4a | cold | 60.0 ms | 2,160.0 MB | 6.00 ms | 3,000.0 MB | 120 ms | copy-bound"), std::string::npos) << md;
+
+    // No limit: no projection.
+    r["configurations"][0]["runs"][0]["metrics"]["engine"]["sm_limit"] = {{"requested", 0}, {"used", 132}, {"total", 132}};
+    EXPECT_EQ(bgh::render_markdown(r, "").find("Projection for the RTX 3060"), std::string::npos);
+    r["configurations"][0]["runs"][0]["metrics"]["engine"].erase("sm_limit");  // results from before the flag
+    EXPECT_EQ(bgh::render_markdown(r, "").find("Projection for the RTX 3060"), std::string::npos);
+}

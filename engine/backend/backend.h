@@ -7,7 +7,14 @@
 #include <memory>
 #include <string>
 
+#include "backend/sm_limit.h"
+
 namespace bg {
+
+// What a backend is made with (from the run's configuration).
+struct BackendOptions {
+    int sm_limit = 0;  // --sm-limit: run on this many SMs (rounded down to what the GPU allows); 0: all
+};
 
 enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice, kHostToHost };
 
@@ -37,6 +44,12 @@ public:
     virtual uint64_t device_used_bytes() const = 0;
     // Whether the CPU can read device memory directly (the CPU backend's arena).
     virtual bool device_is_host_addressable() const = 0;
+    // Makes the backend's device context current on the calling thread. Every thread other than
+    // the one that made the backend calls it before its first call into the backend or the
+    // device (a GPU with an SM limit runs its work in a context of its own).
+    virtual void bind_thread() {}
+    // The SMs the backend's work may use (all zeros where there are none: the CPU).
+    virtual SmLimit sm_limit() const { return {}; }
 };
 
 std::unique_ptr<Backend> make_cpu_backend();

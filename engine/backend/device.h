@@ -21,7 +21,8 @@ public:
     // Whether the device keeps the model's dense weights in its own memory (loaded from the
     // file), so the host keeps only what it reads (dsv41::DenseHome::kDevice).
     virtual bool dense_on_device() const { return false; }
-    virtual std::unique_ptr<Backend> make_backend() = 0;
+    // Throws bg::Error for an option the device cannot honour (an SM limit off a GPU).
+    virtual std::unique_ptr<Backend> make_backend(const BackendOptions& opts) = 0;
     // The ops the forward pass runs on (the CPU's use the thread pool).
     virtual std::unique_ptr<Ops> make_ops(cpu::ThreadPool& pool) = 0;
 };

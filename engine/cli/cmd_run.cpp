@@ -90,6 +90,11 @@ void add_run_flags(CLI::App* cmd, RunConfig& cfg) {
     cmd->add_option("--prefill", cfg.prefill, "token-major (synchronous loads) | layer-major (overlapped)")->capture_default_str();
     cmd->add_option("--passes", cfg.passes, "Prefill passes over the prompt (1 cold, then warm)")->capture_default_str();
     cmd->add_option("--backend", cfg.backend, "auto | cpu | cuda")->capture_default_str();
+    cmd->add_option("--sm-limit", cfg.sm_limit,
+                    "CUDA: run the work on this many SMs only (a green context; rounded down to what the GPU can "
+                    "partition, e.g. steps of 8 on sm_90; the count used is printed and recorded); 0: all SMs")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber);
     cmd->add_option("--swiglu-clamp", cfg.swiglu_clamp, "deepseek | llamacpp")->capture_default_str();
     cmd->add_option("--matmul", cfg.matmul,
                     "fast (int8 activations, integer tensor cores) | precise (float path, for reference checks)")

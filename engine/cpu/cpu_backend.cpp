@@ -51,7 +51,10 @@ namespace {
 class CpuDevice final : public DeviceFactory {
 public:
     const char* name() const override { return "cpu"; }
-    std::unique_ptr<Backend> make_backend() override { return make_cpu_backend(); }
+    std::unique_ptr<Backend> make_backend(const BackendOptions& opts) override {
+        if (opts.sm_limit != 0) fail("--sm-limit %d needs the CUDA backend (this run is on the CPU)", opts.sm_limit);
+        return make_cpu_backend();
+    }
     std::unique_ptr<Ops> make_ops(ThreadPool& pool) override { return make_cpu_ops(pool); }
 };
 

@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
+#include "cuda/sm_limit.cuh"
 #include "util/check.h"
 
 namespace bg::cuda {
@@ -20,14 +22,22 @@ void check(cudaError_t e, const char* what) {
 
 class CudaBackend final : public Backend {
 public:
-    explicit CudaBackend(int device) : device_(device) {
+    CudaBackend(int device, int sm_limit) : device_(device) {
         int n = 0;
         if (cudaGetDeviceCount(&n) != cudaSuccess || n <= device) {
             cudaGetLastError();
             fail("cuda: no CUDA device %d (found %d)", device, n);
         }
-        check(cudaSetDevice(device), "cudaSetDevice");
+        // The device's primary context, or with --sm-limit a green context holding that many
+        // SMs, made current on this thread: every stream, event, allocation, cuBLAS handle and
+        // kernel this thread makes from here on (the ops come next) belongs to it. Other threads
+        // call bind_thread(); nothing may call cudaSetDevice after it (that would switch this
+        // thread back to the primary context and all SMs).
+        partition_ = std::make_unique<SmPartition>(device, sm_limit);
+        partition_->bind_thread();
+        if (partition_->limit().requested > 0) std::fprintf(stderr, "cuda: %s\n", partition_->limit().note.c_str());
         check(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+        BG_CHECK_MSG(partition_->owns(copy_stream_), "the copy stream is not in the SM partition's context");
         for (cudaEvent_t& e : copy_done_) check(cudaEventCreate(&e), "cudaEventCreate");
         check(cudaEventCreate(&batch_start_), "cudaEventCreate");
         size_t free_b = 0, total_b = 0;
@@ -39,8 +49,11 @@ public:
         for (cudaEvent_t e : copy_done_) cudaEventDestroy(e);
         cudaEventDestroy(batch_start_);
         cudaStreamDestroy(copy_stream_);
+        partition_.reset();  // after every stream of its context
     }
     const char* name() const override { return "cuda"; }
+    void bind_thread() override { partition_->bind_thread(); }
+    SmLimit sm_limit() const override { return partition_->limit(); }
     uint8_t* alloc_device(uint64_t bytes) override {
         void* p = nullptr;
         const cudaError_t e = cudaMalloc(&p, std::max<uint64_t>(bytes, 1));
@@ -107,6 +120,7 @@ private:
                                                  : cudaMemcpyDeviceToDevice;
     }
     int device_ = 0;
+    std::unique_ptr<SmPartition> partition_;  // the context this backend's work runs in
     cudaStream_t copy_stream_ = nullptr;
     cudaEvent_t copy_done_[kMaxQueuedCopies] = {};  // [ticket % kMaxQueuedCopies]
     // copy_async and wait_copy belong to one thread (the store's streamer); copy() may come from
@@ -119,7 +133,7 @@ private:
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }
+std::unique_ptr<Backend> make_cuda_backend(int device, int sm_limit) { return std::make_unique<CudaBackend>(device, sm_limit); }
 
 PcieProbe probe_pcie(uint64_t bytes, int reps, int device) {
     PcieProbe r;

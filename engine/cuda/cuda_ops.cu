@@ -41,6 +41,7 @@ public:
     }
 
     const char* name() const override { return "cuda"; }
+    cudaStream_t stream() const { return stream_; }
     bool memory_is_host() const override { return false; }
     void* alloc(uint64_t bytes) override {
         void* p = nullptr;
@@ -292,5 +293,11 @@ private:
 }  // namespace
 
 std::unique_ptr<Ops> make_cuda_ops() { return std::make_unique<CudaOps>(); }
+
+cudaStream_t compute_stream(Ops& ops) {
+    auto* c = dynamic_cast<CudaOps*>(&ops);
+    BG_CHECK_MSG(c, "compute_stream: not the CUDA ops");
+    return c->stream();
+}
 
 }  // namespace bg::cuda

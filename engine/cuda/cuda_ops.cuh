@@ -2,6 +2,8 @@
 // stream in call order; copies on the same stream; fences and busy brackets are events on it.
 #pragma once
 
+#include <cuda_runtime.h>
+
 #include <memory>
 
 #include "backend/ops.h"
@@ -10,5 +12,9 @@ namespace bg::cuda {
 
 // On the current device. Aborts when there is no device or memory runs out.
 std::unique_ptr<Ops> make_cuda_ops();
+
+// The one stream the CUDA ops enqueue their work on (tests: what runs there, and in which
+// context). `ops` must come from make_cuda_ops.
+cudaStream_t compute_stream(Ops& ops);
 
 }  // namespace bg::cuda

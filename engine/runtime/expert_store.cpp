@@ -167,7 +167,10 @@ TieredExpertStore::TieredExpertStore(const dsv41::Model& m, Backend& backend, io
     item_of_.assign(ne, -1);
     done_ops_.assign(3 * ne, nullptr);
     copy_batch_.reserve(Backend::kMaxQueuedCopies);
-    thread_ = std::thread([this] { streamer(); });
+    thread_ = std::thread([this] {
+        backend_.bind_thread();  // the backend's device context (an SM-limited one with --sm-limit)
+        streamer();
+    });
 }
 
 TieredExpertStore::~TieredExpertStore() {

@@ -44,6 +44,7 @@ nlohmann::json RunConfig::to_json() const {
         {"passes", passes},
         {"threads", threads},
         {"backend", backend},
+        {"sm_limit", sm_limit},
         {"swiglu_clamp", swiglu_clamp},
         {"matmul", matmul},
         {"n_ctx", n_ctx},

@@ -33,6 +33,7 @@ struct RunConfig {
     int64_t passes = 1;               // prefill passes over the same prompt: 1 cold, then warm
     int threads = 0;                  // 0: all cores
     std::string backend = "auto";     // auto (cuda when built with it and a GPU is present) | cpu | cuda
+    int64_t sm_limit = 0;             // CUDA: run on this many SMs (rounded down to what the GPU allows); 0: all
     std::string swiglu_clamp = "deepseek";  // or "llamacpp"
     // fast: int8 activations and exact integer block sums for quantized weights (llama.cpp's
     // default); precise: the float path the float64 reference checks use.

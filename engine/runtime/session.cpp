@@ -99,7 +99,12 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
     cfg_.resolve_residency_defaults(hp.n_expert, hp.n_expert_used);
     plan_ = cfg.residency.empty() ? plan_from_bias(*model_, cfg_.slots, cfg_.hot) : load_plan(cfg.residency, *model_);
 
-    backend_ = device->make_backend();
+    if (cfg.sm_limit < 0) fail("--sm-limit must be >= 0 (0: no limit), got %lld", (long long)cfg.sm_limit);
+    BackendOptions bo;
+    bo.sm_limit = static_cast<int>(std::min<int64_t>(cfg.sm_limit, 1 << 20));
+    // On a GPU with an SM limit this makes the limited context current on this thread; the
+    // store's streamer thread binds itself to it (Backend::bind_thread).
+    backend_ = device->make_backend(bo);
     pool_ = std::make_unique<cpu::ThreadPool>(cfg.threads);
     expert_reader_ = io::Reader::open(cfg.model_path, io_config(cfg), cfg.faults);
     engram_reader_ = io::Reader::open(cfg.model_path, io_config(cfg), cfg.faults);
@@ -187,7 +192,8 @@ nlohmann::json Session::run(bool verbose, const std::function<void(int32_t)>& on
                          {"device_image_bytes", model_->device_image_bytes()},
                          {"vram_reserve_bytes", vram_reserve_bytes_},
                          {"runtime_device_bytes", runtime_device_bytes_},
-                         {"work_buffer_bytes", fwd_->buffer_bytes()}};
+                         {"work_buffer_bytes", fwd_->buffer_bytes()},
+                         {"sm_limit", backend_->sm_limit().to_json()}};
     metrics["model"] = {{"path", cfg_.model_path},
                         {"file_bytes", model_->gguf().file_size()},
                         {"expert_bytes", model_->expert_bytes()},
