@@ -394,6 +394,7 @@ void BM_ExpertInt8(benchmark::State& state) {
     const auto type = static_cast<GgmlType>(state.range(0));
     const int64_t E = state.range(1), F = state.range(2), M = state.range(3);
     const bool graph = state.range(4) != 0;
+    const int split = static_cast<int>(state.range(5));  // Int8Workspace::force_split (0: heuristic)
     const auto gimg = random_weights(type, F, E, 1), uimg = random_weights(type, F, E, 2),
                dimg = random_weights(type, E, F, 3);
     const uint64_t expert_bytes = gimg.size() + uimg.size() + dimg.size();
@@ -407,6 +408,7 @@ void BM_ExpertInt8(benchmark::State& state) {
     for (int64_t j = 0; j < M; ++j) rows[j] = static_cast<int32_t>(T - 1 - j);
     int32_t* drows = device_copy(rows);
     cuda::Int8Workspace ws(std::max(E, F), F);
+    ws.force_split(split);
     cudaStream_t s = nullptr;
     BG_CUDA_CHECK(cudaStreamCreate(&s));
     const uint64_t rbE = row_bytes(type, E), rbF = row_bytes(type, F);
@@ -426,6 +428,7 @@ void BM_DenseInt8(benchmark::State& state) {
     const auto type = static_cast<GgmlType>(state.range(0));
     const int64_t rows = state.range(1), cols = state.range(2), M = state.range(3);
     const bool graph = state.range(4) != 0;
+    const int split = static_cast<int>(state.range(5));
     const auto img = random_weights(type, rows, cols, 11);
     WeightSets sets(img, kRotateBytes);
     float* x = device_copy(random_activations(M * cols, 12));
@@ -435,6 +438,7 @@ void BM_DenseInt8(benchmark::State& state) {
     BG_CUDA_CHECK(cudaStreamCreate(&s));
     const uint64_t rb = row_bytes(type, cols);
     cuda::Int8Workspace ws(cols, 0);
+    ws.force_split(split);
     time_calls(state, s, sets.bufs.size(), static_cast<double>(img.size()), 2.0 * M * rows * cols, graph, [&](size_t i) {
         cuda::int8_matmul(ws, cuda::DeviceMat{sets.bufs[i], type, cols, rows, rb}, x, cols, M, y, rows, s);
     });
@@ -534,21 +538,24 @@ BG_DENSE_SHAPES(BENCHMARK(BM_DenseFused))
     ->ArgsProduct({{kQ8}, {32768}, {1280}, {1, 16}, {0}, {1, 2, 3}})
     ->ArgsProduct({{kQ8}, {5120}, {8192}, {1, 16}, {0}, {1, 2, 3}});
 BG_DENSE_SHAPES(BENCHMARK(BM_DenseSgemm));
-// type, n_embd, n_ff, M, graph
+// type, n_embd, n_ff, M, graph, split (forced split-K count of every launch; 0 the heuristic)
 BENCHMARK(BM_ExpertInt8)
-    ->ArgNames({"type", "n_embd", "n_ff", "M", "graph"})
-    ->ArgsProduct({{kMx}, {5120}, {2304}, {1, 2, 3, 8, 16, 32, 64}, {0, 1}})
-    ->ArgsProduct({{kQ8}, {5120}, {2304}, {1, 8, 16, 64}, {0}})
-    ->ArgsProduct({{kMx}, {1024}, {768}, {1, 16, 64}, {0}})
+    ->ArgNames({"type", "n_embd", "n_ff", "M", "graph", "split"})
+    ->ArgsProduct({{kMx}, {5120}, {2304}, {1, 2, 3, 8, 16, 32, 64}, {0, 1}, {0}})
+    ->ArgsProduct({{kMx}, {5120}, {2304}, {1, 16, 64}, {0}, {1, 2, 4, 8}})
+    ->ArgsProduct({{kQ8}, {5120}, {2304}, {1, 8, 16, 64}, {0}, {0}})
+    ->ArgsProduct({{kMx}, {1024}, {768}, {1, 16, 64}, {0}, {0}})
     ->Iterations(kSamples)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_DenseInt8)
-    ->ArgNames({"type", "rows", "cols", "M", "graph"})
-    ->ArgsProduct({{kQ8}, {1280}, {5120}, {1, 3, 16, 64}, {0}})
-    ->ArgsProduct({{kQ8}, {32768}, {1280}, {1, 3, 16, 64}, {0}})
-    ->ArgsProduct({{kQ8}, {5120}, {8192}, {1, 3, 16, 64}, {0}})
-    ->ArgsProduct({{kQ8}, {129280}, {5120}, {1, 64}, {0}})
+    ->ArgNames({"type", "rows", "cols", "M", "graph", "split"})
+    ->ArgsProduct({{kQ8}, {1280}, {5120}, {1, 3, 16, 64}, {0}, {0}})
+    ->ArgsProduct({{kQ8}, {32768}, {1280}, {1, 3, 16, 64}, {0}, {0}})
+    ->ArgsProduct({{kQ8}, {5120}, {8192}, {1, 3, 16, 64}, {0}, {0}})
+    ->ArgsProduct({{kQ8}, {129280}, {5120}, {1, 64}, {0}, {0}})
+    ->ArgsProduct({{kQ8}, {32768}, {1280}, {1, 16}, {0}, {1, 4}})
+    ->ArgsProduct({{kQ8}, {5120}, {8192}, {1, 16}, {0}, {1, 4}})
     ->Iterations(kSamples)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);

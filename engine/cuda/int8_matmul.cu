@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cuda/check.cuh"
+#include "cuda/sm_limit.cuh"
 #include "cuda/int8_matmul_kernel.cuh"
 #include "cuda/swiglu_dev.cuh"
 #include "tensor/qtypes/all.h"
@@ -81,9 +82,7 @@ void launch_mma(GgmlType type, const int8mm::MmaParams& p, int n_tiles, int mats
 
 Int8Workspace::Int8Workspace(int64_t max_cols, int64_t max_ff) : max_cols_(max_cols), max_ff_(max_ff) {
     BG_CHECK(max_cols > 0 && max_cols % 32 == 0 && max_ff >= 0 && max_ff % 32 == 0);
-    int dev = 0;
-    BG_CUDA_CHECK(cudaGetDevice(&dev));
-    BG_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, dev));
+    sm_count_ = current_sm_count();  // the green context's SMs under --sm-limit
     const uint64_t tok = static_cast<uint64_t>(kMaxTiles) * kTileTok;
     auto take = [&](uint64_t bytes) {
         void* p = nullptr;

@@ -133,19 +133,31 @@ __global__ void __launch_bounds__(kWarps * 32) mma_kernel(MmaParams p) {
     const int kb0 = blockIdx.y * p.kb_split, kb1 = min(p.nkb, kb0 + p.kb_split);
     const int steps = (kb1 - kb0 + kStep - 1) / kStep;
 
+    // The weight chunks this thread copies, the same every step: (matrix, row, 16-byte chunk of
+    // the row's window) for i = threadIdx.x + j * 128; their row starts found once.
+    constexpr int kChunks = kWin / 16;
+    constexpr int kPerThread = (MATS * kCtaRows * kChunks + kWarps * 32 - 1) / (kWarps * 32);
+    const uint8_t* chunk_row[kPerThread];
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+        const int i = threadIdx.x + j * kWarps * 32;
+        const int rr = (i / kChunks) % kCtaRows, m = min(i / (kChunks * kCtaRows), MATS - 1);
+        chunk_row[j] = p.w[m] + static_cast<uint64_t>(min(tile_r0 + rr, p.rows - 1)) * p.stride[m];
+    }
     // Issues the copies of step s (blocks kb0 + 4s ..) into stage buffer s % kStages.
     auto issue = [&](int s) {
         uint8_t* st = smem + (s % kStages) * stage_bytes<T, NT, MATS>();
         const int kb = kb0 + s * kStep, n = min(kStep, kb1 - kb);
         // Weights: per (matrix, row) the 16-byte aligned window holding the n blocks.
-        const int chunks = kWin / 16;
-        for (int i = threadIdx.x; i < MATS * kCtaRows * chunks; i += kWarps * 32) {
-            const int c = i % chunks, rr = (i / chunks) % kCtaRows, m = i / (chunks * kCtaRows);
-            const int r = min(tile_r0 + rr, p.rows - 1);
-            const uint8_t* start = p.w[m] + static_cast<uint64_t>(r) * p.stride[m] + static_cast<int64_t>(kb) * T::kBlockBytes;
-            const uint8_t* base = reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(start) & ~uintptr_t{15});
-            const int need = static_cast<int>(start - base) + n * T::kBlockBytes;
-            if (c * 16 < need) cp_async16(st + (m * kCtaRows + rr) * kWin + c * 16, base + c * 16);
+#pragma unroll
+        for (int j = 0; j < kPerThread; ++j) {
+            const int i = threadIdx.x + j * kWarps * 32;
+            if (i >= MATS * kCtaRows * kChunks) break;
+            const int c = i % kChunks;
+            const uint8_t* start = chunk_row[j] + static_cast<int64_t>(kb) * T::kBlockBytes;
+            const uintptr_t base = reinterpret_cast<uintptr_t>(start) & ~uintptr_t{15};
+            const int need = static_cast<int>(reinterpret_cast<uintptr_t>(start) - base) + n * T::kBlockBytes;
+            if (c * 16 < need) cp_async16(st + (i / kChunks) * kWin + c * 16, reinterpret_cast<const uint8_t*>(base) + c * 16);
         }
         // Activations: n blocks of B fragments (contiguous), then their scales (contiguous).
         const uint8_t* xb = reinterpret_cast<const uint8_t*>(p.xq) + static_cast<int64_t>(kb) * NT * 256;

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "cuda/check.cuh"
+#include "cuda/sm_limit.cuh"
 
 namespace bg::cuda {
 
@@ -37,9 +38,7 @@ __global__ void mma_peak_kernel(int seed, int* sink) {
 }  // namespace
 
 double int8_mma_peak_tops() {
-    int dev = 0, sms = 0;
-    BG_CUDA_CHECK(cudaGetDevice(&dev));
-    BG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    const int sms = current_sm_count();
     int* sink = nullptr;
     BG_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&sink), sizeof(int)));
     cudaEvent_t t0, t1;

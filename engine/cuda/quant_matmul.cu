@@ -32,6 +32,7 @@
 #include <climits>
 
 #include "cuda/check.cuh"
+#include "cuda/sm_limit.cuh"
 #include "cuda/quant_matmul.cuh"
 #include "cuda/swiglu_dev.cuh"
 #include "util/check.h"
@@ -861,9 +862,7 @@ bool quant_matmul_supports(GgmlType t) {
 
 QuantMatmulWorkspace::QuantMatmulWorkspace(int64_t max_cols, int64_t max_ff) : max_cols_(max_cols), max_ff_(max_ff) {
     BG_CHECK(max_cols > 0 && max_cols % 32 == 0 && max_ff >= 0 && max_ff % 32 == 0);
-    int dev = 0;
-    BG_CUDA_CHECK(cudaGetDevice(&dev));
-    BG_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, dev));
+    sm_count_ = current_sm_count();  // the green context's SMs under --sm-limit
     {
         float* d = nullptr;
         BG_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d), 32 * sizeof(float)));

@@ -31,6 +31,7 @@ struct Driver {
     decltype(&::cuCtxFromGreenCtx) CtxFromGreenCtx = nullptr;
     decltype(&::cuGreenCtxGetDevResource) GreenCtxGetDevResource = nullptr;
     decltype(&::cuStreamGetGreenCtx) StreamGetGreenCtx = nullptr;
+    decltype(&::cuCtxGetDevResource) CtxGetDevResource = nullptr;
     std::string missing;  // entry points the driver does not have, comma-separated
 };
 
@@ -66,6 +67,7 @@ const Driver& driver() {
         load(x.CtxFromGreenCtx, "cuCtxFromGreenCtx", x.missing);
         load(x.GreenCtxGetDevResource, "cuGreenCtxGetDevResource", x.missing);
         load(x.StreamGetGreenCtx, "cuStreamGetGreenCtx", x.missing);
+        load(x.CtxGetDevResource, "cuCtxGetDevResource", x.missing);
         return x;
     }();
     return d;
@@ -209,6 +211,18 @@ CUgreenCtx green_context_of(cudaStream_t s) {
     CUgreenCtx g = nullptr;
     BG_CU_CHECK(loaded().StreamGetGreenCtx(reinterpret_cast<CUstream>(s), &g));
     return g;
+}
+
+int current_sm_count() {
+    int dev = 0, all = 0;
+    BG_CUDA_CHECK(cudaGetDevice(&dev));
+    BG_CUDA_CHECK(cudaDeviceGetAttribute(&all, cudaDevAttrMultiProcessorCount, dev));
+    const Driver& d = driver();
+    CUcontext c = nullptr;
+    if (!d.CtxGetCurrent || !d.CtxGetDevResource || d.CtxGetCurrent(&c) != CUDA_SUCCESS || !c) return all;
+    CUdevResource r{};
+    if (d.CtxGetDevResource(c, &r, CU_DEV_RESOURCE_TYPE_SM) != CUDA_SUCCESS) return all;
+    return std::min(all, static_cast<int>(r.sm.smCount));
 }
 
 int sm_count_of(CUgreenCtx g) {

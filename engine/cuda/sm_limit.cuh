@@ -53,6 +53,9 @@ private:
 // The green context a stream belongs to (cuStreamGetGreenCtx: the one current when the stream
 // was made), null when none.
 CUgreenCtx green_context_of(cudaStream_t s);
+// The SMs the calling thread's current context may use: its green context's under --sm-limit,
+// else the device's (kernels size their grids from it, so a limited run is tuned for its SMs).
+int current_sm_count();
 // The SMs a green context holds (cuGreenCtxGetDevResource).
 int sm_count_of(CUgreenCtx g);
 
