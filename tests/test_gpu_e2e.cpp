@@ -19,7 +19,9 @@
 // block's largest value): this random 40-layer model amplifies such steps from layer to layer
 // (one FP16 rounding per activation already leaves 47 % of its routing decisions equal), so the
 // fast path is held to the CPU's routing in its first MoE layers and its whole-model agreement
-// is reported (measured on the H200, 2026-12-02: 73 % exact, 80 % pinned-top1).
+// is reported (measured on the H200, 2026-12-02, prompt and 6 generated tokens: 73 % exact, 80 %
+// pinned-top1, falling from 97 % in the first layers, where the generated tokens that differ are
+// the 3 %, to 41 % in the last).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -83,6 +85,7 @@ TEST(GpuE2E, FastMatmulRoutesAsTheCpuInTheFirstLayers) {
         SCOPED_TRACE(routing);
         bg::RunConfig c = ci_cfg(routing);
         c.matmul = "fast";
+        c.gen = 0;  // prompt positions only: generated tokens that differ would feed different inputs
         bg::Session cpu(c);
         bg::Session gpu(c, &bg::cuda::cuda_device());
         std::vector<bgtest::RoutingAgreement> by_layer;

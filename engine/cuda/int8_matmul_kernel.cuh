@@ -112,8 +112,10 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 // D = A (16x32 s8, row) . B (32x8 s8, col), s32; a: a0..a3 as the PTX fragment, b: b0, b1.
+// Not volatile: a pure function of its operands, so the compiler may interleave independent MMAs
+// with the scaling of earlier ones.
 __device__ __forceinline__ void mma_s8(int (&d)[4], const int (&a)[4], int2 b) {
-    asm volatile(
+    asm(
         "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
         : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y), "r"(0));
