@@ -8,8 +8,12 @@
 //    matmul_int8 (another summation order) likewise;
 //  - int8_expert_ffn against the float64 reference of its arithmetic: x quantised, gate and up
 //    in double, h = SwiGLU of their FP32 values quantised by the CPU function, down in double.
-//    h's FP32 rounding can move a value of h across a rounding boundary of its int8
-//    quantisation (about 1 in 10^5 values), one step of one block: held to 1e-4 (expected ~1e-6);
+//    The GPU's h comes from FP32 sums in another order, and now and then one of its values lands
+//    on the other side of an int8 rounding boundary: one step of one block, which moves that
+//    token's output by about 1e-4 relative (seen on the H200 in 2 of 4 runs of the 70-token case).
+//    So per token: ||y_t - ref_t|| / ||ref_t|| <= 1e-5 (expected ~1e-7) for all but at most
+//    max(1, M/50) tokens, and <= 5e-3 for every token: a wrong tile, pass or block would spoil
+//    many tokens or spoil them by more;
 //  - outputs are poisoned (NaN) first: every output written, nothing else touched; each case runs
 //    twice and must give the same bits (split-K partials added in a fixed order).
 // Skipped, visibly, without a GPU.
@@ -50,7 +54,8 @@ using bgtest::HostMat;
 using bgtest::random_mat;
 
 constexpr double kTolMatmul = 1e-5;
-constexpr double kTolFfn = 1e-4;
+constexpr double kTolFfnToken = 1e-5;    // a token's output, no h value stepped
+constexpr double kTolFfnStepped = 5e-3;  // a token's output with an h value one step off
 
 // y[t][r] = sum_i deq(W)[r][i] * q[t][i] * d[t][i/32] in double; q, d: [M][cols], [M][cols/32].
 std::vector<double> ref_int8(const HostMat& W, const int8_t* q, const float* d, int64_t M) {
@@ -256,20 +261,34 @@ TEST_P(Int8ExpertFfnGpu, MatchesFloat64ReferenceOfItsArithmetic) {
         for (int32_t r : out_rows) written[r] = true;
         std::vector<float> got;
         std::vector<double> want;
-        for (int64_t t = 0; t < T; ++t)
+        int64_t stepped = 0;  // tokens over kTolFfnToken: an h value across a rounding boundary
+        double worst = 0;
+        for (int64_t t = 0; t < T; ++t) {
+            std::vector<float> got_t;
+            std::vector<double> want_t;
             for (int64_t e = 0; e < ldy; ++e) {
                 const float v = y[t * ldy + e], v0 = y0[t * ldy + e];
                 if (!written[t] || e >= E) {
                     ASSERT_EQ(std::memcmp(&v, &v0, 4), 0) << "y[" << t << "][" << e << "] changed";
                     continue;
                 }
-                got.push_back(v);
-                want.push_back(want_row[t * E + e]);
+                got_t.push_back(v);
+                want_t.push_back(want_row[t * E + e]);
             }
+            if (got_t.empty()) continue;
+            const Cmp ct = compare(got_t, want_t);
+            ASSERT_LT(ct.bad, 0) << "token row " << t << ": a routed output is not finite";
+            worst = std::max(worst, ct.rel);
+            stepped += ct.rel > kTolFfnToken;
+            EXPECT_LE(ct.rel, kTolFfnStepped) << "token row " << t;
+            got.insert(got.end(), got_t.begin(), got_t.end());
+            want.insert(want.end(), want_t.begin(), want_t.end());
+        }
+        EXPECT_LE(stepped, std::max<int64_t>(1, c.M / 50)) << "tokens over " << kTolFfnToken << " (worst " << worst << ")";
         const Cmp cmp = compare(got, want);
-        ASSERT_LT(cmp.bad, 0) << "a routed output is not finite";
-        EXPECT_LE(cmp.rel, kTolFfn) << "||y-ref||/||ref|| = " << cmp.rel;
-        if (run == 0) std::printf("  %s: rel err %.3g\n", ffn_name(c).c_str(), cmp.rel);
+        if (run == 0)
+            std::printf("  %s: rel err %.3g overall, worst token %.3g, tokens over %.0e: %lld\n", ffn_name(c).c_str(),
+                        cmp.rel, worst, kTolFfnToken, static_cast<long long>(stepped));
     }
 }
 
