@@ -233,22 +233,22 @@ void check_accepted(const bgh::Scenario& s, const std::string& text) {
         if (a.find('\0') != std::string::npos) finding("accepted engine.extra_args holds a NUL", a.c_str());
 
     // The recorded source is the file's JSON, and the integers were taken from it unchanged.
-    if (s.source != json::parse(text)) finding("source", "differs from the file's JSON");
-    same_int(s.source, "model", "seed", static_cast<int64_t>(s.model_seed));
-    same_int(s.source, "hardware", "vram_budget_mib", s.vram_budget_mib);
-    same_int(s.source, "hardware", "host_budget_mib", s.host_budget_mib);
-    same_int(s.source, "hardware", "cgroup_memory_mib", s.cgroup_memory_mib);
+    if (*s.source != json::parse(text)) finding("source", "differs from the file's JSON");
+    same_int(*s.source, "model", "seed", static_cast<int64_t>(s.model_seed));
+    same_int(*s.source, "hardware", "vram_budget_mib", s.vram_budget_mib);
+    same_int(*s.source, "hardware", "host_budget_mib", s.host_budget_mib);
+    same_int(*s.source, "hardware", "cgroup_memory_mib", s.cgroup_memory_mib);
     const std::map<std::string, int64_t> engine_ints = {
         {"slots", e.slots},          {"hot", e.hot},         {"transient_slots", e.transient_slots},
         {"lru_slots", e.lru_slots},  {"queue_depth", e.queue_depth}, {"threads", e.threads},
         {"engram_buffer_kib", e.engram_buffer_kib}};
-    for (const auto& [k, v] : engine_ints) same_int(s.source, "engine", k.c_str(), v);
-    same_int(s.source, "engine", "read_size", e.read_size_bytes);
-    same_int(s.source, "prompt", "tokens", s.prompt_tokens);
-    same_int(s.source, "prompt", "seed", static_cast<int64_t>(s.prompt_seed));
-    same_int(s.source, nullptr, "passes", s.passes);
-    same_int(s.source, nullptr, "decode_tokens", s.decode_tokens);
-    same_int(s.source, nullptr, "repetitions", s.repetitions);
+    for (const auto& [k, v] : engine_ints) same_int(*s.source, "engine", k.c_str(), v);
+    same_int(*s.source, "engine", "read_size", e.read_size_bytes);
+    same_int(*s.source, "prompt", "tokens", s.prompt_tokens);
+    same_int(*s.source, "prompt", "seed", static_cast<int64_t>(s.prompt_seed));
+    same_int(*s.source, nullptr, "passes", s.passes);
+    same_int(*s.source, nullptr, "decode_tokens", s.decode_tokens);
+    same_int(*s.source, nullptr, "repetitions", s.repetitions);
 
     // The configurations, their names and command lines.
     const std::vector<bgh::Changes> configs = s.configurations();
@@ -264,7 +264,7 @@ void check_accepted(const bgh::Scenario& s, const std::string& text) {
     }
 
     // The same scenario again from its recorded source (what results keep and re-read).
-    const std::string again = s.source.dump();
+    const std::string again = s.source->dump();
     try {
         const bgh::Scenario s2 = bgh::parse_scenario(again, anchor());
         if (canon(s2) != canon(s)) finding("round trip", "the recorded source parses to another scenario");

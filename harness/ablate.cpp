@@ -1,5 +1,7 @@
 #include "ablate.h"
 
+#include <nlohmann/json.hpp>
+
 #include "results.h"
 
 namespace bgh {

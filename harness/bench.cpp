@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include "ablate.h"
 #include "child.h"
 #include "machine.h"
@@ -78,12 +80,12 @@ json scenario_json(const Scenario& s) {
               {"decode_tokens", s.decode_tokens},
               {"repetitions", s.repetitions},
               {"tolerances", {{"speed_ratio", s.speed_ratio_tolerance}}},
-              {"source", s.source}};
+              {"source", *s.source}};
     if (s.mode == "run") {
         j["changes"] = changes_to_json(s.changes);
         j["baseline_reference"] = s.baseline_reference;
     }
-    if (s.source.contains("published")) j["published"] = s.source["published"];
+    if (s.source->contains("published")) j["published"] = (*s.source)["published"];
     if (s.derive_layers > 0) j["derive_layers"] = s.derive_layers;
     return j;
 }

@@ -7,9 +7,10 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "cgroup.h"
+#include "json_value.h"
 #include "scenario.h"
 
 namespace bgh {
@@ -32,7 +33,7 @@ struct BenchOutcome {
     std::string detail;
     std::string json_path, md_path, svg_path;
     int exit_code = 0;                     // 0 complete, 1 failed, 3 OOM, 130 interrupted
-    nlohmann::json result;
+    JsonValue result;
 };
 
 // Throws CgroupError (refusal: no cgroup can be created) or std::runtime_error (the model

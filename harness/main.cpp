@@ -10,6 +10,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include <nlohmann/json.hpp>
+
 #include "bench.h"
 #include "child.h"
 #include "compare.h"
@@ -73,7 +75,7 @@ int do_run(RunFlags& f, bool ablate, const std::vector<std::string>& argv) {
         s.name += "-ablation";
         s.description = "Ablation of the scenario " + s.file + " (its changes replaced by the matrix). " + s.description;
         s.published.reset();
-        s.source.erase("published");
+        s.source->erase("published");
     }
     for (const auto& w : s.warnings) std::fprintf(stderr, "harness: warning: %s\n", w.c_str());
     bgh::BenchOptions& o = f.bench;

@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include <nlohmann/json.hpp>
+
 namespace bgh {
 
 std::optional<nlohmann::json> parse_pass_line(const std::string& line) {

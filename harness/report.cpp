@@ -7,6 +7,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "ablate.h"
 #include "results.h"
 #include "util/file_io.h"

@@ -10,6 +10,8 @@
 #include <ctime>
 #include <filesystem>
 
+#include <nlohmann/json.hpp>
+
 #include "ablate.h"
 #include "derive.h"
 #include "report.h"

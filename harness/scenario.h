@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
+
+#include "json_value.h"
 
 namespace bgh {
 
@@ -115,7 +117,7 @@ struct Scenario {
 
     std::optional<Published> published;
     std::vector<std::string> warnings;  // legal but probably not meant; printed and recorded
-    nlohmann::json source;           // the file's JSON as read, kept in every result
+    JsonValue source;                // the file's JSON as read, kept in every result
 
     // The configurations a run of this scenario measures, in order: for mode "run" the
     // scenario's changes (plus the baseline when baseline_reference), for "ablation" the whole

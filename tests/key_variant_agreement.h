@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>  // Session::run returns the metrics as json
+
 #include "key_variants.h"
 #include "reference/dsv41_reference.h"
 #include "runtime/runner.h"

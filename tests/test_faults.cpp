@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "cli_fixture.h"
 #include "model_fixture.h"
 #include "gguf/gguf.h"

@@ -17,6 +17,8 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "gguf/gguf.h"
 #include "gguf/gguf_json.h"
 #include "util/check.h"

@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "harness/harness_fixture.h"
 #include "model/scale.h"
 #include "model_fixture.h"

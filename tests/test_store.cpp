@@ -4,6 +4,8 @@
 #include <cmath>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "model_fixture.h"
 #include "cpu/routing.h"
 #include "runtime/session.h"

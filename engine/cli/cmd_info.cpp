@@ -2,6 +2,8 @@
 #include <cstdio>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/commands.h"
 #include "gguf/gguf_json.h"
 #include "model/dsv41_model.h"

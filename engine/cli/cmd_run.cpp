@@ -1,6 +1,8 @@
 #include <cstdio>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/commands.h"
 #include "cli/device_pick.h"
 #include "model/dsv41.h"

@@ -14,7 +14,7 @@
 
 #include <cstddef>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "gguf/gguf.h"
 

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <numeric>
 
+#include <nlohmann/json.hpp>
+
 #include "util/check.h"
 
 namespace bg {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <map>
 
+#include <nlohmann/json.hpp>
+
 #include "cpu/cpu_ops.h"
 #include "model/dsv41_forward.h"
 #include "model/forward_layout.h"

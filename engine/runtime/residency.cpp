@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <numeric>
 
+#include <nlohmann/json.hpp>
+
 #include "util/check.h"
 #include "util/file_io.h"
 
