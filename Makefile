@@ -2,7 +2,8 @@
 #   make test       install packages, build (CUDA too when nvcc exists), run every test, then,
 #                   when all passed, the whole suite again under ASan+UBSan (test-sanitize)
 #   make test-sanitize  only the ASan+UBSan pass (its own build folder, build-asan)
-#   make reproduce  install packages, build, generate the model for this machine, run it
+#   make reproduce  install packages, build the engine and the harness, generate the model for this
+#                   machine, run it
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
@@ -13,7 +14,7 @@ SANITIZE_FLAGS ?= -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sani
 # compile time than -g on 2 cores.
 SANITIZE_OPT ?= -O2 -g1 -DNDEBUG
 
-.PHONY: all deps build test test-sanitize reproduce clean
+.PHONY: all deps build build-engine test test-sanitize reproduce clean
 
 all: build
 
@@ -38,7 +39,13 @@ test-sanitize: deps
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS)
 
-reproduce: build
+# What `make reproduce` runs, and nothing else: the engine and the harness (the tests, fuzzers and
+# benchmarks are `make test`'s; on 2 cores they are most of a full build).
+build-engine: deps
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+	cmake --build $(BUILD) -j $(JOBS) --target betelgeuse betelgeuse-harness
+
+reproduce: build-engine
 	bash scripts/reproduce.sh $(BUILD)
 
 clean:
