@@ -339,44 +339,60 @@ std::vector<float> random_activations(int64_t n, uint64_t seed) {
     return v;
 }
 
-// One full expert (gate, up: F rows of E; down: E rows of F) through cuda::expert_ffn on M
-// gathered tokens, each token's output stored into its own row of y (as the forward's eo).
+// One full expert's weights (gate, up: F rows of E; down: E rows of F) in rotating copies, and M
+// tokens gathered from M + 5 rows of x, each token's output stored into its own row of y (as the
+// forward's eo).
+struct ExpertBench {
+    GgmlType type;
+    int64_t E, F, M;
+    std::vector<uint8_t> gimg, uimg, dimg;
+    uint64_t bytes;
+    WeightSets g, u, d;
+    size_t n_sets;
+    float* x;
+    float* y;
+    int32_t* rows;
+    cudaStream_t s = nullptr;
+    ExpertBench(GgmlType t, int64_t e, int64_t f, int64_t m)
+        : type(t), E(e), F(f), M(m), gimg(random_weights(t, f, e, 1)), uimg(random_weights(t, f, e, 2)),
+          dimg(random_weights(t, e, f, 3)), bytes(gimg.size() + uimg.size() + dimg.size()),
+          g(gimg, kRotateBytes * gimg.size() / bytes + 1), u(uimg, kRotateBytes * gimg.size() / bytes + 1),
+          d(dimg, kRotateBytes * gimg.size() / bytes + 1),
+          n_sets(std::min({g.bufs.size(), u.bufs.size(), d.bufs.size()})),
+          x(device_copy(random_activations((m + 5) * e, 7))), y(device_copy(random_activations((m + 5) * e, 8))) {
+        std::vector<int32_t> r(static_cast<size_t>(M));
+        for (int64_t j = 0; j < M; ++j) r[j] = static_cast<int32_t>(M + 4 - j);
+        rows = device_copy(r);
+        BG_CUDA_CHECK(cudaStreamCreate(&s));
+    }
+    ~ExpertBench() {
+        cudaStreamDestroy(s);
+        for (void* p : {static_cast<void*>(x), static_cast<void*>(y), static_cast<void*>(rows)}) cudaFree(p);
+    }
+    ExpertMats mats(size_t i) const {
+        const uint64_t rbE = row_bytes(type, E), rbF = row_bytes(type, F);
+        return {{g.bufs[i], type, E, F, rbE}, {u.bufs[i], type, E, F, rbE}, {d.bufs[i], type, F, E, rbF}};
+    }
+    double flops() const { return 2.0 * 3.0 * M * E * F; }
+};
+
+// One full expert through cuda::expert_ffn (ExpertBench).
 void BM_ExpertFused(benchmark::State& state) {
-    const auto type = static_cast<GgmlType>(state.range(0));
-    const int64_t E = state.range(1), F = state.range(2), M = state.range(3);
     const bool graph = state.range(4) != 0;
     const bool lut = state.range(5) != 0;  // MXFP4: force the table decode
     const bool single = state.range(6) != 0;  // one activation rounding (split activations off)
     const int tiles = static_cast<int>(state.range(7));  // QuantMatmulWorkspace::set_tile_variant
-    const auto gimg = random_weights(type, F, E, 1), uimg = random_weights(type, F, E, 2),
-               dimg = random_weights(type, E, F, 3);
-    const uint64_t expert_bytes = gimg.size() + uimg.size() + dimg.size();
-    const uint64_t min_total = kRotateBytes * gimg.size() / expert_bytes + 1;
-    WeightSets g(gimg, min_total), u(uimg, min_total), d(dimg, min_total);
-    const size_t n_sets = std::min({g.bufs.size(), u.bufs.size(), d.bufs.size()});
-    const int64_t T = M + 5;  // the expert's M tokens gathered from T
-    float* x = device_copy(random_activations(T * E, 7));
-    float* y = device_copy(random_activations(T * E, 8));
-    std::vector<int32_t> rows(static_cast<size_t>(M));
-    for (int64_t j = 0; j < M; ++j) rows[j] = static_cast<int32_t>(T - 1 - j);
-    int32_t* drows = device_copy(rows);
-    cuda::QuantMatmulWorkspace ws(std::max(E, F), F);
+    ExpertBench b(static_cast<GgmlType>(state.range(0)), state.range(1), state.range(2), state.range(3));
+    cuda::QuantMatmulWorkspace ws(std::max(b.E, b.F), b.F);
     if (lut) ws.set_mxfp4_bit_decode(false);
     if (single) ws.set_split_activations(false);
     ws.set_tile_variant(tiles);
     state.counters["bit_decode"] = ws.mxfp4_bit_decode() ? 1 : 0;
     state.counters["split_x"] = ws.split_activations() ? 1 : 0;
-    cudaStream_t s = nullptr;
-    BG_CUDA_CHECK(cudaStreamCreate(&s));
-    const uint64_t rbE = row_bytes(type, E), rbF = row_bytes(type, F);
-    time_calls(state, s, n_sets, static_cast<double>(expert_bytes), 2.0 * 3.0 * M * E * F, graph, [&](size_t i) {
-        const ExpertMats m{{g.bufs[i], type, E, F, rbE}, {u.bufs[i], type, E, F, rbE}, {d.bufs[i], type, F, E, rbF}};
-        cuda::expert_ffn(ws, m, x, E, drows, M, 10.0f, bg::SwigluClamp::kDeepSeek, y, E, drows, s);
+    time_calls(state, b.s, b.n_sets, static_cast<double>(b.bytes), b.flops(), graph, [&](size_t i) {
+        cuda::expert_ffn(ws, b.mats(i), b.x, b.E, b.rows, b.M, 10.0f, bg::SwigluClamp::kDeepSeek, b.y, b.E, b.rows, b.s);
     });
-    state.counters["sets"] = static_cast<double>(n_sets);
-    BG_CUDA_CHECK(cudaStreamDestroy(s));
-    for (void* p : {static_cast<void*>(x), static_cast<void*>(y), static_cast<void*>(drows)})
-        BG_CUDA_CHECK(cudaFree(p));
+    state.counters["sets"] = static_cast<double>(b.n_sets);
 }
 
 // The int8 counters: the MMA work of a call (tokens rounded up to 8-token n-tiles, as the
@@ -391,36 +407,17 @@ void int8_counters(benchmark::State& state, int64_t M, double weights) {
 // One full expert through cuda::int8_expert_ffn (the default `--matmul fast` path), as
 // BM_ExpertFused.
 void BM_ExpertInt8(benchmark::State& state) {
-    const auto type = static_cast<GgmlType>(state.range(0));
-    const int64_t E = state.range(1), F = state.range(2), M = state.range(3);
     const bool graph = state.range(4) != 0;
     const int split = static_cast<int>(state.range(5));  // Int8Workspace::force_split (0: heuristic)
-    const auto gimg = random_weights(type, F, E, 1), uimg = random_weights(type, F, E, 2),
-               dimg = random_weights(type, E, F, 3);
-    const uint64_t expert_bytes = gimg.size() + uimg.size() + dimg.size();
-    const uint64_t min_total = kRotateBytes * gimg.size() / expert_bytes + 1;
-    WeightSets g(gimg, min_total), u(uimg, min_total), d(dimg, min_total);
-    const size_t n_sets = std::min({g.bufs.size(), u.bufs.size(), d.bufs.size()});
-    const int64_t T = M + 5;
-    float* x = device_copy(random_activations(T * E, 7));
-    float* y = device_copy(random_activations(T * E, 8));
-    std::vector<int32_t> rows(static_cast<size_t>(M));
-    for (int64_t j = 0; j < M; ++j) rows[j] = static_cast<int32_t>(T - 1 - j);
-    int32_t* drows = device_copy(rows);
-    cuda::Int8Workspace ws(std::max(E, F), F);
+    ExpertBench b(static_cast<GgmlType>(state.range(0)), state.range(1), state.range(2), state.range(3));
+    cuda::Int8Workspace ws(std::max(b.E, b.F), b.F);
     ws.force_split(split);
-    cudaStream_t s = nullptr;
-    BG_CUDA_CHECK(cudaStreamCreate(&s));
-    const uint64_t rbE = row_bytes(type, E), rbF = row_bytes(type, F);
-    time_calls(state, s, n_sets, static_cast<double>(expert_bytes), 2.0 * 3.0 * M * E * F, graph, [&](size_t i) {
-        const ExpertMats m{{g.bufs[i], type, E, F, rbE}, {u.bufs[i], type, E, F, rbE}, {d.bufs[i], type, F, E, rbF}};
-        cuda::int8_expert_ffn(ws, m, x, E, drows, M, 10.0f, bg::SwigluClamp::kDeepSeek, y, E, drows, s);
+    time_calls(state, b.s, b.n_sets, static_cast<double>(b.bytes), b.flops(), graph, [&](size_t i) {
+        cuda::int8_expert_ffn(ws, b.mats(i), b.x, b.E, b.rows, b.M, 10.0f, bg::SwigluClamp::kDeepSeek, b.y, b.E, b.rows,
+                              b.s);
     });
-    int8_counters(state, M, 3.0 * E * F);
-    state.counters["sets"] = static_cast<double>(n_sets);
-    BG_CUDA_CHECK(cudaStreamDestroy(s));
-    for (void* p : {static_cast<void*>(x), static_cast<void*>(y), static_cast<void*>(drows)})
-        BG_CUDA_CHECK(cudaFree(p));
+    int8_counters(state, b.M, 3.0 * b.E * b.F);
+    state.counters["sets"] = static_cast<double>(b.n_sets);
 }
 
 // y = W x through cuda::int8_matmul, as BM_DenseFused.

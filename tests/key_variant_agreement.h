@@ -20,6 +20,19 @@
 
 namespace bgtest {
 
+// A key variant's run: 24 random prompt ids (seed 5), 8 greedy tokens, exact routing.
+inline bg::RunConfig variant_config(const std::string& path, const char* matmul) {
+    bg::RunConfig c;
+    c.model_path = path;
+    c.prompt_tokens = 24;
+    c.prompt_seed = 5;
+    c.gen = 8;
+    c.routing = "exact";
+    c.matmul = matmul;
+    c.vram_budget_mib = 1024;
+    return c;
+}
+
 inline double key_variants_against_reference(bg::DeviceFactory& device, double tol) {
     std::vector<KeyVariant> variants = key_variants();
     variants.insert(variants.begin(), {"base", [](GgufEdit&) {}});
@@ -28,15 +41,8 @@ inline double key_variants_against_reference(bg::DeviceFactory& device, double t
         SCOPED_TRACE(v.name);
         const std::string path = key_variant_path(v);
         const ref::Dsv41Reference ref(path);
-        bg::RunConfig c;
-        c.model_path = path;
-        c.prompt_tokens = 24;
-        c.prompt_seed = 5;
-        c.gen = 8;
-        c.routing = "exact";
-        c.matmul = "precise";  // the float path: the reference has no int8 rounding
-        c.vram_budget_mib = 1024;
-        bg::Session s(c, &device);
+        // The float path: the reference has no int8 rounding.
+        bg::Session s(variant_config(path, "precise"), &device);
         const int64_t V = ref.hparams().n_vocab;
         const std::vector<int32_t> prompt = bg::random_prompt(24, 5, V, 0);
         const std::vector<float> got = s.all_logits(bg::RoutingPolicy::kExact);
@@ -83,15 +89,7 @@ inline FastVsPrecise key_variants_fast_against_precise(bg::DeviceFactory& device
         std::vector<int32_t> tokens[2];
         int64_t V = 0;
         for (int fast = 0; fast < 2; ++fast) {
-            bg::RunConfig c;
-            c.model_path = path;
-            c.prompt_tokens = 24;
-            c.prompt_seed = 5;
-            c.gen = 8;
-            c.routing = "exact";
-            c.matmul = fast ? "fast" : "precise";
-            c.vram_budget_mib = 1024;
-            bg::Session s(c, &device);
+            bg::Session s(variant_config(path, fast ? "fast" : "precise"), &device);
             V = s.model().hp().n_vocab;
             logits[fast] = s.all_logits(bg::RoutingPolicy::kExact);
             s.run(false);

@@ -108,4 +108,33 @@ inline Cmp compare(const std::vector<float>& out, const std::vector<double>& ref
     return c;
 }
 
+// An expert's tokens as the forward hands them over: T rows of x and of y (strided); the expert
+// reads M of them (a random subset in random order when gathered) and writes M others.
+struct ExpertTokens {
+    int64_t T = 0, ldx = 0, ldy = 0;
+    std::vector<float> x, y0;              // [T][ldx], [T][ldy]: y's rows before the call
+    std::vector<int32_t> rows, out_rows;   // [M]
+};
+inline ExpertTokens expert_tokens(int64_t E, int64_t M, bool gathered, std::mt19937& rng) {
+    ExpertTokens t;
+    t.T = gathered ? M + 7 : M;
+    t.ldx = E + 4;
+    t.ldy = E + 2;
+    std::uniform_real_distribution<float> ux(-1.0f, 1.0f), uy(-0.5f, 0.5f);
+    t.x.resize(static_cast<size_t>(t.T * t.ldx));
+    for (auto& v : t.x) v = ux(rng);
+    t.y0.resize(static_cast<size_t>(t.T * t.ldy));
+    for (auto& v : t.y0) v = uy(rng);
+    t.rows.resize(static_cast<size_t>(t.T));
+    t.out_rows.resize(static_cast<size_t>(t.T));
+    for (int64_t i = 0; i < t.T; ++i) t.rows[i] = t.out_rows[i] = static_cast<int32_t>(i);
+    if (gathered) {
+        std::shuffle(t.rows.begin(), t.rows.end(), rng);
+        std::shuffle(t.out_rows.begin(), t.out_rows.end(), rng);
+    }
+    t.rows.resize(static_cast<size_t>(M));
+    t.out_rows.resize(static_cast<size_t>(M));
+    return t;
+}
+
 }  // namespace bgtest

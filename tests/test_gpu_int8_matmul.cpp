@@ -211,19 +211,12 @@ TEST_P(Int8ExpertFfnGpu, MatchesFloat64ReferenceOfItsArithmetic) {
     const HostMat gate = random_mat(c.gate_up, F, E, 0, rng);
     const HostMat up = random_mat(c.gate_up, F, E, 0, rng);
     const HostMat down = random_mat(c.down, E, F, 0, rng);
-    const int64_t T = c.gathered ? c.M + 7 : c.M;
-    const int64_t ldx = E + 4, ldy = E + 2;
-    const std::vector<float> x = bgtest::uniform(rng, T * ldx, -1.0f, 1.0f);
-    const std::vector<float> y0 = bgtest::uniform(rng, T * ldy, -0.5f, 0.5f);
-    std::vector<int32_t> rows(static_cast<size_t>(T)), out_rows(static_cast<size_t>(T));
-    std::iota(rows.begin(), rows.end(), 0);
-    std::iota(out_rows.begin(), out_rows.end(), 0);
-    if (c.gathered) {
-        std::shuffle(rows.begin(), rows.end(), rng);
-        std::shuffle(out_rows.begin(), out_rows.end(), rng);
-    }
-    rows.resize(static_cast<size_t>(c.M));
-    out_rows.resize(static_cast<size_t>(c.M));
+    const bgtest::ExpertTokens tk = bgtest::expert_tokens(E, c.M, c.gathered, rng);
+    const int64_t T = tk.T, ldx = tk.ldx, ldy = tk.ldy;
+    const std::vector<float>& x = tk.x;
+    const std::vector<float>& y0 = tk.y0;
+    const std::vector<int32_t>& rows = tk.rows;
+    const std::vector<int32_t>& out_rows = tk.out_rows;
 
     // The reference: per token, x quantised, gate/up in double, h in FP32 through cpu::swiglu,
     // h quantised, down in double.

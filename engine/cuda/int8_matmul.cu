@@ -73,7 +73,29 @@ int splits_for(const Int8Workspace& ws, int rows, int nkb, int n_tiles, int mats
     return (nkb + *kb_split - 1) / *kb_split;
 }
 
-void launch_mma(GgmlType type, const int8mm::MmaParams& p, int n_tiles, int mats, int splits, cudaStream_t stream) {
+// The parameters every launch shares: the matrix (and up, for gate/up: one pass over both), its
+// rows and K blocks, the pass's tokens and int8 activations, the workspace's partials.
+int8mm::MmaParams mma_params(const Int8Workspace& ws, const uint8_t* w, uint64_t stride, const DeviceMat* up, int rows,
+                             int64_t cols, int m, const int8_t* xq, const float* xd) {
+    int8mm::MmaParams p{};
+    p.w[0] = w;
+    p.stride[0] = stride;
+    p.w[1] = up ? up->data : w;
+    p.stride[1] = up ? up->row_stride : stride;
+    p.rows = rows;
+    p.nkb = static_cast<int>(cols / 32);
+    p.m = m;
+    p.xq = xq;
+    p.xd = xd;
+    p.part = ws.partials();
+    p.counters = ws.counters();
+    return p;
+}
+
+// Splits K for the call (splits_for) and launches the type's kernel.
+void launch_mma(const Int8Workspace& ws, GgmlType type, int8mm::MmaParams& p, int n_tiles, int mats,
+                cudaStream_t stream) {
+    const int splits = splits_for(ws, p.rows, p.nkb, n_tiles, mats, &p.kb_split);
     qtypes::visit(type, [&](auto traits) { int8mm::launch_mma<decltype(traits)>(p, n_tiles, mats, splits, stream); });
     BG_CUDA_CHECK_LAUNCH();
 }
@@ -113,7 +135,6 @@ void int8_matmul(Int8Workspace& ws, const DeviceMat& W, const float* x, int64_t 
     check_int8_weights(W, ws.max_cols());
     BG_CHECK(n_tok <= 1 || (ldx >= W.cols && ldy >= W.rows));
     if (W.rows == 0 || n_tok <= 0) return;
-    const int nkb = static_cast<int>(W.cols / 32);
     ldy = std::max<int64_t>(ldy, W.rows);
     for (int64_t j0 = 0; j0 < n_tok; j0 += kMaxTiles * kTileTok) {
         const int m = static_cast<int>(std::min<int64_t>(kMaxTiles * kTileTok, n_tok - j0));
@@ -126,21 +147,12 @@ void int8_matmul(Int8Workspace& ws, const DeviceMat& W, const float* x, int64_t 
             static_cast<int64_t>(kInt8Counters) * int8mm::kCtaRows);
         for (int64_t r0 = 0; r0 < W.rows; r0 += chunk_rows) {
             const int rows = static_cast<int>(std::min<int64_t>(chunk_rows, W.rows - r0));
-            int8mm::MmaParams p{};
-            p.w[0] = p.w[1] = W.data + static_cast<uint64_t>(r0) * W.row_stride;
-            p.stride[0] = p.stride[1] = W.row_stride;
-            p.rows = rows;
-            p.nkb = nkb;
-            p.m = m;
-            p.xq = ws.xq();
-            p.xd = ws.xd();
-            p.part = ws.partials();
-            p.counters = ws.counters();
+            int8mm::MmaParams p = mma_params(ws, W.data + static_cast<uint64_t>(r0) * W.row_stride, W.row_stride,
+                                             nullptr, rows, W.cols, m, ws.xq(), ws.xd());
             p.epilogue = int8mm::kStore;
             p.y = y + j0 * ldy + r0;
             p.ldy = ldy;
-            const int splits = splits_for(ws, rows, nkb, n_tiles, 1, &p.kb_split);
-            launch_mma(W.type, p, n_tiles, 1, splits, stream);
+            launch_mma(ws, W.type, p, n_tiles, 1, stream);
         }
     }
 }
@@ -166,42 +178,20 @@ void int8_expert_ffn(Int8Workspace& ws, const ExpertMats& e, const float* x, int
         if (rows) quantize_x(ws, x, ldx, rows + j0, m, n_embd, stream);
         else quantize_x(ws, x + j0 * ldx, ldx, nullptr, m, n_embd, stream);
 
-        int8mm::MmaParams gu{};
-        gu.w[0] = e.gate.data;
-        gu.w[1] = e.up.data;
-        gu.stride[0] = e.gate.row_stride;
-        gu.stride[1] = e.up.row_stride;
-        gu.rows = ff;
-        gu.nkb = E / 32;
-        gu.m = m;
-        gu.xq = ws.xq();
-        gu.xd = ws.xd();
-        gu.part = ws.partials();
-        gu.counters = ws.counters();
+        int8mm::MmaParams gu = mma_params(ws, e.gate.data, e.gate.row_stride, &e.up, ff, E, m, ws.xq(), ws.xd());
         gu.epilogue = int8mm::kGateUpQuant;
         gu.limit = limit;
         gu.llama = form == bg::SwigluClamp::kLlamaCpp ? 1 : 0;
         gu.hq = ws.hq();
         gu.hd = ws.hd();
-        const int gu_splits = splits_for(ws, ff, gu.nkb, n_tiles, 2, &gu.kb_split);
-        launch_mma(e.gate.type, gu, n_tiles, 2, gu_splits, stream);
+        launch_mma(ws, e.gate.type, gu, n_tiles, 2, stream);
 
-        int8mm::MmaParams dn{};
-        dn.w[0] = dn.w[1] = e.down.data;
-        dn.stride[0] = dn.stride[1] = e.down.row_stride;
-        dn.rows = E;
-        dn.nkb = ff / 32;
-        dn.m = m;
-        dn.xq = ws.hq();
-        dn.xd = ws.hd();
-        dn.part = ws.partials();
-        dn.counters = ws.counters();
+        int8mm::MmaParams dn = mma_params(ws, e.down.data, e.down.row_stride, nullptr, E, ff, m, ws.hq(), ws.hd());
         dn.epilogue = int8mm::kStore;
         dn.y = out_rows ? y : y + j0 * ldy;
         dn.ldy = std::max<int64_t>(ldy, n_embd);
         dn.out_rows = out_rows ? out_rows + j0 : nullptr;
-        const int dn_splits = splits_for(ws, E, dn.nkb, n_tiles, 1, &dn.kb_split);
-        launch_mma(e.down.type, dn, n_tiles, 1, dn_splits, stream);
+        launch_mma(ws, e.down.type, dn, n_tiles, 1, stream);
     }
 }
 
