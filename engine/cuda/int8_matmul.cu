@@ -57,8 +57,8 @@ void quantize_x(Int8Workspace& ws, const float* x, int64_t ldx, const int32_t* r
     BG_CUDA_CHECK_LAUNCH();
 }
 
-// Splits of K so that the grid fills the GPU (about 4 CTAs per SM), each at least one pipeline
-// step long, within the partial-sum buffer. Depends on the SM count and the call's shape only.
+// Splits of K so that the grid fills the GPU (about 4 CTAs per SM), each at least two pipeline
+// steps long, within the partial-sum buffer. Depends on the SM count and the call's shape only.
 int splits_for(const Int8Workspace& ws, int rows, int nkb, int n_tiles, int mats, int* kb_split) {
     const int row_ctas = (rows + int8mm::kCtaRows - 1) / int8mm::kCtaRows;
     int splits = ws.forced_split() > 0 ? ws.forced_split()
