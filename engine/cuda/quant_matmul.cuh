@@ -1,6 +1,8 @@
 // Fused quantized matmul: y = W x reading W in its ggml block format (MXFP4, Q8_0, BF16),
 // decoding blocks in registers, never writing a dequantised copy of a weight matrix
-// (issue #14, first part). Kernels and launchers: engine/cuda/quant_matmul.cu; tests:
+// (issue #14, first part). Kernel and its launch: engine/cuda/quant_matmul_kernel.cuh,
+// instantiated per weight type in quant_matmul_{mxfp4,q8_0,bf16}.cu; workspace, activation
+// conversion and the entry points: engine/cuda/quant_matmul.cu; tests:
 // tests/test_gpu_quant_matmul.cpp; timings: bench/bench_gpu.cpp; design and floors:
 // bench/KERNELS.md.
 //
