@@ -209,11 +209,9 @@ void int8_quantize_for_test(Int8Workspace& ws, const float* x, int64_t ldx, int6
     for (int64_t t = 0; t < n_tok; ++t)
         for (int64_t kb = 0; kb < nkb; ++kb) {
             d_host[t * nkb + kb] = d[static_cast<size_t>(kb * tok_pass + t)];
-            for (int k = 0; k < 32; ++k) {
-                const int nt = static_cast<int>(t >> 3), gg = static_cast<int>(t & 7), hi = k >> 4, tt = (k & 15) >> 2;
-                const int64_t at = ((kb * n_tiles + nt) * 32 + gg * 4 + tt) * 8 + hi * 4 + (k & 3);
-                q_host[t * cols + kb * 32 + k] = frag[static_cast<size_t>(at)];
-            }
+            for (int k = 0; k < 32; ++k)
+                q_host[t * cols + kb * 32 + k] =
+                    frag[static_cast<size_t>(int8mm::frag_byte(static_cast<int>(kb), static_cast<int>(t), k, n_tiles))];
         }
 }
 

@@ -75,7 +75,7 @@ __host__ __device__ constexpr int smem_bytes() {
 // Byte of element k (0..31) of token tok's K block kb, in fragment order for a pass of n_tiles
 // n-tiles: lane gg*4 + t of tile tok/8 (gg = tok % 8) holds, as b0, elements 4t..4t+3 and, as
 // b1, elements 16+4t..16+4t+3 (the m16n8k32 B fragment of column gg).
-__device__ __forceinline__ int64_t frag_byte(int kb, int tok, int k, int n_tiles) {
+__host__ __device__ __forceinline__ int64_t frag_byte(int kb, int tok, int k, int n_tiles) {
     const int nt = tok >> 3, gg = tok & 7, hi = k >> 4, t = (k & 15) >> 2;
     return ((static_cast<int64_t>(kb) * n_tiles + nt) * 32 + gg * 4 + t) * 8 + hi * 4 + (k & 3);
 }
