@@ -244,6 +244,7 @@ const std::map<std::string, std::string>& reserved_flags() {
         {"--model", "model.path"},          {"-m", "model.path"},
         {"--metrics-json", "the harness"},
         {"--passes", "passes"},             {"--gen", "decode_tokens"},          {"-n", "decode_tokens"},
+        {"--ignore-eos", "the harness"},
         {"--prompt-tokens", "prompt.tokens"}, {"--prompt-seed", "prompt.seed"},
         {"--file", "prompt.text_file"},     {"-f", "prompt.text_file"},
         {"--prompt", "prompt"},             {"-p", "prompt"},
@@ -539,7 +540,9 @@ std::vector<std::string> engine_args(const Scenario& s, const Changes& c, const 
         a.insert(a.end(), {"--prompt-ids", s.prompt_ids_file});
     else
         a.insert(a.end(), {"--prompt-tokens", std::to_string(s.prompt_tokens), "--prompt-seed", std::to_string(s.prompt_seed)});
-    a.insert(a.end(), {"--passes", std::to_string(s.passes), "--gen", std::to_string(s.decode_tokens)});
+    // Every run decodes exactly decode_tokens: a run that stopped at an end-of-generation token
+    // would time fewer steps than the next one.
+    a.insert(a.end(), {"--passes", std::to_string(s.passes), "--gen", std::to_string(s.decode_tokens), "--ignore-eos"});
     const auto cf = change_flags(c);
     a.insert(a.end(), cf.begin(), cf.end());
     a.insert(a.end(), {"--slots", std::to_string(e.slots), "--hot", std::to_string(e.hot), "--transient-slots",

@@ -151,7 +151,7 @@ for part in "$@"; do
       mkdir -p "$root/measurements/slice/warm-pass"
       nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$root/measurements/slice/warm-pass/machine.txt"
       note "slice warm pass (500 tokens, resident-only, layer-major, promotion)"
-      "$bin" run --backend cuda --model models/slice.gguf --file scenarios/prompts/500-tokens.txt --passes 2 --gen 16 \
+      "$bin" run --backend cuda --model models/slice.gguf --file scenarios/prompts/500-tokens.txt --passes 2 --gen 16 --ignore-eos \
         --routing resident-only --prefill layer-major --ubatch 16 --promote --slots 20 --hot 5 --transient-slots 12 \
         --lru-slots 0 --io uring --queue-depth 64 --read-size 1048576 --host-budget 2875 --vram-budget 3068 \
         --engram-buffer 2048 --threads 0 --metrics-json "$root/measurements/slice/warm-pass/metrics.json" \
@@ -166,7 +166,7 @@ for part in "$@"; do
       dir="$root/measurements/slice/kernel-summary"; mkdir -p "$dir"
       nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$dir/machine.txt"
       nsys_bin=$(cuda_tool nsys)
-      run_args=(run --backend cuda --model models/slice.gguf --routing resident-only --prefill layer-major --ubatch 16
+      run_args=(run --backend cuda --model models/slice.gguf --ignore-eos --routing resident-only --prefill layer-major --ubatch 16
         --promote --slots 20 --hot 5 --transient-slots 12 --lru-slots 0 --host-budget 2875 --vram-budget 3068 --threads 0)
       if [ -n "$nsys_bin" ]; then
         note "nsys: slice, 500 tokens, 2 passes, 16 decode tokens"

@@ -222,7 +222,7 @@ TEST_F(Fixture, ChangesMapOntoTheDocumentedEngineFlags) {
     for (const auto& x : a) line += " " + x;
     line += " ";
     for (const char* f : {" --routing resident-only ", " --prefill token-major --ubatch 3 ", " --promote ", " --passes 2 ",
-                          " --gen 8 ", " --prompt-tokens 64 ", " --prompt-seed 3 ", " --host-budget 256 ",
+                          " --gen 8 --ignore-eos ", " --prompt-tokens 64 ", " --prompt-seed 3 ", " --host-budget 256 ",
                           " --vram-budget 64 ", " --verify-slots ", " --metrics-json /tmp/m.json "})
         EXPECT_NE(line.find(f), std::string::npos) << f << " in " << line;
 }

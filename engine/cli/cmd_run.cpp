@@ -30,6 +30,16 @@ void run(RunConfig cfg) {
     std::fputs(cfg.describe().c_str(), stderr);
     Session s(cfg, device);
     std::fprintf(stderr, "prompt: %zu tokens\n", s.prompt().size());
+    const tok::EndOfGeneration& eog = s.end_of_generation();
+    if (eog.empty()) {
+        std::fprintf(stderr, "end of generation: the model names no end-of-generation tokens: %lld tokens are decoded\n",
+                     (long long)cfg.gen);
+    } else {
+        std::string list;
+        for (int32_t id : eog.ids) list += strf("%s%d", list.empty() ? "" : " ", id);
+        std::fprintf(stderr, "end of generation: tokens %s%s\n", list.c_str(),
+                     cfg.ignore_eos ? " (never chosen: --ignore-eos)" : "");
+    }
     // With a tokenizer the answer streams to stdout as text while it is generated (--show-ids
     // adds the ids after it); without one, the ids are the output.
     const tok::Tokenizer* tokenizer = s.tokenizer();
@@ -37,7 +47,9 @@ void run(RunConfig cfg) {
     std::unique_ptr<tok::StreamDecoder> text;
     if (tokenizer) text = std::make_unique<tok::StreamDecoder>(*tokenizer);
     auto on_token = [&](int32_t id) {
-        if (!text) return;
+        // The end-of-generation token ends the answer; it is not part of its text (its id is
+        // still in --show-ids and the metrics).
+        if (!text || (!cfg.ignore_eos && eog.contains(id))) return;
         const std::string part = text->push(id);
         std::fwrite(part.data(), 1, part.size(), stdout);
         std::fflush(stdout);
@@ -82,7 +94,13 @@ void add_model_prompt_flags(CLI::App* cmd, RunConfig& cfg, bool model_required) 
 
 // The flags of run beyond the model and prompt (shared with plan, which sizes the same run).
 void add_run_flags(CLI::App* cmd, RunConfig& cfg) {
-    cmd->add_option("-n,--gen", cfg.gen, "Tokens to generate (generation does not stop at end-of-sentence)")->capture_default_str();
+    cmd->add_option("-n,--gen", cfg.gen,
+                    "Tokens to generate at most: generation stops earlier at the model's end-of-generation tokens "
+                    "(tokenizer.ggml.eos/eot/eom_token_id and the texts llama.cpp recognises)")
+        ->capture_default_str();
+    cmd->add_flag("--ignore-eos", cfg.ignore_eos,
+                  "Never choose an end-of-generation token (as llama.cpp's --ignore-eos): exactly --gen tokens are "
+                  "generated (the harness passes it, so decode figures compare)");
     cmd->add_flag("--show-ids", cfg.show_ids, "Also print the generated token ids");
     cmd->add_option("--temp", cfg.sampling.temp, "Sampling temperature (0: greedy)")->capture_default_str();
     cmd->add_option("--top-k", cfg.sampling.top_k, "Keep the k most likely tokens (0: all; with --temp > 0)")->capture_default_str();

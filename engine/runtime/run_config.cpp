@@ -41,6 +41,7 @@ nlohmann::json RunConfig::to_json() const {
         {"min_p", sampling.min_p},
         {"seed", sampling.seed},
         {"gen", gen},
+        {"ignore_eos", ignore_eos},
         {"prefill", prefill},
         {"ubatch", ubatch},
         {"passes", passes},

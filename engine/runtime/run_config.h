@@ -27,7 +27,10 @@ struct RunConfig {
     std::string system;               // the chat's system message
     bool show_ids = false;            // also print the generated token ids
     SamplingConfig sampling;          // temp 0 (greedy) by default
-    int64_t gen = 16;                 // tokens to decode after the prompt
+    int64_t gen = 16;                 // tokens to decode after the prompt, at most
+    // false: decoding stops at the model's end-of-generation tokens (tok::end_of_generation);
+    // true: they are never chosen and exactly `gen` tokens are decoded (benchmarks).
+    bool ignore_eos = false;
     std::string prefill = "layer-major";  // layer-major overlaps reads and copies with compute
     int64_t ubatch = 16;
     int64_t passes = 1;               // prefill passes over the same prompt: 1 cold, then warm

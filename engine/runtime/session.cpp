@@ -96,6 +96,13 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
         if (!cfg.prompt_text.empty() || !cfg.prompt_text_file.empty()) throw;
         std::fprintf(stderr, "%s; running on token ids\n", e.what());
     }
+    // Likewise the end-of-generation tokens: without them decoding runs to --gen.
+    try {
+        eog_ = tok::end_of_generation(model_->gguf());
+        for (const std::string& note : eog_.ignored) std::fprintf(stderr, "end of generation: %s\n", note.c_str());
+    } catch (const Error& e) {
+        std::fprintf(stderr, "%s; decoding runs to --gen without end-of-generation tokens\n", e.what());
+    }
     prompt_ = build_prompt(cfg, *model_, tokenizer_.get());
     sampler_ = std::make_unique<Sampler>(cfg.sampling);
     cfg_.resolve_residency_defaults(hp.n_expert, hp.n_expert_used);
@@ -306,23 +313,32 @@ nlohmann::json Session::run(bool verbose, const std::function<void(int32_t)>& on
     begin_timelines();
     const double b0 = fwd_->device_busy_ms();
     const double t_dec_ms = now_ms();
-    generated_ = runner_->decode(logits, cfg_.gen, sampler_.get(), on_token);
+    const DecodeStop stop{&eog_, cfg_.ignore_eos};
+    generated_ = runner_->decode(logits, cfg_.gen, sampler_.get(), on_token, stop);
     const double t_dec_end_ms = now_ms();
     const double dec_ms = t_dec_end_ms - t_dec_ms;
+    stopped_at_eog_ = stop.stopped_at(generated_);
+    const int64_t n_generated = static_cast<int64_t>(generated_.size());
     // The first generated token comes from the prefill's logits: decode speed counts the
-    // one-token steps that followed it.
-    const int64_t steps = std::max<int64_t>(0, cfg_.gen - 1);
+    // one-token steps that followed it (none follows an end-of-generation token).
+    const int64_t steps = std::max<int64_t>(0, n_generated - 1);
     nlohmann::json dm = tier_metrics(store_->counters() - s0, engram_->counters() - g0, t_dec_ms, t_dec_end_ms,
                                      b0 >= 0 ? fwd_->device_busy_ms() - b0 : -1.0);
-    dm["tokens"] = cfg_.gen;
+    dm["tokens"] = n_generated;
+    dm["requested_tokens"] = cfg_.gen;
+    dm["stopped_at_eog"] = stopped_at_eog_;
+    dm["eog_token"] = stopped_at_eog_ ? nlohmann::json(generated_.back()) : nlohmann::json(nullptr);
     dm["steps"] = steps;
     dm["decode_ms"] = dec_ms;
     dm["decode_tok_s"] = steps > 0 ? steps / (dec_ms / 1e3) : 0.0;
     metrics["decode"] = dm;
     metrics["generated"] = generated_;
     metrics["prompt_first_tokens"] = std::vector<int32_t>(prompt_.begin(), prompt_.begin() + std::min<int64_t>(n_prompt, 16));
+    metrics["end_of_generation"] = {{"ids", eog_.ids}, {"ignored", eog_.ignored}, {"ignore_eos", cfg_.ignore_eos}};
     if (verbose)
-        std::fprintf(stderr, "decode: %lld tokens, %.2f tok/s\n", (long long)cfg_.gen, dm["decode_tok_s"].get<double>());
+        std::fprintf(stderr, "decode: %lld tokens%s, %.2f tok/s\n", (long long)n_generated,
+                     stopped_at_eog_ ? strf(" (stopped at end-of-generation token %d)", generated_.back()).c_str() : "",
+                     dm["decode_tok_s"].get<double>());
 
     if (cfg_.fidelity) {
         // Extra prefills outside the measured passes: exact routing against the chosen policy.

@@ -56,6 +56,10 @@ public:
     const std::vector<int32_t>& prompt() const { return prompt_; }
     const std::vector<int32_t>& generated() const { return generated_; }
     const tok::Tokenizer* tokenizer() const { return tokenizer_.get(); }  // null: the model has none
+    // The tokens decoding stops at (unless RunConfig::ignore_eos); empty without a vocabulary.
+    const tok::EndOfGeneration& end_of_generation() const { return eog_; }
+    // Whether the last run() ended at one of them (false with ignore_eos).
+    bool stopped_at_eog() const { return stopped_at_eog_; }
     const dsv41::Model& model() const { return *model_; }
     TieredExpertStore& store() { return *store_; }
     EngramStore& engram() { return *engram_; }
@@ -89,7 +93,9 @@ private:
     std::unique_ptr<Runner> runner_;
     std::unique_ptr<tok::Tokenizer> tokenizer_;
     std::unique_ptr<Sampler> sampler_;
+    tok::EndOfGeneration eog_;
     std::vector<int32_t> prompt_, generated_;
+    bool stopped_at_eog_ = false;
 };
 
 // Top-1 agreement and mean KL(exact || policy) of next-token distributions over positions.
