@@ -336,9 +336,9 @@ nlohmann::json Session::run(bool verbose, const std::function<void(int32_t)>& on
     metrics["prompt_first_tokens"] = std::vector<int32_t>(prompt_.begin(), prompt_.begin() + std::min<int64_t>(n_prompt, 16));
     metrics["end_of_generation"] = {{"ids", eog_.ids}, {"ignored", eog_.ignored}, {"ignore_eos", cfg_.ignore_eos}};
     if (verbose)
-        std::fprintf(stderr, "decode: %lld tokens%s, %.2f tok/s\n", (long long)n_generated,
-                     stopped_at_eog_ ? strf(" (stopped at end-of-generation token %d)", generated_.back()).c_str() : "",
-                     dm["decode_tok_s"].get<double>());
+        // The harness reads "decode: N tokens, X tok/s" (harness/progress.h): the stop comes after.
+        std::fprintf(stderr, "decode: %lld tokens, %.2f tok/s%s\n", (long long)n_generated, dm["decode_tok_s"].get<double>(),
+                     stopped_at_eog_ ? strf(" (stopped at end-of-generation token %d)", generated_.back()).c_str() : "");
 
     if (cfg_.fidelity) {
         // Extra prefills outside the measured passes: exact routing against the chosen policy.
