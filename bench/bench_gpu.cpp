@@ -42,6 +42,7 @@
 #include "cuda/quant_matmul.cuh"
 #include "cuda/sm_limit.cuh"
 #include "tensor/ggml_types.h"
+#include "util/build_info.h"
 #include "util/check.h"
 
 namespace {
@@ -635,6 +636,7 @@ int main(int argc, char** argv) {
     benchmark::Initialize(&argc, argv);
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
     benchmark::AddCustomContext("sm_limit", lim.to_json().dump());
+    benchmark::AddCustomContext("build", bg::build_info().to_json().dump());  // the commit this binary was built from
     // The bandwidth every x_floor counter is measured against, in this run.
     const std::vector<double> t = d2d_times(kD2DBytes, 20);
     g_d2d_gbs = 2.0 * static_cast<double>(kD2DBytes) / median(t) / 1e9;

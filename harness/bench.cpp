@@ -15,6 +15,7 @@
 #include "page_cache.h"
 #include "progress.h"
 #include "results.h"
+#include "util/build_info.h"
 
 namespace bgh {
 
@@ -108,6 +109,14 @@ BenchOutcome run_bench(const Scenario& s, const BenchOptions& o) {
     if (o.probe) progress.note("measuring the machine (raw disk and PCIe bandwidth)");
     json machine = describe_machine(mp);
     progress.finish();
+    const json engine = engine_build(o.engine_path);
+    std::vector<std::string> warnings = s.warnings;
+    const json harness_build = bg::build_info().to_json();
+    if (engine.value("commit", json()) != harness_build["commit"] || engine.value("dirty", json()) != harness_build["dirty"]) {
+        warnings.push_back("the engine (" + engine.value("describe", std::string("commit unknown")) + ") and the harness (" +
+                           bg::build_info().describe + ") were built from different commits: the result's git names the engine's");
+        progress.note(warnings.back());
+    }
 
     const std::string timestamp = utc_timestamp();
     BenchOutcome out;
@@ -122,10 +131,12 @@ BenchOutcome run_bench(const Scenario& s, const BenchOptions& o) {
               {"timestamp", timestamp},
               {"started_utc", utc_iso()},
               {"scenario", scenario_json(s)},
-              {"harness", {{"command_line", o.command_line}, {"engine", o.engine_path}}},
-              {"git", git_description(fs::path(s.file).parent_path().string())},
+              // The commits the binaries were built from (embedded at their builds), not that of
+              // the checkout the harness happens to run in.
+              {"harness", {{"command_line", o.command_line}, {"engine", o.engine_path}, {"build", harness_build}}},
+              {"git", engine},
               {"machine", machine},
-              {"warnings", s.warnings},
+              {"warnings", warnings},
               {"configurations", json::array()}};
     if (o.use_cgroup) {
         r["cgroup"] = {{"enabled", true}, {"limit_mib", s.cgroup_memory_mib}};

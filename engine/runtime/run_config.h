@@ -79,7 +79,7 @@ struct RunConfig {
     void resolve_residency_defaults(int64_t n_expert, int64_t n_expert_used);
 
     nlohmann::json to_json() const;
-    std::string describe() const;     // the start-up table
+    std::string describe() const;     // the start-up table (the build's commit first)
 };
 
 }  // namespace bg

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "util/build_info.h"
 #include "util/timeline.h"
 #include "util/check.h"
 
@@ -188,6 +189,7 @@ nlohmann::json Session::run(bool verbose, const std::function<void(int32_t)>& on
     const int64_t n_prompt = static_cast<int64_t>(prompt_.size());
     nlohmann::json metrics;
     metrics["config"] = cfg_.to_json();
+    metrics["build"] = build_info().to_json();  // the commit these binaries were built from
     metrics["engine"] = {{"backend", backend_->name()},
                          {"io_engine", expert_reader_->engine_name()},
                          {"threads", pool_->size()},
