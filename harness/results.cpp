@@ -264,6 +264,11 @@ std::string partition_line(const json& cfg) {
     if (c.rule == PartitionRule::kPinnedTop1)
         return "Partition rule: **pinned-top1** (ours, beyond the seed): rank 1 is the exact argmax over all experts, read "
                "from disk when not resident; ranks 2-k among the layer's S resident experts.\n\n";
+    if (c.rule == PartitionRule::kHotPool)
+        return "Partition rule: **hot-pool** (ours, an interpretation of the seed's sentence, not its rule): rank 1 among "
+               "the layer's S resident experts, ranks 2-k among the H in VRAM now (promotion changes them), topped up from "
+               "the resident ones when fewer than k-1 hot remain; every expert resident, at most one outside VRAM per "
+               "token with k = 6 and H = 5.\n\n";
     return "Partition rule: **resident-only** (the seed's): every one of the k experts is chosen among the layer's S "
            "resident experts, in exact score order.\n\n";
 }

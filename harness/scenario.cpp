@@ -266,12 +266,18 @@ ScenarioError::ScenarioError(const std::vector<std::string>& p)
     : std::runtime_error(join(p, "\n")), problems(p) {}
 
 const char* partition_rule_name(PartitionRule r) {
-    return r == PartitionRule::kPinnedTop1 ? "pinned-top1" : "resident-only";
+    switch (r) {
+        case PartitionRule::kPinnedTop1: return "pinned-top1";
+        case PartitionRule::kHotPool: return "hot-pool";
+        case PartitionRule::kResidentOnly: break;
+    }
+    return "resident-only";
 }
 
 std::optional<PartitionRule> parse_partition_rule(const std::string& name) {
     if (name == "resident-only") return PartitionRule::kResidentOnly;
     if (name == "pinned-top1") return PartitionRule::kPinnedTop1;
+    if (name == "hot-pool") return PartitionRule::kHotPool;
     return std::nullopt;
 }
 
@@ -284,7 +290,8 @@ std::vector<std::string> change_flags(const Changes& c) {
 }
 
 std::string changes_name(const Changes& c) {
-    const std::string rule = c.partition && c.rule == PartitionRule::kPinnedTop1 ? " (pinned-top1)" : "";
+    const std::string rule =
+        c.partition && c.rule != PartitionRule::kResidentOnly ? std::string(" (") + partition_rule_name(c.rule) + ")" : "";
     if (c.count() == 0) return "baseline";
     if (c.count() == 3) return "all three" + rule;
     const char* names[3] = {"partition", "layer-major", "promotion"};
@@ -402,7 +409,7 @@ Scenario parse_scenario(const std::string& text, const std::string& path) {
         s.changes.partition = ch.boolean("partition", true).value_or(false);
         s.changes.layer_major = ch.boolean("layer_major", true).value_or(false);
         s.changes.promotion = ch.boolean("promotion", true).value_or(false);
-        if (auto r = ch.string("partition_rule", false, {"resident-only", "pinned-top1"})) {
+        if (auto r = ch.string("partition_rule", false, {"resident-only", "pinned-top1", "hot-pool"})) {
             if (!s.changes.partition) ch.problem("partition_rule", "only meaningful with changes.partition true");
             else s.changes.rule = *parse_partition_rule(*r);
         }

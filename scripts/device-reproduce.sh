@@ -28,6 +28,8 @@
 #   slice-3060      harness: scenarios/slice/rtx3060-proxy (seed-4a-4b on 28 SMs, --sm-limit: 24 on
 #                   an H200) and its projection for the RTX 3060
 #   slice-decode    harness: scenarios/slice/decode
+#   slice-decode-hot-pool  harness: scenarios/slice/decode-hot-pool (decode with hot-pool routing, ours:
+#                   an interpretation of the seed's sentence; compare with slice-decode)
 #   slice-500       harness: scenarios/slice/seed-500-baseline and seed-500-optimized (one repetition each)
 #   slice-500-baseline  harness: scenarios/slice/seed-500-baseline alone (about 5 minutes on an H200)
 #   slice-ablation  harness: scenarios/slice/ablation (nine configurations, one repetition)
@@ -139,6 +141,7 @@ for part in "$@"; do
     slice-4a4b) slice_model; harness_run run seed-4a-4b slice ;;
     slice-3060) slice_model; harness_run run rtx3060-proxy slice ;;
     slice-decode) slice_model; harness_run run decode slice ;;
+    slice-decode-hot-pool) slice_model; harness_run run decode-hot-pool slice ;;
     slice-500) slice_model; harness_run run seed-500-baseline slice; harness_run run seed-500-optimized slice ;;
     slice-500-baseline) slice_model; harness_run run seed-500-baseline slice ;;
     slice-ablation) slice_model; harness_run ablate ablation slice ;;

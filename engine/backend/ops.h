@@ -180,9 +180,11 @@ public:
                                int64_t n_blocks, float* out) = 0;
     virtual void attention(const AttentionArgs& a) = 0;
     virtual void indexer(const IndexerArgs& a) = 0;
-    // bg::route for every token. resident: [n_expert] bytes (every policy but exact).
+    // bg::route for every token. resident: [n_expert] bytes (every policy but exact); hot:
+    // [n_expert] bytes, a subset of resident (hot-pool only; may be null otherwise).
     virtual void route(RoutingPolicy policy, const float* logits, const float* bias, const uint8_t* resident,
-                       int64_t n_tok, int64_t n_expert, int k, RouteWeighting wt, int32_t* ids, float* weights) = 0;
+                       const uint8_t* hot, int64_t n_tok, int64_t n_expert, int k, RouteWeighting wt, int32_t* ids,
+                       float* weights) = 0;
     // The routing slots of positions pos0 .. pos0 + n_slots/k - 1 (slot s: position pos0 + s/k,
     // rank s%k, expert ids[s]) grouped by expert, experts ascending, slots in order within one:
     // counts[e] for e < n_expert, counts[n_expert] = slots whose id is outside [0, n_expert)

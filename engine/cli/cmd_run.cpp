@@ -120,7 +120,11 @@ void add_run_flags(CLI::App* cmd, RunConfig& cfg) {
                     "fast (int8 activations, integer tensor cores) | precise (float path, for reference checks)")
         ->capture_default_str();
     cmd->add_option("--n-ctx", cfg.n_ctx, "Context length (0: prompt + gen)")->capture_default_str();
-    cmd->add_option("--routing", cfg.routing, "exact | pinned-top1 | resident-only")->capture_default_str();
+    cmd->add_option("--routing", cfg.routing,
+                    "exact | pinned-top1 (ours) | resident-only (the seed's) | hot-pool (ours, an INTERPRETATION of the "
+                    "seed, not its rule: rank 1 among the S resident experts, ranks 2..k among the H in VRAM, topped "
+                    "up from the resident ones when fewer than k-1 hot remain; depends on the tier)")
+        ->capture_default_str();
     cmd->add_option("--residency", cfg.residency, "Residency plan from 'betelgeuse profile' (default: highest router bias)");
     cmd->add_flag("--promote", cfg.promote, "Move the H most-used resident experts into VRAM at the end of each pass");
     cmd->add_option("--transient-slots", cfg.transient_slots, "Device transient slots for non-hot experts")->capture_default_str();

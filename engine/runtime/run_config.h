@@ -43,7 +43,7 @@ struct RunConfig {
     std::string matmul = "fast";
     int64_t n_ctx = 0;                // 0: prompt + gen
     // Tiered store
-    std::string routing = "exact";    // exact | pinned-top1 | resident-only
+    std::string routing = "exact";    // exact | pinned-top1 | resident-only | hot-pool (an interpretation)
     std::string residency;            // plan file from `betelgeuse profile`; "" = highest bias
     int64_t slots = kFromModel;       // S resident experts per layer
     int64_t hot = kFromModel;         // H of them in VRAM

@@ -132,6 +132,9 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
     fc.matmul = parse_matmul_mode(cfg.matmul);
     fc.routing = routing_;
     fc.resident = &plan_.mask;
+    // The hot set starts as the plan's; promotion changes it (only hot-pool reads it).
+    hot_mask_ = plan_.hot_masks(hp.n_expert);
+    fc.hot = &hot_mask_;
     fwd_ = std::make_unique<dsv41::Forward>(*model_, device->make_ops(*pool_), store_proxy_, *engram_, fc);
 
     StoreConfig sc;
@@ -175,6 +178,16 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
 }
 
 Session::~Session() = default;
+
+void Session::promote() {
+    store_->promote();
+    // The experts in VRAM changed: hot-pool routes among the new ones from now on.
+    for (int64_t l = 0; l < model_->hp().n_layer; ++l) {
+        std::fill(hot_mask_[l].begin(), hot_mask_[l].end(), 0);
+        for (int32_t e : store_->hot_experts(l)) hot_mask_[l][e] = 1;
+    }
+    fwd_->refresh_hot_set();
+}
 
 std::vector<float> Session::all_logits(RoutingPolicy policy) {
     fwd_->set_routing(policy);
@@ -294,7 +307,7 @@ nlohmann::json Session::run(bool verbose, const std::function<void(int32_t)>& on
         pm["prefill_tok_s"] = n_prompt / (ms / 1e3);
         if (cfg_.promote) {
             const StoreCounters p0 = store_->counters();
-            store_->promote();
+            promote();
             const StoreCounters pd = store_->counters() - p0;
             pm["promotion"] = {{"experts_moved", pd.promotions}, {"bytes", pd.promotion_bytes}};
         }

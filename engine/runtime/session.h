@@ -73,6 +73,9 @@ public:
 
     // Logits of every prompt position under the given routing (for fidelity and tests).
     std::vector<float> all_logits(RoutingPolicy policy);
+    // End-of-pass promotion (TieredExpertStore::promote); the hot set hot-pool routes among
+    // follows the experts it moved into VRAM.
+    void promote();
 
 private:
     RunConfig cfg_;
@@ -86,6 +89,7 @@ private:
     std::unique_ptr<cpu::ThreadPool> pool_;
     std::unique_ptr<io::Reader> expert_reader_, engram_reader_;
     ResidencyPlan plan_;
+    std::vector<std::vector<uint8_t>> hot_mask_;  // [layer][n_expert]: 1 where in VRAM now (ForwardConfig::hot)
     std::unique_ptr<EngramStore> engram_;
     ExpertProviderProxy store_proxy_;
     std::unique_ptr<TieredExpertStore> store_;
