@@ -194,14 +194,22 @@ for part in "$@"; do
       dir="$root/measurements/slice/timeline"; mkdir -p "$dir"
       nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$dir/machine.txt"
       nsys_bin=$(cuda_tool nsys)
-      if [ -z "$nsys_bin" ]; then note "slice-timeline: no nsys on this machine"; status=1; else
+      run_args=(run --backend cuda --model models/slice.gguf --file scenarios/prompts/64-tokens.txt --passes 2 --gen 0
+        --routing resident-only --prefill layer-major --ubatch 16 --promote --slots 20 --hot 5 --transient-slots 12
+        --host-budget 2875 --vram-budget 3068 --threads 0 ${BG_TIMELINE_ARGS:-})
+      if [ -n "$nsys_bin" ]; then
         note "nsys timeline: slice, 64 tokens, cold + warm pass"
         "$nsys_bin" profile -o /tmp/bg-timeline --force-overwrite true --trace cuda --sample none --cpuctxsw none \
-          "$bin" run --backend cuda --model models/slice.gguf --file scenarios/prompts/64-tokens.txt --passes 2 --gen 0 \
-          --routing resident-only --prefill layer-major --ubatch 16 --promote --slots 20 --hot 5 --transient-slots 12 \
-          --host-budget 2875 --vram-budget 3068 --threads 0 ${BG_TIMELINE_ARGS:-} > "$dir/run.log" 2>&1 || status=1
+          "$bin" "${run_args[@]}" > "$dir/run.log" 2>&1 || status=1
         "$nsys_bin" stats --report cuda_gpu_trace --format csv --output "$dir/trace" /tmp/bg-timeline.nsys-rep > /dev/null 2>&1 || status=1
         "$nsys_bin" stats --report cuda_api_sum --format csv --output "$dir/api" /tmp/bg-timeline.nsys-rep > /dev/null 2>&1 || status=1
+      else
+        # No Nsight Systems: the CUPTI tracer (bench/cupti_trace.cpp), loaded by the driver.
+        note "CUPTI timeline: slice, 64 tokens, cold + warm pass"
+        CUDA_INJECTION64_PATH=$PWD/$stage/libbg_cupti_trace.so LD_LIBRARY_PATH=$PWD/$stage:${LD_LIBRARY_PATH:-} \
+          BG_CUPTI_TRACE_OUT="$dir/trace.csv" "$bin" "${run_args[@]}" > "$dir/run.log" 2>&1 || status=1
+      fi
+      if [ -n "$(ls "$dir"/trace*.csv 2>/dev/null)" ]; then
         xz -9 -f "$dir"/trace*.csv
         grep -E "^pass" "$dir/run.log" | tee -a "$log"
         # The warm pass ends the trace (no decode): read the last pass's wall time off the run log.
