@@ -34,6 +34,7 @@
 #   slice-warm      engine: seed-500-optimized's configuration alone, cold then warm pass -> measurements/slice/warm-pass/
 #   slice-kernels   Nsight Systems per-kernel GPU time of the slice-warm run -> measurements/slice/kernel-summary/
 #   slice-timeline  Nsight Systems GPU trace of the 64-token cold+warm run: gaps, launches, streams -> measurements/slice/timeline/
+#   slice-ubatch    engine: the warm pass with 16-, 32- and 64-token units (dense weights read once a unit) -> measurements/slice/ubatch/
 #   slice-fidelity  engine: resident-only and pinned-top1 against exact, 64 and 500 tokens -> measurements/slice/
 # Suggested calls (estimates from the 4-layer measurement of issue 13, not timed): --run slice-model
 # slice-4a4b slice-decode slice-500 (the 500-token baseline reads about 160 GB on demand), then
@@ -217,6 +218,22 @@ for part in "$@"; do
         { python3 scripts/gpu-timeline.py "$dir"/trace*.csv.xz --window-ms "$warm_ms"; echo; echo "== whole trace"; \
           python3 scripts/gpu-timeline.py "$dir"/trace*.csv.xz; } 2>&1 | tee "$dir/summary.txt" | head -n 40 | tee -a "$log" || status=1
       fi
+      ;;
+    slice-ubatch)
+      # Issue 22: whether more tokens per launch pays for the dense weights a layer re-reads for
+      # every unit of a pass. The warm pass of seed-4a-4b's configuration with units of 16, 32 and
+      # 64 tokens (one unit = one launch per dense matrix); the metrics' GPU busy time and wall.
+      slice_model
+      dir="$root/measurements/slice/ubatch"; mkdir -p "$dir"
+      nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$dir/machine.txt"
+      for ub in 16 32 64; do
+        note "slice warm pass, ubatch $ub"
+        "$bin" run --backend cuda --model models/slice.gguf --file scenarios/prompts/64-tokens.txt --passes 3 --gen 0 \
+          --routing resident-only --prefill layer-major --ubatch $ub --promote --slots 20 --hot 5 --transient-slots 12 \
+          --host-budget 2875 --vram-budget 3068 --threads 0 --metrics-json "$dir/ubatch-$ub.json" > "$dir/ubatch-$ub.log" 2>&1 || status=1
+        grep -E "^pass" "$dir/ubatch-$ub.log" | tee -a "$log"
+        python3 -c "import json,sys; m=json.load(open(sys.argv[1])); p=m['passes'][-1]; print('ubatch', sys.argv[2], 'last pass:', {k: round(v, 2) for k, v in p.items() if isinstance(v, (int, float)) and k.endswith('_ms')})" "$dir/ubatch-$ub.json" $ub 2>&1 | tee -a "$log"
+      done
       ;;
     slice-fidelity)
       # Fidelity is a property of the model and the rule, not of the tiers: no scenario, the engine
