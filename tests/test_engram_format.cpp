@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <vector>
 
 #include "backend/backend.h"
+#include "cli_fixture.h"
 #include "cpu/cpu_ops.h"
 #include "cpu/thread_pool.h"
 #include "gguf_edit.h"
@@ -280,6 +282,51 @@ TEST(EngramFiles, AnyDequantisableTypeLoads) {
         bg::dequantize_row(t->type, bytes.data(), want.data(), dim);
         EXPECT_EQ(0, std::memcmp(got.data(), want.data(), dim * 4)) << type;
     }
+}
+
+// ---- the command line -------------------------------------------------------------------------
+
+// stdout of `betelgeuse ARGS`.
+std::string cli_stdout(const std::string& args) {
+    const std::string cmd = std::string(BG_BINARY_DIR) + "/betelgeuse " + args + " 2>/dev/null";
+    FILE* p = ::popen(cmd.c_str(), "r");
+    if (!p) return "";
+    std::string out;
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    ::pclose(p);
+    return out;
+}
+
+TEST(EngramCli, MakeModelWritesTheFormatAskedForAndInfoShowsIt) {
+    const std::string dir = bgtest::test_models_dir();
+    const std::string scale = dir + "/engram-cli-scale.json", out = dir + "/engram-cli-fork.gguf";
+    bg::write_file_atomic(scale, bgtest::kTinyScale);
+    const bgtest::Exit e = bgtest::run_cli({"make-model", "--scale", scale, "--out", out, "--no-tokenizer",
+                                            "--engram-format", "fork-fp8"});
+    ASSERT_TRUE(WIFEXITED(e.status) && WEXITSTATUS(e.status) == 0) << e.err;
+    auto m = Model::open(out);
+    for (int64_t l : m->hp().engram_layers) EXPECT_EQ(m->engram_format(l), EngramFormat::fork_fp8());
+    const std::string info = cli_stdout("info --no-tensors " + out);
+    EXPECT_NE(info.find("engram table 1   fork-fp8: FP8-E4M3 values (i8) + E8M0 scales per 32 (i8)"), std::string::npos) << info;
+    EXPECT_NE(info.find("33 bytes a row"), std::string::npos) << info;  // 32 values and their scale
+
+    const bgtest::Exit bad = bgtest::run_cli({"make-model", "--scale", scale, "--out", dir + "/engram-cli-bad.gguf",
+                                              "--no-tokenizer", "--engram-format", "i8"});
+    EXPECT_TRUE(WIFEXITED(bad.status) && WEXITSTATUS(bad.status) == 1);
+    EXPECT_NE(bad.err.find("Engram format 'i8' is neither fork-fp8 nor a tensor type"), std::string::npos) << bad.err;
+    // A row width that is no whole number of scale groups.
+    const std::string narrow = dir + "/engram-cli-narrow.json";
+    std::string text = bgtest::kTinyScale;
+    const std::string width = "\"engram_row_width\": 32";
+    text.replace(text.find(width), width.size(), "\"engram_row_width\": 48");
+    text.replace(text.find("\"dense_type\""), 0, "\"engram_type\": \"bf16\", ");
+    bg::write_file_atomic(narrow, text);
+    const bgtest::Exit odd = bgtest::run_cli({"make-model", "--scale", narrow, "--out", dir + "/engram-cli-odd.gguf",
+                                              "--no-tokenizer", "--engram-format", "fork-fp8"});
+    EXPECT_TRUE(WIFEXITED(odd.status) && WEXITSTATUS(odd.status) == 1);
+    EXPECT_NE(odd.err.find("Engram rows of 48 values are not whole in format fork-fp8"), std::string::npos) << odd.err;
 }
 
 // ---- end to end -----------------------------------------------------------------------------
