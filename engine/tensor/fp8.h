@@ -6,7 +6,9 @@
 //   E4M3  s eeee mmm, exponent bias 7: e = 0 is subnormal, m/8 * 2^-6; e = 1..15 is
 //         (1 + m/8) * 2^(e-7); no infinities: 0x7F and 0xFF (e = 15, m = 7) are NaN, so the
 //         largest magnitude is 1.75 * 2^8 = 448.
-//   E8M0  eeeeeeee, no sign, no mantissa: 2^(e-127), e = 255 is NaN.
+//   E8M0  eeeeeeee, no sign, no mantissa: 2^(e-127), e = 255 is NaN (torch.float8_e8m0fnu's
+//         reading; ggml's E8M0 helper gives inf there: either way no group decodes to numbers,
+//         and e8m0_for_max never writes it).
 #pragma once
 
 #include <cstdint>
