@@ -86,6 +86,7 @@ void gguf_seeds(const std::string& dir) {
         w.add_tensor("bf16.3d", {2, 2, 2}, GgmlType::BF16);
         w.add_tensor("q8_0.4d", {32, 2, 1, 2}, GgmlType::Q8_0);
         w.add_tensor("mxfp4.2d", {64, 2}, GgmlType::MXFP4);
+        w.add_tensor("i8.2d", {32, 3}, GgmlType::I8);
         write_with_zero_data(w, dir + "/all-types");
     }
     {
@@ -113,8 +114,9 @@ struct ModelSeed {
     const char* scale;
 };
 
-// Three tiny deepseek41 layouts: compression roles and Engram (a), none of either with a shared
-// expert (b), ratio-1 layers only with one Engram table (c); between them every allowed type.
+// Four tiny deepseek41 layouts: compression roles and Engram (a), none of either with a shared
+// expert (b), ratio-1 layers only with one Engram table (c), Engram tables in the fork-fp8 pair
+// of I8 tensors (d); between them every allowed type.
 const ModelSeed kModels[] = {
     {"tiny-a", R"({
       "name": "fuzz-a", "n_layer": 4, "n_embd": 32, "n_vocab": 64, "n_head": 1, "head_dim": 32,
@@ -142,6 +144,15 @@ const ModelSeed kModels[] = {
       "indexer_head_dim": 32, "indexer_top_k": 2, "engram_layers": [1], "engram_heads": 1,
       "engram_row_width": 32, "engram_rows_per_table": 1024, "engram_compressed_vocab": 32,
       "dense_type": "f16", "expert_type": "q8_0", "engram_type": "bf16", "router_type": "f32"})"},
+    {"tiny-d", R"({
+      "name": "fuzz-d", "n_layer": 3, "n_embd": 32, "n_vocab": 64, "n_head": 1, "head_dim": 32,
+      "rope_dims": 8, "q_lora_rank": 32, "output_groups": 1, "output_lora_rank": 32, "n_expert": 8,
+      "n_expert_used": 2, "n_ff_exp": 32, "context_length": 64, "sliding_window": 4,
+      "compress_ratios": [0, 0, 1], "kv_source_layers": [2], "gated_layers": [],
+      "key_owner_layers": [2], "index_source_layers": [2], "indexer_heads": 1,
+      "indexer_head_dim": 32, "indexer_top_k": 2, "engram_layers": [0, 1], "engram_heads": 1,
+      "engram_row_width": 64, "engram_rows_per_table": 1024, "engram_compressed_vocab": 32,
+      "dense_type": "q8_0", "expert_type": "mxfp4", "engram_type": "fork-fp8"})"},
 };
 
 void model_seeds(const std::string& dir, const std::string& gguf_dir) {
@@ -164,6 +175,23 @@ void model_seeds(const std::string& dir, const std::string& gguf_dir) {
     }
 }
 
+// The fork-fp8 pair of tiny-d broken one way at a time (its scales tensor dropped; its values
+// retyped to Q8_0 beside the scales), so the replay walks those refusals too.
+void fork_pair_variants(const std::string& dir) {
+    const bg::gguf::Reader r = bg::gguf::Reader::open(dir + "/tiny-d");
+    for (const char* variant : {"tiny-d-no-scales", "tiny-d-values-q8_0"}) {
+        const bool drop = std::string(variant) == "tiny-d-no-scales";
+        Writer w;  // its set() of general.alignment also sets where tensor data goes
+        for (const auto& kv : r.kvs()) w.set(kv.key, kv.value);
+        for (const auto& t : r.tensors()) {
+            if (drop && t.name == "blk.0.engram_embd_scale.weight") continue;
+            const bool retype = !drop && t.name == "blk.0.engram_embd.weight";
+            w.add_tensor(t.name, t.ne, retype ? GgmlType::Q8_0 : t.type);
+        }
+        write_with_zero_data(w, dir + "/" + variant);
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -176,6 +204,7 @@ int main(int argc, char** argv) {
         for (const std::string& d : {out, out + "/gguf", out + "/model"}) ::mkdir(d.c_str(), 0755);
         gguf_seeds(out + "/gguf");
         model_seeds(out + "/model", out + "/gguf");
+        fork_pair_variants(out + "/model");
     } catch (const bg::Error& e) {
         std::fprintf(stderr, "fuzz_make_corpus: %s\n", e.what());
         return 1;

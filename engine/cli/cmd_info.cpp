@@ -110,9 +110,12 @@ void print_info(const std::string& path, bool tensors) {
     if (!hp.engram_layers.empty()) {
         std::string ls;
         for (int64_t l : hp.engram_layers) ls += strf("%s%lld", ls.empty() ? "" : ",", (long long)l);
-        std::printf("engram           layers %s, %lld heads x orders 2..%lld, rows of %lld (%s), token map %zu\n",
-                    ls.c_str(), (long long)hp.engram_heads, (long long)hp.engram_max_ngram, (long long)hp.engram_dim,
-                    type_name(m->engram_type(hp.engram_layers[0])), hp.engram_token_map.size());
+        std::printf("engram           layers %s, %lld heads x orders 2..%lld, rows of %lld, token map %zu\n", ls.c_str(),
+                    (long long)hp.engram_heads, (long long)hp.engram_max_ngram, (long long)hp.engram_dim,
+                    hp.engram_token_map.size());
+        for (int64_t l : hp.engram_layers)
+            std::printf("engram table %-3lld %s, %llu bytes a row\n", (long long)l, m->engram_format(l).describe().c_str(),
+                        (unsigned long long)m->engram_row(l, 0).bytes());
     }
     const uint64_t expert_each = m->expert_bytes_each(0);
     std::printf("bytes            dense %.3f GB, experts %.3f GB (%.3f MB each), engram tables %.3f GB\n",

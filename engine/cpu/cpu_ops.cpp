@@ -10,6 +10,7 @@
 #include "cpu/int8_matmul.h"
 #include "cpu/ops.h"
 #include "cpu/routing.h"
+#include "tensor/fp8_rows.h"
 #include "util/check.h"
 
 namespace bg::cpu {
@@ -87,6 +88,9 @@ public:
         cpu::matmul(pool_, W, x, ldx, n_tok, y, ldy);
     }
     void dequantize(GgmlType t, const uint8_t* src, float* dst, int64_t n) override { dequantize_row(t, src, dst, n); }
+    void dequantize_fp8_rows(const uint8_t* src, float* dst, int64_t rows, int64_t dim) override {
+        fp8::dequantize_packed_rows(src, dst, rows, dim);
+    }
     void embed_rows(const float* rows, const int32_t* row_ids, int64_t n_tok, int64_t width, float* H) override {
         for (int64_t t = 0; t < n_tok; ++t)
             for (int c = 0; c < kHc; ++c)

@@ -48,7 +48,7 @@ std::unique_ptr<Model> Model::open(const std::string& path, DenseHome home) {
         const auto c = cls.find(t.name);
         if (c == cls.end()) continue;
         if (c->second == TensorClass::kExperts) m->expert_bytes_ += t.n_bytes;
-        else if (c->second == TensorClass::kEngramTable) m->engram_bytes_ += t.n_bytes;
+        else if (is_engram_table(c->second)) m->engram_bytes_ += t.n_bytes;
         else {
             entries.push_back({t.name, c->second, t.n_elems, t.n_bytes});
             infos.push_back(&t);
@@ -156,6 +156,7 @@ std::unique_ptr<Model> Model::open(const std::string& path, DenseHome home) {
         w.engram_q = vec(N("engram_q"));
         w.engram_k = vec(N("engram_k"));
         w.engram_embd = m->reader_.tensor(N("engram_embd"));
+        w.engram_embd_scale = m->roles_[l].engram_fp8 ? m->reader_.tensor(N("engram_embd_scale")) : nullptr;
         w.gate_exps = m->reader_.tensor(N("ffn_gate_exps"));
         w.up_exps = m->reader_.tensor(N("ffn_up_exps"));
         w.down_exps = m->reader_.tensor(N("ffn_down_exps"));
@@ -219,15 +220,24 @@ void Model::expert_views(int64_t layer, const uint8_t* buf, MatView* gate, MatVi
     *down = view(buf + r.gate.bytes + r.up.bytes, w.expert_type_down, hp_.n_ff_exp, hp_.n_embd);
 }
 
-ByteRange Model::engram_row(int64_t layer, uint64_t row) const {
-    const gguf::TensorInfo* t = layers_[static_cast<size_t>(layer)].engram_embd;
+EngramRowRanges Model::engram_row(int64_t layer, uint64_t row) const {
+    const LayerWeights& w = layers_[static_cast<size_t>(layer)];
+    const gguf::TensorInfo* t = w.engram_embd;
     BG_CHECK(t != nullptr && row < static_cast<uint64_t>(t->ne[1]));
+    EngramRowRanges r;
     const uint64_t rb = row_bytes(t->type, t->ne[0]);
-    return {t->file_offset + rb * row, rb};
+    r.values = {t->file_offset + rb * row, rb};
+    if (const gguf::TensorInfo* s = w.engram_embd_scale) {
+        const uint64_t sb = row_bytes(s->type, s->ne[0]);
+        r.scales = {s->file_offset + sb * row, sb};
+    }
+    return r;
 }
 
-GgmlType Model::engram_type(int64_t layer) const {
-    return layers_[static_cast<size_t>(layer)].engram_embd->type;
+EngramFormat Model::engram_format(int64_t layer) const {
+    const LayerWeights& w = layers_[static_cast<size_t>(layer)];
+    BG_CHECK(w.engram_embd != nullptr);
+    return w.engram_embd_scale ? EngramFormat::fork_fp8() : EngramFormat::typed(w.engram_embd->type);
 }
 
 }  // namespace bg::dsv41

@@ -12,12 +12,21 @@
 #include "backend/types.h"
 #include "gguf/gguf.h"
 #include "model/dsv41.h"
+#include "model/engram_format.h"
 
 namespace bg::dsv41 {
 
 struct ByteRange {
     uint64_t offset = 0;  // absolute file offset
     uint64_t bytes = 0;
+};
+
+// One Engram row: its bytes in the table, and for a fork-fp8 table its E8M0 scales in the scales
+// tensor (bytes 0 otherwise). Read back to back, values then scales, they are the packed row that
+// dequantize_engram_rows takes.
+struct EngramRowRanges {
+    ByteRange values, scales;
+    uint64_t bytes() const { return values.bytes + scales.bytes; }
 };
 
 // One routed expert: three contiguous slices of the merged 3-D tensors.
@@ -61,6 +70,7 @@ struct LayerWeights {
     const float* engram_q = nullptr;     // [4][n_embd]
     const float* engram_k = nullptr;     // [4][n_embd]
     const gguf::TensorInfo* engram_embd = nullptr;
+    const gguf::TensorInfo* engram_embd_scale = nullptr;  // fork-fp8 tables only
     const gguf::TensorInfo* gate_exps = nullptr;
     const gguf::TensorInfo* up_exps = nullptr;
     const gguf::TensorInfo* down_exps = nullptr;
@@ -127,8 +137,8 @@ public:
     void expert_views(int64_t layer, const uint8_t* buf, MatView* gate, MatView* up,
                       MatView* down) const;
     uint64_t expert_bytes_each(int64_t layer) const { return expert_ranges(layer, 0).total(); }
-    ByteRange engram_row(int64_t layer, uint64_t row) const;
-    GgmlType engram_type(int64_t layer) const;
+    EngramRowRanges engram_row(int64_t layer, uint64_t row) const;
+    EngramFormat engram_format(int64_t layer) const;
 
     DenseHome dense_home() const { return home_; }
     // Host bytes held for dense weights: the whole image (kHost), or the 1-D weights and the

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "gguf/gguf.h"
+#include "tensor/fp8_rows.h"
 #include "tokenizer/hf_import.h"
 #include "util/check.h"
 #include "util/rng.h"
@@ -88,9 +89,17 @@ void draw_row(const Init& init, uint64_t row_seed, int64_t n, float* out) {
     }
 }
 
+// A tensor is written row by row from drawn floats. The two tensors of a fork-fp8 Engram table
+// are two views of one table: each row of both is drawn from the same floats (the values
+// tensor's seed), the values tensor keeping the E4M3 codes and the scales tensor the E8M0 scales.
+enum class RowPart { kWhole, kFp8Values, kFp8Scales };
+
 struct PlannedTensor {
     gguf::TensorInfo info;
     Init init;
+    RowPart part = RowPart::kWhole;
+    uint64_t seed_index = 0;  // rows are drawn from mix_seed(seed, seed_index, row)
+    int64_t draw_elems = 0;   // floats drawn per row
     int64_t row_elems = 0;
     uint64_t row_bytes = 0;
     uint64_t n_rows = 0;
@@ -102,7 +111,9 @@ GgmlType tensor_type_for(const ModelScale& s, const dsv41::TensorSpec& spec) {
     switch (spec.cls) {
         case dsv41::TensorClass::kVector: return GgmlType::F32;
         case dsv41::TensorClass::kExperts: return s.expert_type;
-        case dsv41::TensorClass::kEngramTable: return s.engram_type;
+        case dsv41::TensorClass::kEngramTable: return s.engram_format.type;
+        case dsv41::TensorClass::kEngramFp8Values:
+        case dsv41::TensorClass::kEngramFp8Scales: return GgmlType::I8;
         case dsv41::TensorClass::kMatrix:
             return base_name(spec.name) == "ffn_gate_inp" ? s.router_type : s.dense_type;
     }
@@ -156,6 +167,9 @@ void generate_engram_params(ModelScale& s, uint64_t seed) {
 MakeModelResult make_model(const ModelScale& scale_in, const MakeModelConfig& cfg) {
     const auto t0 = std::chrono::steady_clock::now();
     ModelScale scale = scale_in;
+    if (!scale.engram_format.row_fits(scale.hp.engram_dim))
+        fail("make-model: Engram rows of %lld values are not whole in format %s", (long long)scale.hp.engram_dim,
+             scale.engram_format.name().c_str());
     generate_engram_params(scale, cfg.seed);
     const std::vector<dsv41::TensorSpec> specs = dsv41::tensor_specs(scale.hp, scale.roles());
 
@@ -179,13 +193,29 @@ MakeModelResult make_model(const ModelScale& scale_in, const MakeModelConfig& cf
     for (const dsv41::TensorSpec& sp : specs) w.add_tensor(sp.name, sp.ne, tensor_type_for(scale, sp));
 
     std::vector<PlannedTensor> plan;
+    uint64_t seed_index = 0;
     for (size_t i = 0; i < specs.size(); ++i) {
         PlannedTensor p;
         p.info = w.tensors()[i];
-        p.init = init_for(scale, specs[i].name);
         p.row_elems = p.info.ne[0];
+        p.draw_elems = p.row_elems;
         p.row_bytes = row_bytes(p.info.type, p.row_elems);
         p.n_rows = p.info.n_elems / static_cast<uint64_t>(p.row_elems);
+        if (specs[i].cls == dsv41::TensorClass::kEngramFp8Scales) {
+            // The rows of the values tensor just before: its seed and its drawn width. Not
+            // counting it keeps every other tensor's seed, and so its bytes, as in a file with
+            // a typed table.
+            const PlannedTensor& values = plan.back();
+            BG_CHECK(values.part == RowPart::kFp8Values && values.n_rows == p.n_rows);
+            p.part = RowPart::kFp8Scales;
+            p.init = values.init;
+            p.seed_index = values.seed_index;
+            p.draw_elems = values.draw_elems;
+        } else {
+            p.part = specs[i].cls == dsv41::TensorClass::kEngramFp8Values ? RowPart::kFp8Values : RowPart::kWhole;
+            p.init = init_for(scale, specs[i].name);
+            p.seed_index = ++seed_index;
+        }
         plan.push_back(p);
     }
     const std::vector<uint8_t> header = w.header_bytes();
@@ -211,7 +241,7 @@ MakeModelResult make_model(const ModelScale& scale_in, const MakeModelConfig& cf
     auto worker = [&]() {
         std::unique_ptr<uint8_t, AlignedFree> buf(static_cast<uint8_t*>(std::aligned_alloc(4096, chunk)));
         std::vector<float> rowf;
-        std::vector<uint8_t> rowq;
+        std::vector<uint8_t> rowq, other;  // other: the half of a fork-fp8 row this tensor does not keep
         size_t first_tensor = 0;
         for (;;) {
             const uint64_t c = next_chunk.fetch_add(1);
@@ -229,11 +259,16 @@ MakeModelResult make_model(const ModelScale& scale_in, const MakeModelConfig& cf
                 if (t_lo >= hi) break;
                 const uint64_t a = std::max(lo, t_lo), b = std::min(hi, t_hi);
                 const uint64_t r0 = (a - t_lo) / p.row_bytes, r1 = (b - t_lo + p.row_bytes - 1) / p.row_bytes;
-                rowf.resize(static_cast<size_t>(p.row_elems));
+                rowf.resize(static_cast<size_t>(p.draw_elems));
                 rowq.resize(static_cast<size_t>(p.row_bytes));
+                other.resize(static_cast<size_t>(p.draw_elems));
                 for (uint64_t r = r0; r < r1; ++r) {
-                    draw_row(p.init, mix_seed(cfg.seed, ti + 1, r), p.row_elems, rowf.data());
-                    quantize_row(p.info.type, rowf.data(), rowq.data(), p.row_elems);
+                    draw_row(p.init, mix_seed(cfg.seed, p.seed_index, r), p.draw_elems, rowf.data());
+                    switch (p.part) {
+                        case RowPart::kWhole: quantize_row(p.info.type, rowf.data(), rowq.data(), p.row_elems); break;
+                        case RowPart::kFp8Values: fp8::quantize_row(rowf.data(), rowq.data(), other.data(), p.draw_elems); break;
+                        case RowPart::kFp8Scales: fp8::quantize_row(rowf.data(), other.data(), rowq.data(), p.draw_elems); break;
+                    }
                     const uint64_t row_lo = t_lo + r * p.row_bytes;
                     const uint64_t s = std::max(row_lo, a), e = std::min(row_lo + p.row_bytes, b);
                     std::memcpy(out + (s - lo), rowq.data() + (s - row_lo), e - s);

@@ -40,19 +40,21 @@ int32_t PreadExpertProvider::next_ready(ExpertView* v) {
 
 PreadEngramProvider::PreadEngramProvider(const dsv41::Model& m) : m_(m) {
     uint64_t most = 0;
-    for (int64_t l : m.hp().engram_layers) most = std::max(most, m.engram_row(l, 0).bytes);
+    for (int64_t l : m.hp().engram_layers) most = std::max(most, m.engram_row(l, 0).bytes());
     row_.resize(most);
 }
 
 void PreadEngramProvider::fetch_rows(int64_t layer, const uint64_t* rows, int64_t n, float* out, Ops& ops) {
     BG_CHECK(ops.memory_is_host());
     const int64_t dim = m_.hp().engram_dim;
-    const GgmlType t = m_.engram_type(layer);
+    const EngramFormat f = m_.engram_format(layer);
     for (int64_t i = 0; i < n; ++i) {
-        const dsv41::ByteRange r = m_.engram_row(layer, rows[i]);
-        pread_exact(m_.fd(), row_.data(), r.bytes, r.offset, "engram read");
-        dequantize_row(t, row_.data(), out + i * dim, dim);
-        bytes_read_ += r.bytes;
+        const dsv41::EngramRowRanges r = m_.engram_row(layer, rows[i]);
+        // A fork-fp8 row is two reads: its values, then its scales right behind them.
+        pread_exact(m_.fd(), row_.data(), r.values.bytes, r.values.offset, "engram read");
+        if (r.scales.bytes) pread_exact(m_.fd(), row_.data() + r.values.bytes, r.scales.bytes, r.scales.offset, "engram read");
+        dequantize_engram_rows(f, row_.data(), out + i * dim, 1, dim);
+        bytes_read_ += r.bytes();
     }
 }
 

@@ -14,6 +14,7 @@ constexpr TypeTraits kF16{"f16", 1, 2};
 constexpr TypeTraits kBF16{"bf16", 1, 2};
 constexpr TypeTraits kQ8_0{"q8_0", 32, 34};
 constexpr TypeTraits kMXFP4{"mxfp4", 32, 17};
+constexpr TypeTraits kI8{"i8", 1, 1};
 
 constexpr int kQK = 32;  // elements per block of Q8_0 and MXFP4
 
@@ -152,6 +153,7 @@ const TypeTraits* type_traits(uint32_t type_id) {
         case static_cast<uint32_t>(GgmlType::Q8_0): return &kQ8_0;
         case static_cast<uint32_t>(GgmlType::BF16): return &kBF16;
         case static_cast<uint32_t>(GgmlType::MXFP4): return &kMXFP4;
+        case static_cast<uint32_t>(GgmlType::I8): return &kI8;
         default: return nullptr;
     }
 }
@@ -212,8 +214,9 @@ void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n) {
             return;
         case GgmlType::Q8_0: dequant_q8_0(s, dst, n / kQK); return;
         case GgmlType::MXFP4: dequant_mxfp4(s, dst, n / kQK); return;
+        case GgmlType::I8: break;  // raw bytes: see ggml_types.h
     }
-    BG_CHECK_MSG(false, "unhandled GgmlType");
+    BG_CHECK_MSG(false, "no float conversion for this GgmlType (i8 is raw bytes)");
 }
 
 void quantize_row(GgmlType t, const float* src, void* dst, int64_t n) {
@@ -238,8 +241,9 @@ void quantize_row(GgmlType t, const float* src, void* dst, int64_t n) {
             return;
         case GgmlType::Q8_0: quant_q8_0(src, d, n / kQK); return;
         case GgmlType::MXFP4: quant_mxfp4(src, d, n / kQK); return;
+        case GgmlType::I8: break;  // raw bytes: see ggml_types.h
     }
-    BG_CHECK_MSG(false, "unhandled GgmlType");
+    BG_CHECK_MSG(false, "no float conversion for this GgmlType (i8 is raw bytes)");
 }
 
 float fp16_to_fp32(uint16_t h) {

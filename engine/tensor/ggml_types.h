@@ -7,6 +7,9 @@
 //   MXFP4 blocks of 32: one E8M0 scale byte e, then 16 bytes of E2M1 codes; the low nibble of
 //         byte j is element j, the high nibble element j+16; value = e2m1(code) * 2^(e-127)
 //                                                                               (17 bytes)
+//   I8    1 byte/elem, raw bytes with no value of their own: the engine reads them only as an
+//         Engram table in one llama.cpp fork's format (FP8-E4M3 values and their E8M0 scales,
+//         tensor/fp8_rows.h), so they neither dequantise nor parse as a type name
 #pragma once
 
 #include <cstddef>
@@ -20,6 +23,7 @@ enum class GgmlType : uint32_t {
     F32 = 0,
     F16 = 1,
     Q8_0 = 8,
+    I8 = 24,
     BF16 = 30,
     MXFP4 = 39,
 };
@@ -42,10 +46,10 @@ bool row_bytes_checked(GgmlType t, int64_t n, uint64_t* out);
 // Same, aborting on a broken invariant (for sizes already validated).
 uint64_t row_bytes(GgmlType t, int64_t n);
 
-// Exact conversion of n elements (n a multiple of the block size) to float32.
+// Exact conversion of n elements (n a multiple of the block size) to float32; not for I8.
 void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n);
 // Conversion of n float32 values into type t (round to nearest; for MXFP4 the shared exponent
-// is chosen so the block's largest magnitude fits in E2M1's range).
+// is chosen so the block's largest magnitude fits in E2M1's range); not for I8.
 void quantize_row(GgmlType t, const float* src, void* dst, int64_t n);
 
 // Scalar helpers.
