@@ -227,7 +227,7 @@ protected:
 TEST_P(IoTest, RandomRangesAreByteExact) {
     auto r = Reader::open(file_->path, cfg(8, 64 * 1024));
     std::printf("engine: %s\n", r->engine_name());
-    EXPECT_EQ(r->file_size(), kFileBytes);
+    EXPECT_EQ(r->file_size(0), kFileBytes);
     const auto ranges = make_ranges(kFileBytes, 64 * 1024, 8, test_seed() + 1, 200);
     const Outcome o = read_all(*r, ranges);
     expect_exact(*file_, ranges, o);
@@ -342,14 +342,14 @@ TEST_P(IoTest, EioInAManyPieceOpDrainsBeforeReturning) {
 TEST_P(IoTest, BlockingReadNamesTheOffsetOnError) {
     auto r = Reader::open(file_->path, cfg(4, 64 * 1024));
     std::vector<uint8_t> buf(5000);
-    bg::io::read_blocking(*r, buf.data(), buf.size(), kFileBytes - buf.size());
+    bg::io::read_blocking(*r, 0, buf.data(), buf.size(), kFileBytes - buf.size());
     EXPECT_EQ(0, std::memcmp(buf.data(), file_->data.data() + kFileBytes - buf.size(), buf.size()));
 
     FaultPlan faults;
     faults.eio_at = 0;
     auto bad = Reader::open(file_->path, cfg(4, 64 * 1024), faults);
     try {
-        bg::io::read_blocking(*bad, buf.data(), buf.size(), 123457);
+        bg::io::read_blocking(*bad, 0, buf.data(), buf.size(), 123457);
         ADD_FAILURE() << "no bg::Error";
     } catch (const bg::Error& e) {
         const std::string msg = e.what();
@@ -372,9 +372,9 @@ TEST_P(IoTest, RangePastEndIsRejectedAtSubmit) {
     }
     EXPECT_EQ(r->pending(), 0u);
     // A range ending exactly at EOF, and an empty one there, are fine.
-    bg::io::read_blocking(*r, buf, 10, kFileBytes - 10);
+    bg::io::read_blocking(*r, 0, buf, 10, kFileBytes - 10);
     EXPECT_EQ(0, std::memcmp(buf, file_->data.data() + kFileBytes - 10, 10));
-    bg::io::read_blocking(*r, buf, 0, kFileBytes);
+    bg::io::read_blocking(*r, 0, buf, 0, kFileBytes);
 }
 
 TEST_P(IoTest, ProbeDiskReportsPositiveNumbers) {

@@ -29,9 +29,9 @@ int32_t PreadExpertProvider::next_ready(ExpertView* v) {
     const int32_t expert = list_[next_++];
     const dsv41::ExpertRanges r = m_.expert_ranges(layer_, expert);
     // gate, up and down are in three tensors: three reads into one buffer, back to back.
-    pread_exact(m_.fd(), buf_.data(), r.gate.bytes, r.gate.offset, "expert read");
-    pread_exact(m_.fd(), buf_.data() + r.gate.bytes, r.up.bytes, r.up.offset, "expert read");
-    pread_exact(m_.fd(), buf_.data() + r.gate.bytes + r.up.bytes, r.down.bytes, r.down.offset, "expert read");
+    pread_exact(m_.fd(r.gate.file), buf_.data(), r.gate.bytes, r.gate.offset, "expert read");
+    pread_exact(m_.fd(r.up.file), buf_.data() + r.gate.bytes, r.up.bytes, r.up.offset, "expert read");
+    pread_exact(m_.fd(r.down.file), buf_.data() + r.gate.bytes + r.up.bytes, r.down.bytes, r.down.offset, "expert read");
     bytes_read_ += r.total();
     ++fetches_;
     m_.expert_views(layer_, buf_.data(), &v->gate, &v->up, &v->down);
@@ -50,7 +50,7 @@ void PreadEngramProvider::fetch_rows(int64_t layer, const uint64_t* rows, int64_
     const GgmlType t = m_.engram_type(layer);
     for (int64_t i = 0; i < n; ++i) {
         const dsv41::ByteRange r = m_.engram_row(layer, rows[i]);
-        pread_exact(m_.fd(), row_.data(), r.bytes, r.offset, "engram read");
+        pread_exact(m_.fd(r.file), row_.data(), r.bytes, r.offset, "engram read");
         dequantize_row(t, row_.data(), out + i * dim, dim);
         bytes_read_ += r.bytes;
     }
