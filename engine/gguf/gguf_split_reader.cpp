@@ -70,10 +70,12 @@ public:
                 fail("gguf: %s has no %s key: not a shard of a split model", where.c_str(),
                      !s_no ? kSplitNoKey : !s_count ? kSplitCountKey : kSplitTensorsCountKey);
             if (*s_no != i || *s_count != count || *s_total != *total)
-                fail("gguf: %s says it is shard %llu of %llu of a model of %llu tensors, but %s is shard 1 of %llu of "
-                     "%llu tensors: the shards come from different files",
-                     where.c_str(), static_cast<ull>(*s_no + 1), static_cast<ull>(*s_count), static_cast<ull>(*s_total),
-                     first_name.c_str(), static_cast<ull>(count), static_cast<ull>(*total));
+                fail("gguf: %s is not shard %u of %llu of %s: it says it is shard %llu of %llu of a model of %llu "
+                     "tensors, the first shard says %llu shards of %llu tensors (a shard of another split model, or "
+                     "renamed)",
+                     shard_name.c_str(), i + 1, static_cast<ull>(count), first_name.c_str(), static_cast<ull>(*s_no + 1),
+                     static_cast<ull>(*s_count), static_cast<ull>(*s_total), static_cast<ull>(count),
+                     static_cast<ull>(*total));
             out.metadata_bytes_ += shard.metadata_bytes_;
             Shard info = shard.shards_.at(0);
             out.tensors_.reserve(out.tensors_.size() + shard.tensors_.size());
