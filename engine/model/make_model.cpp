@@ -353,15 +353,18 @@ MakeModelResult make_model(const ModelScale& scale_in, const MakeModelConfig& cf
         ::close(f.fd_plain);
         f.fd_direct = f.fd_plain = -1;
     }
+    // The first shard, which opens the model, is renamed into place last: a reader that finds it
+    // finds every shard.
     MakeModelResult res;
-    for (OutFile& f : files) {
+    for (size_t k = files.size(); k-- > 0;) {
+        OutFile& f = files[k];
         if (::rename(f.tmp.c_str(), f.path.c_str()) != 0) {
             const int err = errno;
             remove_temporaries();
             fail("make-model: cannot rename '%s' to '%s': %s", f.tmp.c_str(), f.path.c_str(), std::strerror(err));
         }
-        res.paths.push_back(f.path);
     }
+    for (const OutFile& f : files) res.paths.push_back(f.path);
     res.file_bytes = total;
     res.tokenizer_tokens = tokenizer_tokens;
     res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
