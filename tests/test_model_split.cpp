@@ -20,6 +20,7 @@
 #include "cpu/cpu_ops.h"
 #include "cpu/thread_pool.h"
 #include "gguf/gguf_split.h"
+#include "gguf_edit.h"
 #include "model/dsv41_forward.h"
 #include "model_fixture.h"
 #include "runtime/providers.h"
@@ -203,6 +204,16 @@ TEST(ModelSplit, MakeModelSplitIsDeterministic) {
     // And the cached split (another process may have written it) is the same model.
     EXPECT_TRUE(file_bytes(one.paths[0]) == file_bytes(split_tiny()));
     std::filesystem::remove_all(dir);
+}
+
+// Joined back into one file (what gguf-split --merge does, less its split.count 0 key), the
+// shards are the unsplit file, byte for byte: the same metadata in the same order, the same
+// tensors at the same offsets.
+TEST(ModelSplit, MergedShardsAreTheUnsplitFile) {
+    const std::string merged = bgtest::test_models_dir() + "/split-merged-" + std::to_string(::getpid()) + ".gguf";
+    bgtest::GgufEdit(split_tiny()).write(merged);
+    EXPECT_TRUE(file_bytes(merged) == file_bytes(bgtest::tiny_model()));
+    std::remove(merged.c_str());
 }
 
 // The command line: info lists the shards; a missing shard is one clean error line.
