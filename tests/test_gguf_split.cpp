@@ -442,6 +442,12 @@ TEST_F(GgufSplitErrors, SplitKeysMissingOrMistyped) {
         write();
         open_error({"split.count is 70000, more than 65535"}, paths_[0]);
     }
+    {
+        shards_[0].set("split.count", Value::u16(4));
+        shards_[2].set("split.no", Value::i32(-2));
+        write();
+        open_error({"shard 3 of 4", "split.no is -2, outside 0..65535"}, paths_[2]);
+    }
 }
 
 // The limits hold for the model as a whole, not per shard.

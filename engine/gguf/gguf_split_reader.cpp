@@ -22,22 +22,25 @@ using ull = unsigned long long;
 std::optional<uint64_t> split_key(const Reader& r, const char* key, uint64_t max, const std::string& where) {
     const Value* v = r.find(key);
     if (!v) return std::nullopt;
-    uint64_t x = 0;
-    try {
-        x = r.get_u64(key);
-    } catch (const Error&) {
-        fail("gguf: %s: %s has type %s, expected an integer of at most %llu", where.c_str(), key,
-             value_type_name(v->type), static_cast<ull>(max));
+    switch (v->type) {
+        case ValueType::UINT8: case ValueType::UINT16: case ValueType::UINT32: case ValueType::UINT64:
+            if (v->u > max) fail("gguf: %s: %s is %llu, more than %llu", where.c_str(), key, static_cast<ull>(v->u), static_cast<ull>(max));
+            return v->u;
+        case ValueType::INT8: case ValueType::INT16: case ValueType::INT32: case ValueType::INT64:
+            if (v->i < 0 || static_cast<uint64_t>(v->i) > max)
+                fail("gguf: %s: %s is %lld, outside 0..%llu", where.c_str(), key, static_cast<long long>(v->i),
+                     static_cast<ull>(max));
+            return static_cast<uint64_t>(v->i);
+        default:
+            fail("gguf: %s: %s has type %s, expected an integer", where.c_str(), key, value_type_name(v->type));
     }
-    if (x > max) fail("gguf: %s: %s is %llu, more than %llu", where.c_str(), key, static_cast<ull>(x), static_cast<ull>(max));
-    return x;
 }
 
 }  // namespace
 
 // Joins the shards of a split model, whose first shard is already parsed. `load(i, limits)`
-// parses shard i (1-based position i + 1) under what is left of the limits; `name(i)` says
-// which file it is in messages.
+// parses the shard at 0-based position i under what is left of the limits; `name(i)` says
+// which file that is in messages.
 class ShardJoiner {
 public:
     using Load = std::function<Reader(uint32_t, const ReaderLimits&)>;
