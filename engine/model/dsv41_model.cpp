@@ -20,7 +20,12 @@ uint64_t aligned_up64(uint64_t b) { return (b + 63) & ~uint64_t{63}; }
 Model::~Model() {
     std::free(dense_);
     std::free(embd_);
-    if (fd_ >= 0) ::close(fd_);
+    for (int fd : fds_) ::close(fd);
+}
+
+void Model::read_tensor(const gguf::TensorInfo& t, void* dst, uint64_t bytes, uint64_t at, const char* what) const {
+    BG_CHECK(at <= t.n_bytes && bytes <= t.n_bytes - at);
+    pread_exact(fd(t.shard), dst, bytes, t.file_offset + at, what);
 }
 
 std::unique_ptr<Model> Model::open(const std::string& path, DenseHome home) {
@@ -31,8 +36,13 @@ std::unique_ptr<Model> Model::open(const std::string& path, DenseHome home) {
     m->hp_ = read_hparams(m->reader_);
     m->roles_ = validate_tensors(m->hp_, m->reader_);
     const HParams& hp = m->hp_;
-    m->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (m->fd_ < 0) fail("model: cannot open '%s': %s", path.c_str(), std::strerror(errno));
+    for (const gguf::Shard& s : m->reader_.shards()) {
+        const std::string& p = s.path;
+        const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0) fail("model: cannot open '%s': %s", p.c_str(), std::strerror(errno));
+        m->fds_.push_back(fd);
+        m->shard_paths_.push_back(p);
+    }
 
     // Classify by the architecture's tensor table: experts and Engram tables stay on disk,
     // tensors the engine skips (MTP layers, the vision bias) are never read, and every other
@@ -85,19 +95,19 @@ std::unique_ptr<Model> Model::open(const std::string& path, DenseHome home) {
     for (const gguf::TensorInfo* t : vectors) {
         float* out = reinterpret_cast<float*>(m->dense_ + image_at.at(t->name));
         if (t->type == GgmlType::F32) {
-            pread_exact(m->fd_, out, t->n_bytes, t->file_offset, "model: dense weights");
+            m->read_tensor(*t, out, t->n_bytes, 0, "model: dense weights");
             continue;
         }
         packed.resize(t->n_bytes);
-        pread_exact(m->fd_, packed.data(), t->n_bytes, t->file_offset, "model: dense weights");
+        m->read_tensor(*t, packed.data(), t->n_bytes, 0, "model: dense weights");
         const int64_t cols = t->ne[0];
         const uint64_t rows = t->n_elems / static_cast<uint64_t>(cols), rb = row_bytes(t->type, cols);
         for (uint64_t r = 0; r < rows; ++r) dequantize_row(t->type, packed.data() + r * rb, out + r * cols, cols);
     }
     if (on_host)
         for (const gguf::TensorInfo* t : matrices)
-            pread_exact(m->fd_, m->dense_ + image_at.at(t->name), t->n_bytes, t->file_offset, "model: dense weights");
-    pread_exact(m->fd_, embd_host, embd->n_bytes, embd->file_offset, "model: token embedding");
+            m->read_tensor(*t, m->dense_ + image_at.at(t->name), t->n_bytes, 0, "model: dense weights");
+    m->read_tensor(*embd, embd_host, embd->n_bytes, 0, "model: token embedding");
 
     auto mat = [&](const std::string& name) -> MatView {
         const gguf::TensorInfo* t = m->reader_.tensor(name);
@@ -197,7 +207,7 @@ ExpertRanges Model::expert_ranges(int64_t layer, int64_t expert) const {
     const LayerWeights& w = layers_[static_cast<size_t>(layer)];
     auto slice = [&](const gguf::TensorInfo* t) {
         const uint64_t each = t->n_bytes / static_cast<uint64_t>(hp_.n_expert);
-        return ByteRange{t->file_offset + each * static_cast<uint64_t>(expert), each};
+        return ByteRange{t->file_offset + each * static_cast<uint64_t>(expert), each, t->shard};
     };
     return {slice(w.gate_exps), slice(w.up_exps), slice(w.down_exps)};
 }
@@ -226,10 +236,10 @@ EngramRowRanges Model::engram_row(int64_t layer, uint64_t row) const {
     BG_CHECK(t != nullptr && row < static_cast<uint64_t>(t->ne[1]));
     EngramRowRanges r;
     const uint64_t rb = row_bytes(t->type, t->ne[0]);
-    r.values = {t->file_offset + rb * row, rb};
+    r.values = {t->file_offset + rb * row, rb, t->shard};
     if (const gguf::TensorInfo* s = w.engram_embd_scale) {
         const uint64_t sb = row_bytes(s->type, s->ne[0]);
-        r.scales = {s->file_offset + sb * row, sb};
+        r.scales = {s->file_offset + sb * row, sb, s->shard};
     }
     return r;
 }

@@ -50,6 +50,7 @@ const uint8_t* EngramStore::fetch_raw(int64_t layer, const uint64_t* rows, int64
     auto submit = [&](const dsv41::ByteRange& r, int64_t i) {
         io::ReadOp& op = ops_[n_ops++];
         op = io::ReadOp{};
+        op.file = r.file;
         op.offset = r.offset;
         op.bytes = r.bytes;
         op.dst = staging_ + at;
@@ -72,8 +73,8 @@ const uint8_t* EngramStore::fetch_raw(int64_t layer, const uint64_t* rows, int64
         got += k;
     }
     if (failed)
-        fail("engram: read of layer %lld row at offset %llu failed: %s", (long long)layer,
-             (unsigned long long)failed->offset, std::strerror(failed->error));
+        fail("engram: read of layer %lld row at offset %llu of %s failed: %s", (long long)layer,
+             (unsigned long long)failed->offset, reader_.path(failed->file).c_str(), std::strerror(failed->error));
     // The device buffer is refilled only once the ops reading it have run; the host waited for
     // the disk meanwhile, and the device worked through what was queued before.
     if (buffer_read_pending_) {

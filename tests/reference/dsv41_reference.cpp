@@ -249,7 +249,7 @@ Dsv41Reference::Mat Dsv41Reference::load_rows(const std::string& name, int64_t r
     const uint64_t rb = bg::row_bytes(t->type, ne0);
     std::vector<uint8_t> bytes(rb * static_cast<uint64_t>(n));
     const uint64_t off = t->file_offset + rb * static_cast<uint64_t>(r0);
-    if (::pread(fd_, bytes.data(), bytes.size(), static_cast<off_t>(off)) != static_cast<ssize_t>(bytes.size()))
+    if (::pread(fds_.at(t->shard), bytes.data(), bytes.size(), static_cast<off_t>(off)) != static_cast<ssize_t>(bytes.size()))
         refuse("short read of " + name);
     Mat m;
     m.rows = n;
@@ -315,8 +315,11 @@ const Dsv41Reference::Mat& Dsv41Reference::expert(int64_t l, int which, int64_t 
 
 Dsv41Reference::Dsv41Reference(const std::string& path, Dsv41Options opt)
     : opt_(opt), r_(Reader::open(path)) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) refuse("cannot open " + path);
+    for (const bg::gguf::Shard& s : r_.shards()) {
+        const int fd = ::open(s.path.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0) refuse("cannot open " + s.path);
+        fds_.push_back(fd);
+    }
     hp_ = dsv41_read_hparams(r_);
     hp_.n_vocab = r_.tensor("token_embd.weight") ? r_.tensor("token_embd.weight")->ne[1] : 0;
     if (hp_.engram_token_map.size() < static_cast<size_t>(hp_.n_vocab)) refuse("engram token map too short");
@@ -379,7 +382,7 @@ Dsv41Reference::Dsv41Reference(const std::string& path, Dsv41Options opt)
 }
 
 Dsv41Reference::~Dsv41Reference() {
-    if (fd_ >= 0) ::close(fd_);
+    for (int fd : fds_) ::close(fd);
 }
 
 namespace {

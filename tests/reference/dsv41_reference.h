@@ -120,7 +120,7 @@ private:
 
     Dsv41Options opt_;
     bg::gguf::Reader r_;
-    int fd_ = -1;
+    std::vector<int> fds_;  // one per file of the model (every shard of a split one)
     Dsv41Hparams hp_;
     Mat output_, output_norm_;
     std::vector<Layer> layers_;
