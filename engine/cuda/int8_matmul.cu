@@ -96,7 +96,7 @@ int8mm::MmaParams mma_params(const Int8Workspace& ws, const uint8_t* w, uint64_t
 void launch_mma(const Int8Workspace& ws, GgmlType type, int8mm::MmaParams& p, int n_tiles, int mats,
                 cudaStream_t stream) {
     const int splits = splits_for(ws, p.rows, p.nkb, n_tiles, mats, &p.kb_split);
-    qtypes::visit(type, [&](auto traits) { int8mm::launch_mma<decltype(traits)>(p, n_tiles, mats, splits, stream); });
+    qtypes::visit_int8_path(type, [&](auto traits) { int8mm::launch_mma<decltype(traits)>(p, n_tiles, mats, splits, stream); });
     BG_CUDA_CHECK_LAUNCH();
 }
 
