@@ -15,7 +15,7 @@ struct Mxfp4 {
     static constexpr GgmlType kType = GgmlType::MXFP4;
     static constexpr int kBlockWeights = 32;  // weights a block (the unit rows are made of)
     static constexpr int kBlockBytes = 17;
-    static constexpr int kSubK = 32;        // weights sharing one scale
+    static constexpr int kSubK = 32;          // weights sharing one scale
     static constexpr bool kHasMin = false;    // no min term: partial = d_w * d_x * isum
 
     // 2^(e-128) exactly: ggml's E8M0 "half" (e <= 1 gives the subnormals 2^-128, 2^-127; 255 NaN).
@@ -30,15 +30,16 @@ struct Mxfp4 {
         return kv[code & 15];
     }
 
-    // Sub-block sb (weights sb*32 .. sb*32+31) of a row: int8 values and the block's scale.
-    static void unpack(const uint8_t* row, int64_t sb, int8_t v[32], float* d, float* dmin) {
-        const uint8_t* b = row + sb * kBlockBytes;
+    // Chunk c (weights c*32 .. c*32+31, one block) of a row: int8 values, the block's scale for
+    // both 16-halves, no min (tensor/qtypes/all.h has the contract).
+    BG_HD static void unpack(const uint8_t* row, int64_t chunk, int8_t v[32], float d[2], float m[2]) {
+        const uint8_t* b = row + chunk * kBlockBytes;
         for (int j = 0; j < 16; ++j) {
             v[j] = static_cast<int8_t>(value_of(b[1 + j] & 15));
             v[j + 16] = static_cast<int8_t>(value_of(b[1 + j] >> 4));
         }
-        *d = scale_of(b[0]);
-        *dmin = 0.0f;
+        d[0] = d[1] = scale_of(b[0]);
+        m[0] = m[1] = 0.0f;
     }
 
 #ifdef __CUDACC__
