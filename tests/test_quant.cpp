@@ -52,14 +52,17 @@ TEST(Quant, Traits) {
                        GgmlType::MXFP4}) {
         EXPECT_EQ(parse_type_name(type_name(t)), t);
     }
+    EXPECT_EQ(parse_type_name("F32"), GgmlType::F32);  // names in any letter case
+    EXPECT_EQ(parse_type_name("MXFP4"), GgmlType::MXFP4);
     EXPECT_THROW(parse_type_name("q4_0"), Error);
-    EXPECT_THROW(parse_type_name("F32"), Error);
+    EXPECT_THROW(parse_type_name("f32 "), Error);
     EXPECT_THROW(parse_type_name(""), Error);
     try {
-        parse_type_name("q4_k");
+        parse_type_name("Q4_0");
         FAIL();
     } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("q4_k"), std::string::npos);
+        EXPECT_NE(std::string(e.what()).find("'Q4_0'"), std::string::npos);
+        EXPECT_NE(std::string(e.what()).find("q4_K"), std::string::npos) << "the message lists the supported names";
     }
 }
 

@@ -62,6 +62,7 @@ public:
         for (auto* v : {&g_, &up_, &h_}) v->resize(static_cast<size_t>(expert_work_floats_ff(lim)));
         int8_.xq.resize(static_cast<size_t>(int8_scratch_values(lim)));
         int8_.xd.resize(static_cast<size_t>(int8_scratch_values(lim) / 32));
+        int8_.xs.resize(static_cast<size_t>(int8_scratch_values(lim) / 16));
     }
 
     void upload(void* dst, const void* src, uint64_t bytes) override { std::memmove(dst, src, bytes); }
@@ -277,7 +278,8 @@ uint64_t ops_host_bytes(const OpsLimits& lim) {
     return rows * sizeof(const float*) + static_cast<uint64_t>(lim.max_tok) * sizeof(int64_t) +
            rows * static_cast<uint64_t>(lim.n_head) * sizeof(float) + 2 * static_cast<uint64_t>(lim.n_expert) * sizeof(float) +
            static_cast<uint64_t>(lim.n_expert) * sizeof(int32_t) + expert_work_bytes(lim) +
-           static_cast<uint64_t>(int8_scratch_values(lim)) + static_cast<uint64_t>(int8_scratch_values(lim) / 32) * sizeof(float);
+           static_cast<uint64_t>(int8_scratch_values(lim)) + static_cast<uint64_t>(int8_scratch_values(lim) / 32) * sizeof(float) +
+           static_cast<uint64_t>(int8_scratch_values(lim) / 16) * sizeof(int32_t);
 }
 
 }  // namespace bg::cpu
