@@ -100,6 +100,9 @@ BenchOutcome run_bench(const Scenario& s, const BenchOptions& o) {
     if (o.use_cgroup) make_cgroup(s, o, "betelgeuse-check-" + tag)->remove();
     if (!fs::exists(s.model_path)) generate_model(s, o, progress);
 
+    // Every shard of a split model is evicted before a cold run, not only the file named.
+    const std::vector<std::string> files = model_files(s.model_path);
+
     MachineProbe mp;
     mp.engine_path = o.engine_path;
     mp.model_path = s.model_path;
@@ -180,8 +183,8 @@ BenchOutcome run_bench(const Scenario& s, const BenchOptions& o) {
             if (!cj.contains("engine_command")) cj["engine_command"] = argv;
 
             json run = {{"repetition", rep}, {"started_utc", utc_iso()}};
-            const auto ev = evict_page_cache(s.model_path);
-            const auto cached = cached_percent(s.model_path);
+            const auto ev = evict_page_cache(files);
+            const auto cached = cached_percent(files);
             run["page_cache"] = {{"evicted", !ev}, {"cached_pct_at_start", cached ? json(*cached) : json(nullptr)}};
             if (ev) run["page_cache"]["error"] = *ev;
 

@@ -97,6 +97,9 @@ public:
     }
 
     void dequantize(bg::GgmlType t, const uint8_t* s, float* d, int64_t n) override { in_->dequantize(t, s, d, n); }
+    void dequantize_fp8_rows(const uint8_t* s, float* d, int64_t rows, int64_t dim) override {
+        in_->dequantize_fp8_rows(s, d, rows, dim);
+    }
     void embed_rows(const float* r, const int32_t* ids, int64_t n, int64_t w, float* H) override {
         in_->embed_rows(r, ids, n, w, H);
     }

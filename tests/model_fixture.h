@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cmath>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,28 @@ inline std::string cached_model(const bg::ModelScale& scale, uint64_t seed, int 
         bg::make_model(scale, cfg);
     }
     return path;
+}
+
+// The model of cached_model(scale, seed) split as make-model --split-max-size max_bytes (and
+// gguf-split) split it, generated on first use; the path of its first shard.
+inline std::string cached_split_model(const bg::ModelScale& scale, uint64_t seed, uint64_t max_bytes) {
+    const std::string dir = test_models_dir();
+    ::mkdir(dir.c_str(), 0755);
+    const std::string name = scale.name + "-seed" + std::to_string(seed) + "-split" + std::to_string(max_bytes);
+    // make-model renames the first shard into place last, so finding it means every shard is there.
+    const std::string first_stem = name + "-00001-of-";
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+        const std::string f = e.path().filename().string();
+        if (f.rfind(first_stem, 0) == 0 && f.size() == first_stem.size() + 10 && f.compare(f.size() - 5, 5, ".gguf") == 0)
+            return e.path().string();
+    }
+    bg::MakeModelConfig cfg;
+    cfg.out_path = dir + "/" + name + ".gguf";
+    cfg.seed = seed;
+    cfg.progress = false;
+    cfg.split_max_bytes = max_bytes;
+    return bg::make_model(scale, cfg).paths.at(0);
 }
 
 // Largest absolute difference relative to the largest magnitude of `a`.

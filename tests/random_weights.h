@@ -31,8 +31,24 @@ struct HostMat {
     std::vector<float> deq;  // [rows][cols]
 };
 
+// Where the FP16 super-scales of the 256-weight types sit in a block (ggml-common.h's structs):
+// d, and dmin (-1: none).
+inline void super_scale_offsets(GgmlType t, int* d, int* dmin) {
+    switch (t) {
+        case GgmlType::Q2_K: *d = 80, *dmin = 82; return;
+        case GgmlType::Q3_K: *d = 108, *dmin = -1; return;
+        case GgmlType::Q4_K:
+        case GgmlType::Q5_K: *d = 0, *dmin = 2; return;
+        case GgmlType::Q6_K: *d = 208, *dmin = -1; return;
+        case GgmlType::IQ2_XXS: *d = 0, *dmin = -1; return;
+        default: *d = *dmin = -1; return;
+    }
+}
+
 // Realistic blocks: MXFP4 scale bytes 118..124 (2^-9..2^-3, so |w| up to 6/8), uniform codes;
-// Q8_0 scales 1e-3..1e-2 (as f16), uniform int8 in [-127, 127]; BF16 N(0, 0.05) rounded.
+// Q8_0 scales 1e-3..1e-2 (as f16), uniform int8 in [-127, 127]; BF16 N(0, 0.05) rounded; the
+// 256-weight types (cols a multiple of 256) random sub-scales and codes under super-scales d and
+// dmin of 1e-3..1e-2 (as f16).
 inline HostMat random_mat(GgmlType t, int64_t rows, int64_t cols, uint64_t pad, std::mt19937& rng) {
     HostMat m{t, rows, cols, row_bytes(t, cols) + pad, {}, {}};
     m.bytes.resize(m.stride * rows);
@@ -41,7 +57,21 @@ inline HostMat random_mat(GgmlType t, int64_t rows, int64_t cols, uint64_t pad, 
     std::uniform_int_distribution<int> e8(118, 124), q8(-127, 127);
     std::uniform_real_distribution<float> d8(1e-3f, 1e-2f);
     std::normal_distribution<float> nd(0.0f, 0.05f);
-    for (int64_t r = 0; r < rows; ++r) {
+    int off_d = -1, off_dmin = -1;
+    super_scale_offsets(t, &off_d, &off_dmin);
+    if (off_d >= 0) {
+        const int64_t block_bytes = bg::type_traits(t).block_bytes;
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t b = 0; b < cols / 256; ++b) {
+                uint8_t* blk = m.bytes.data() + r * m.stride + b * block_bytes;
+                for (int off : {off_d, off_dmin}) {
+                    if (off < 0) continue;
+                    const uint16_t h = fp32_to_fp16(d8(rng));
+                    std::memcpy(blk + off, &h, 2);
+                }
+            }
+    }
+    for (int64_t r = 0; r < rows && off_d < 0; ++r) {
         uint8_t* row = m.bytes.data() + r * m.stride;
         for (int64_t b = 0; b < cols / 32; ++b) {
             if (t == GgmlType::MXFP4) {

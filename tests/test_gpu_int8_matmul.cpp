@@ -1,5 +1,5 @@
 // The integer tensor-core kernels (engine/cuda/int8_matmul.cuh, `--matmul fast`) on fresh random
-// inputs, at full width and odd sizes:
+// inputs, at full width and odd sizes, for every weight type with int8 traits (tensor/qtypes):
 //  - the activations the kernels see are bit-identical to the CPU's quantisation
 //    (tensor/qtypes/int8_act.h), so both backends start from the same int8 values;
 //  - int8_matmul against a float64 reference of the same arithmetic (weights by the exact
@@ -178,6 +178,18 @@ std::vector<MatCase> mat_cases() {
         v.push_back({t, 300, 1280, 16, 0, 0, 3});
         v.push_back({t, 129, 4096, 40, 1, 2, 7});
     }
+    // The 256-weight types (rows of whole super-blocks): one super-block a pipeline step, two
+    // m16n8k16 MMAs a chunk where scales cover 16 weights, the min term from the half sums;
+    // passes of fewer than 64 tokens where a super-block leaves shared memory for fewer n-tiles.
+    for (GgmlType t : {GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,
+                       GgmlType::IQ2_XXS}) {
+        for (int64_t M : {1, 8, 16, 64, 65}) v.push_back({t, 2304, 5120, M});
+        v.push_back({t, 5120, 2304, 8});
+        v.push_back({t, 37, 256, 5, 0, 3});
+        v.push_back({t, 100, 512, 17, 7, 1});
+        v.push_back({t, 300, 1280, 16, 0, 0, 3});
+        v.push_back({t, 129, 4096, 40, 1, 2, 7});
+    }
     return v;
 }
 
@@ -293,6 +305,13 @@ std::vector<FfnCase> ffn_cases() {
     v.push_back({GgmlType::MXFP4, GgmlType::MXFP4, 256, 96, 3, false});
     v.push_back({GgmlType::Q8_0, GgmlType::Q8_0, 128, 64, 12, true, 0.05f});
     v.push_back({GgmlType::MXFP4, GgmlType::MXFP4, 128, 64, 12, true, 0.05f, SwigluClamp::kLlamaCpp});
+    // The mixes llama-quantize makes (ffn_down_exps a step above the preset).
+    for (int64_t M : {1, 16, 64}) v.push_back({GgmlType::Q4_K, GgmlType::Q6_K, 5120, 2304, M});  // Q4_K_M
+    for (int64_t M : {1, 16, 64}) v.push_back({GgmlType::Q2_K, GgmlType::Q3_K, 5120, 2304, M});  // Q2_K
+    v.push_back({GgmlType::IQ2_XXS, GgmlType::Q2_K, 5120, 2304, 16});
+    v.push_back({GgmlType::Q5_K, GgmlType::Q5_K, 5120, 2304, 9});
+    v.push_back({GgmlType::Q6_K, GgmlType::Q6_K, 512, 256, 70});
+    v.push_back({GgmlType::Q3_K, GgmlType::Q8_0, 256, 512, 12, true, 0.05f});
     return v;
 }
 

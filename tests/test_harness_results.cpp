@@ -12,8 +12,11 @@
 
 #include "ablate.h"
 #include "derive.h"
+#include "gguf/gguf.h"
 #include "harness/harness_fixture.h"
 #include "machine.h"
+#include "model_fixture.h"
+#include "page_cache.h"
 #include "progress.h"
 #include "report.h"
 #include "results.h"
@@ -425,3 +428,29 @@ TEST(HarnessResults, SmLimitedRunShowsTheRtx3060Projection) {
     r["configurations"][0]["runs"][0]["metrics"]["engine"].erase("sm_limit");  // results from before the flag
     EXPECT_EQ(bgh::render_markdown(r, "").find("Projection for the RTX 3060"), std::string::npos);
 }
+
+namespace {
+
+// A cold run of a split model must find none of its shards cached: the harness evicts and
+// measures every file of the model, not only the first shard it was given.
+TEST(HarnessPageCache, EveryShardOfASplitModel) {
+    const std::string first = bgtest::cached_split_model(bg::parse_scale(bgtest::kTinyScale, "tiny"), 3, 700000);
+    const bg::gguf::Reader r = bg::gguf::Reader::open(first);
+    const std::vector<std::string> files = bgh::model_files(first);
+    ASSERT_GE(files.size(), 3u);
+    ASSERT_EQ(files.size(), r.shards().size());
+    for (size_t k = 0; k < files.size(); ++k) EXPECT_EQ(files[k], r.shards()[k].path);
+    EXPECT_EQ(bgh::evict_page_cache(files), std::nullopt);
+    const std::optional<double> pct = bgh::cached_percent(files);
+    ASSERT_TRUE(pct.has_value());
+    EXPECT_GE(*pct, 0.0);
+    EXPECT_LE(*pct, 100.0);
+    // An unsplit file, or one this reader refuses, is itself.
+    EXPECT_EQ(bgh::model_files(bgtest::tiny_model()), std::vector<std::string>{bgtest::tiny_model()});
+    EXPECT_EQ(bgh::model_files("/nonexistent/m.gguf"), std::vector<std::string>{"/nonexistent/m.gguf"});
+    const std::optional<std::string> err = bgh::evict_page_cache({files[0], "/nonexistent/m.gguf"});
+    ASSERT_TRUE(err.has_value());
+    EXPECT_NE(err->find("/nonexistent/m.gguf"), std::string::npos) << *err;
+}
+
+}  // namespace

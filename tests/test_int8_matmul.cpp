@@ -80,10 +80,13 @@ TEST(Int8Traits, UnpackGivesTheExactWeights) {
             for (int64_t r = 0; r < W.rows; ++r)
                 for (int64_t b = 0; b < W.cols / 32; ++b) {
                     int8_t v[32];
-                    float d = 0, dmin = 0;
-                    T::unpack(W.bytes.data() + r * W.stride, b, v, &d, &dmin);
+                    float d[2] = {0, 0}, m[2] = {1, 1};
+                    T::unpack(W.bytes.data() + r * W.stride, b, v, d, m);
+                    ASSERT_EQ(d[0], d[1]);
+                    ASSERT_EQ(m[0], 0.0f);
+                    ASSERT_EQ(m[1], 0.0f);
                     for (int i = 0; i < 32; ++i)
-                        ASSERT_EQ(static_cast<float>(v[i]) * d, W.deq[r * W.cols + b * 32 + i])
+                        ASSERT_EQ(static_cast<float>(v[i]) * d[0], W.deq[r * W.cols + b * 32 + i])
                             << type_name(t) << " row " << r << " block " << b << " element " << i;
                 }
         });

@@ -52,15 +52,29 @@ TEST(Quant, Traits) {
                        GgmlType::MXFP4}) {
         EXPECT_EQ(parse_type_name(type_name(t)), t);
     }
+    EXPECT_EQ(parse_type_name("F32"), GgmlType::F32);  // names in any letter case
+    EXPECT_EQ(parse_type_name("MXFP4"), GgmlType::MXFP4);
     EXPECT_THROW(parse_type_name("q4_0"), Error);
-    EXPECT_THROW(parse_type_name("F32"), Error);
+    EXPECT_THROW(parse_type_name("f32 "), Error);
     EXPECT_THROW(parse_type_name(""), Error);
     try {
-        parse_type_name("q4_k");
+        parse_type_name("Q4_0");
         FAIL();
     } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("q4_k"), std::string::npos);
+        EXPECT_NE(std::string(e.what()).find("'Q4_0'"), std::string::npos);
+        EXPECT_NE(std::string(e.what()).find("q4_K"), std::string::npos) << "the message lists the supported names";
     }
+}
+
+// I8 (ggml id 24): read as raw bytes (a fork's FP8 Engram table), so it has traits and a row size
+// but no name a user may give as a type.
+TEST(Quant, I8IsRawBytes) {
+    ASSERT_NE(type_traits(24u), nullptr);
+    EXPECT_STREQ(type_traits(24u)->name, "i8");
+    EXPECT_EQ(type_traits(24u)->block_elems, 1);
+    EXPECT_EQ(type_traits(24u)->block_bytes, 1);
+    EXPECT_EQ(row_bytes(GgmlType::I8, 256), 256u);
+    EXPECT_THROW(parse_type_name("i8"), Error);
 }
 
 TEST(Quant, RowBytes) {

@@ -153,6 +153,9 @@ public:
     // ---- the model's ops
     virtual void matmul(const MatView& W, const float* x, int64_t ldx, int64_t n_tok, float* y, int64_t ldy) = 0;
     virtual void dequantize(GgmlType t, const uint8_t* src, float* dst, int64_t n) = 0;
+    // rows FP8-E4M3 rows, each packed as dim value bytes then dim/32 E8M0 scale bytes
+    // (tensor/fp8_rows.h), to rows x dim floats, as fp8::dequantize_packed_rows.
+    virtual void dequantize_fp8_rows(const uint8_t* src, float* dst, int64_t rows, int64_t dim) = 0;
     // H[t][c][:] = rows[row_ids[t]][:] for the 4 residual copies c. rows: [][width].
     virtual void embed_rows(const float* rows, const int32_t* row_ids, int64_t n_tok, int64_t width, float* H) = 0;
     virtual void fill_positions(int32_t* pos, int64_t n, int64_t start, int64_t step) = 0;

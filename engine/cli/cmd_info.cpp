@@ -41,6 +41,17 @@ void print_ignored(const dsv41::Model& m) {
     for (const std::string& t : tensors) std::printf("  %s\n", t.c_str());
 }
 
+// A split model's files, each with the tensors whose bytes it holds.
+void print_shards(const gguf::Reader& r) {
+    if (!r.is_split()) return;
+    std::printf("files            %zu shards (gguf-split):\n", r.shards().size());
+    for (size_t i = 0; i < r.shards().size(); ++i) {
+        const gguf::Shard& s = r.shards()[i];
+        std::printf("  %5zu  %s  %llu tensors, %llu bytes (%.3f GB file)\n", i + 1, s.path.c_str(),
+                    (unsigned long long)s.tensor_count, (unsigned long long)s.tensor_bytes, s.file_size / 1e9);
+    }
+}
+
 std::string tokenizer_line(const gguf::Reader& r) {
     std::optional<tok::Vocab> v;
     try {
@@ -77,7 +88,8 @@ void print_info(const std::string& path, bool tensors) {
     std::printf("model            %s\n", path.c_str());
     std::printf("architecture     %s (GGUF v%u, alignment %llu, %zu tensors, %.3f GB)\n", dsv41::kArch,
                 m->gguf().version(), (unsigned long long)m->gguf().alignment(), m->gguf().tensors().size(),
-                m->gguf().file_size() / 1e9);
+                m->gguf().total_file_size() / 1e9);
+    print_shards(m->gguf());
     std::printf("layers           %lld, hidden %lld, vocab %lld", (long long)hp.n_layer, (long long)hp.n_embd, (long long)hp.n_vocab);
     if (hp.n_layer_all > hp.n_layer) std::printf(" (+%lld next-n layers, not run)", (long long)(hp.n_layer_all - hp.n_layer));
     std::printf("\n");
@@ -110,19 +122,27 @@ void print_info(const std::string& path, bool tensors) {
     if (!hp.engram_layers.empty()) {
         std::string ls;
         for (int64_t l : hp.engram_layers) ls += strf("%s%lld", ls.empty() ? "" : ",", (long long)l);
-        std::printf("engram           layers %s, %lld heads x orders 2..%lld, rows of %lld (%s), token map %zu\n",
-                    ls.c_str(), (long long)hp.engram_heads, (long long)hp.engram_max_ngram, (long long)hp.engram_dim,
-                    type_name(m->engram_type(hp.engram_layers[0])), hp.engram_token_map.size());
+        std::printf("engram           layers %s, %lld heads x orders 2..%lld, rows of %lld, token map %zu\n", ls.c_str(),
+                    (long long)hp.engram_heads, (long long)hp.engram_max_ngram, (long long)hp.engram_dim,
+                    hp.engram_token_map.size());
+        for (int64_t l : hp.engram_layers)
+            std::printf("engram table %-3lld %s, %llu bytes a row\n", (long long)l, m->engram_format(l).describe().c_str(),
+                        (unsigned long long)m->engram_row(l, 0).bytes());
     }
     const uint64_t expert_each = m->expert_bytes_each(0);
     std::printf("bytes            dense %.3f GB, experts %.3f GB (%.3f MB each), engram tables %.3f GB\n",
                 m->dense_bytes() / 1e9, m->expert_bytes() / 1e9, expert_each / 1e6, m->engram_bytes() / 1e9);
     print_ignored(*m);
     if (!tensors) return;
-    std::printf("\n%-40s %-6s %-24s %14s %14s\n", "tensor", "type", "shape", "offset", "bytes");
-    for (const gguf::TensorInfo& t : m->gguf().tensors())
-        std::printf("%-40s %-6s %-24s %14llu %14llu\n", t.name.c_str(), type_name(t.type), shape(t.ne).c_str(),
+    // A split model's offsets are within each tensor's shard, which the last column names.
+    const bool split = m->gguf().is_split();
+    std::printf("\n%-40s %-6s %-24s %14s %14s%s\n", "tensor", "type", "shape", "offset", "bytes", split ? "  shard" : "");
+    for (const gguf::TensorInfo& t : m->gguf().tensors()) {
+        std::printf("%-40s %-6s %-24s %14llu %14llu", t.name.c_str(), type_name(t.type), shape(t.ne).c_str(),
                     (unsigned long long)t.file_offset, (unsigned long long)t.n_bytes);
+        if (split) std::printf("  %5u", t.shard + 1);
+        std::printf("\n");
+    }
 }
 
 // The header only, through the GGUF reader: any well-formed GGUF file prints, a deepseek41 model
@@ -141,7 +161,7 @@ void register_info(CLI::App& app) {
     static std::string path;
     static bool no_tensors = false;
     static bool as_json = false;
-    cmd->add_option("model", path, "GGUF model file")->required();
+    cmd->add_option("model", path, "GGUF model file (the first shard of a split model)")->required();
     cmd->add_flag("--no-tensors", no_tensors, "Omit the tensor table");
     cmd->add_flag("--json", as_json,
                   "Print the GGUF metadata (keys, types, values; long arrays summarised) and the tensor table as JSON");

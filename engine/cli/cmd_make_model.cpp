@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "gguf/gguf_split.h"
 #include "model/make_model.h"
 #include "tokenizer/hf_import.h"
 
@@ -47,8 +48,18 @@ void register_make_model(CLI::App& app) {
     cmd->add_option("--tokenizer", tokenizer_dir, "Folder with tokenizer.json and tokenizer_config.json to embed")
         ->capture_default_str();
     cmd->add_flag("--no-tokenizer", no_tokenizer, "Embed no tokenizer");
+    static std::string engram_format;
+    cmd->add_option("--engram-format", engram_format,
+                    "Engram tables as q8_0, fork-fp8 (FP8-E4M3 bytes + E8M0 scales, as tarruda/llama.cpp's converter "
+                    "writes them) or any tensor type name (default: the scale's engram_type)");
+    static std::string split_max_size;
+    cmd->add_option("--split-max-size", split_max_size,
+                    "Write shards as llama.cpp's gguf-split --split-max-size does: at most N tensor bytes each "
+                    "(N, NK, NM or NG: 1e3, 1e6, 1e9 bytes), named --out less .gguf plus -00001-of-0000K.gguf");
     cmd->callback([] {
-        const ModelScale s = load_scale(cfg.scale_path);
+        cfg.split_max_bytes = split_max_size.empty() ? 0 : gguf::parse_split_max_size(split_max_size);
+        ModelScale s = load_scale(cfg.scale_path);
+        if (!engram_format.empty()) s.engram_format = parse_engram_format(engram_format);
         const bool have = has_tokenizer(tokenizer_dir);
         if (no_tokenizer) {
             cfg.tokenizer_dir.clear();
@@ -64,11 +75,16 @@ void register_make_model(CLI::App& app) {
         } else {
             cfg.tokenizer_dir = tokenizer_dir;
         }
-        std::fprintf(stderr, "make-model: scale %s (%s), seed %llu -> %s\n", s.name.c_str(), cfg.scale_path.c_str(),
-                     (unsigned long long)cfg.seed, cfg.out_path.c_str());
+        std::fprintf(stderr, "make-model: scale %s (%s), seed %llu, Engram %s -> %s\n", s.name.c_str(),
+                     cfg.scale_path.c_str(), (unsigned long long)cfg.seed, s.engram_format.name().c_str(),
+                     cfg.out_path.c_str());
         const MakeModelResult r = make_model(s, cfg);
         std::fprintf(stderr, "make-model: wrote %.3f GB in %.1f s (%.0f MB/s)\n", r.file_bytes / 1e9, r.seconds,
                      r.file_bytes / 1e6 / std::max(r.seconds, 1e-3));
+        if (cfg.split_max_bytes > 0) {
+            std::fprintf(stderr, "make-model: %zu shards; open the model with -m %s\n", r.paths.size(), r.paths[0].c_str());
+            for (const std::string& p : r.paths) std::fprintf(stderr, "  %s\n", p.c_str());
+        }
         if (r.tokenizer_tokens > 0)
             std::fprintf(stderr, "make-model: embedded the DeepSeek-V3 tokenizer (%lld tokens) from %s\n",
                          (long long)r.tokenizer_tokens, cfg.tokenizer_dir.c_str());

@@ -74,7 +74,7 @@ void run(RunConfig cfg) {
 
 // Flags shared by run, profile and plan (plan takes --scale in place of --model).
 void add_model_prompt_flags(CLI::App* cmd, RunConfig& cfg, bool model_required) {
-    auto* model = cmd->add_option("-m,--model", cfg.model_path, "GGUF model file");
+    auto* model = cmd->add_option("-m,--model", cfg.model_path, "GGUF model file (the first shard of a split model)");
     if (model_required) model->required();
     auto* text = cmd->add_option("-p,--prompt", cfg.prompt_text, "Prompt text (through the model's tokenizer)");
     auto* file = cmd->add_option("-f,--file", cfg.prompt_text_file, "File of prompt text")->excludes(text);

@@ -10,6 +10,7 @@
 #include "cpu/int8_matmul.h"
 #include "cpu/ops.h"
 #include "cpu/routing.h"
+#include "tensor/fp8_rows.h"
 #include "util/check.h"
 
 namespace bg::cpu {
@@ -61,6 +62,7 @@ public:
         for (auto* v : {&g_, &up_, &h_}) v->resize(static_cast<size_t>(expert_work_floats_ff(lim)));
         int8_.xq.resize(static_cast<size_t>(int8_scratch_values(lim)));
         int8_.xd.resize(static_cast<size_t>(int8_scratch_values(lim) / 32));
+        int8_.xs.resize(static_cast<size_t>(int8_scratch_values(lim) / 16));
     }
 
     void upload(void* dst, const void* src, uint64_t bytes) override { std::memmove(dst, src, bytes); }
@@ -87,6 +89,9 @@ public:
         cpu::matmul(pool_, W, x, ldx, n_tok, y, ldy);
     }
     void dequantize(GgmlType t, const uint8_t* src, float* dst, int64_t n) override { dequantize_row(t, src, dst, n); }
+    void dequantize_fp8_rows(const uint8_t* src, float* dst, int64_t rows, int64_t dim) override {
+        fp8::dequantize_packed_rows(src, dst, rows, dim);
+    }
     void embed_rows(const float* rows, const int32_t* row_ids, int64_t n_tok, int64_t width, float* H) override {
         for (int64_t t = 0; t < n_tok; ++t)
             for (int c = 0; c < kHc; ++c)
@@ -273,7 +278,8 @@ uint64_t ops_host_bytes(const OpsLimits& lim) {
     return rows * sizeof(const float*) + static_cast<uint64_t>(lim.max_tok) * sizeof(int64_t) +
            rows * static_cast<uint64_t>(lim.n_head) * sizeof(float) + 2 * static_cast<uint64_t>(lim.n_expert) * sizeof(float) +
            static_cast<uint64_t>(lim.n_expert) * sizeof(int32_t) + expert_work_bytes(lim) +
-           static_cast<uint64_t>(int8_scratch_values(lim)) + static_cast<uint64_t>(int8_scratch_values(lim) / 32) * sizeof(float);
+           static_cast<uint64_t>(int8_scratch_values(lim)) + static_cast<uint64_t>(int8_scratch_values(lim) / 32) * sizeof(float) +
+           static_cast<uint64_t>(int8_scratch_values(lim) / 16) * sizeof(int32_t);
 }
 
 }  // namespace bg::cpu

@@ -1,5 +1,6 @@
 #include "cpu/int8_matmul.h"
 
+#include <algorithm>
 #include <functional>
 
 #include "tensor/qtypes/all.h"
@@ -10,31 +11,38 @@ namespace bg::cpu {
 
 namespace {
 
-// One block's exact integer dot product (GCC vectorises this with widening multiplies).
-inline int32_t dot32(const int8_t* a, const int8_t* b) {
+// One 16-weight half's exact integer dot product (GCC vectorises this with widening multiplies).
+inline int32_t dot16(const int8_t* a, const int8_t* b) {
     int32_t s = 0;
-    for (int i = 0; i < 32; ++i) s += static_cast<int32_t>(a[i]) * static_cast<int32_t>(b[i]);
+    for (int i = 0; i < 16; ++i) s += static_cast<int32_t>(a[i]) * static_cast<int32_t>(b[i]);
     return s;
 }
 
 template <class T>
-void rows_int8(const MatView& W, const int8_t* xq, const float* xd, int64_t n_tok, float* y, int64_t ldy, int64_t r0,
-               int64_t r1) {
+void rows_int8(const MatView& W, const int8_t* xq, const float* xd, const int32_t* xs, int64_t n_tok, float* y,
+               int64_t ldy, int64_t r0, int64_t r1) {
     const int64_t nb = W.cols / 32;
     thread_local std::vector<int8_t> wq;  // [cols] this row as int8
-    thread_local std::vector<float> wd;   // [nb] its block scales
+    thread_local std::vector<float> wd;   // [nb][2] its half scales
+    thread_local std::vector<float> wm;   // [nb][2] its half mins
     if (static_cast<int64_t>(wq.size()) < W.cols) wq.resize(static_cast<size_t>(W.cols));
-    if (static_cast<int64_t>(wd.size()) < nb) wd.resize(static_cast<size_t>(nb));
+    if (static_cast<int64_t>(wd.size()) < 2 * nb) wd.resize(static_cast<size_t>(2 * nb));
+    if (static_cast<int64_t>(wm.size()) < 2 * nb) wm.resize(static_cast<size_t>(2 * nb));
     for (int64_t r = r0; r < r1; ++r) {
         const uint8_t* row = W.data + static_cast<uint64_t>(r) * W.row_stride;
-        float dmin = 0.0f;
-        for (int64_t b = 0; b < nb; ++b) T::unpack(row, b, wq.data() + b * 32, &wd[static_cast<size_t>(b)], &dmin);
+        for (int64_t b = 0; b < nb; ++b) T::unpack(row, b, wq.data() + b * 32, wd.data() + 2 * b, wm.data() + 2 * b);
         for (int64_t t = 0; t < n_tok; ++t) {
             const int8_t* q = xq + t * W.cols;
             const float* d = xd + t * nb;
+            const int32_t* s = T::kHasMin ? xs + t * 2 * nb : nullptr;
+            const int32_t no_sums[2] = {0, 0};
             float acc = 0.0f;
-            for (int64_t b = 0; b < nb; ++b)
-                acc += static_cast<float>(dot32(wq.data() + b * 32, q + b * 32)) * (wd[static_cast<size_t>(b)] * d[b]);
+            for (int64_t b = 0; b < nb; ++b) {
+                const int8_t* w = wq.data() + b * 32;
+                const int32_t isum[2] = {dot16(w, q + b * 32), dot16(w + 16, q + b * 32 + 16)};
+                acc += qtypes::chunk_partial<T>(wd.data() + 2 * b, wm.data() + 2 * b, d[b], isum,
+                                                T::kHasMin ? s + 2 * b : no_sums);
+            }
             y[t * ldy + r] = acc;
         }
     }
@@ -44,6 +52,7 @@ struct Job {
     const MatView* W;
     const int8_t* xq;
     const float* xd;
+    const int32_t* xs;
     int64_t n_tok;
     float* y;
     int64_t ldy;
@@ -61,6 +70,15 @@ void quantize_int8_rows(const float* x, int64_t ldx, int64_t n_tok, int64_t cols
         }
 }
 
+void int8_half_sums(const int8_t* q, int64_t n_tok, int64_t cols, int32_t* s) {
+    BG_CHECK(cols % 16 == 0);
+    for (int64_t h = 0; h < n_tok * cols / 16; ++h) {
+        int32_t v = 0;
+        for (int i = 0; i < 16; ++i) v += q[h * 16 + i];
+        s[h] = v;
+    }
+}
+
 void matmul_int8(ThreadPool& pool, Int8MatmulScratch& s, const MatView& W, const float* x, int64_t ldx, int64_t n_tok,
                  float* y, int64_t ldy) {
     BG_CHECK_MSG(qtypes::int8_path_takes(W.type), "matmul_int8: a weight type without int8 traits");
@@ -73,12 +91,17 @@ void matmul_int8(ThreadPool& pool, Int8MatmulScratch& s, const MatView& W, const
     if (static_cast<int64_t>(s.xq.size()) < n_tok * W.cols) s.xq.resize(static_cast<size_t>(n_tok * W.cols));
     if (static_cast<int64_t>(s.xd.size()) < n_tok * nb) s.xd.resize(static_cast<size_t>(n_tok * nb));
     quantize_int8_rows(x, ldx, n_tok, W.cols, s.xq.data(), s.xd.data());
-    const Job job{&W, s.xq.data(), s.xd.data(), n_tok, y, ldy};
+    const bool has_min = qtypes::visit(W.type, [](auto traits) { return decltype(traits)::kHasMin; });
+    if (has_min) {
+        if (static_cast<int64_t>(s.xs.size()) < n_tok * 2 * nb) s.xs.resize(static_cast<size_t>(n_tok * 2 * nb));
+        int8_half_sums(s.xq.data(), n_tok, W.cols, s.xs.data());
+    }
+    const Job job{&W, s.xq.data(), s.xd.data(), s.xs.data(), n_tok, y, ldy};
     // One captured pointer keeps the std::function in its small-object buffer: no allocation.
     const Job* jp = &job;
     const std::function<void(int64_t, int64_t)> fn = [jp](int64_t r0, int64_t r1) {
         qtypes::visit(jp->W->type, [&](auto traits) {
-            rows_int8<decltype(traits)>(*jp->W, jp->xq, jp->xd, jp->n_tok, jp->y, jp->ldy, r0, r1);
+            rows_int8<decltype(traits)>(*jp->W, jp->xq, jp->xd, jp->xs, jp->n_tok, jp->y, jp->ldy, r0, r1);
         });
     };
     const int64_t work_per_row = std::max<int64_t>(1, W.cols * n_tok);

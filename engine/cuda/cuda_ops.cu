@@ -194,6 +194,9 @@ public:
     void dequantize(GgmlType t, const uint8_t* src, float* dst, int64_t n) override {
         BG_CUDA_CHECK(cuda::dequantize(t, src, dst, n, stream_));
     }
+    void dequantize_fp8_rows(const uint8_t* src, float* dst, int64_t rows, int64_t dim) override {
+        BG_CUDA_CHECK(cuda::dequantize_fp8_rows(src, dst, rows, dim, stream_));
+    }
     void embed_rows(const float* rows, const int32_t* row_ids, int64_t n_tok, int64_t width, float* H) override {
         DeviceMat m;
         m.data = reinterpret_cast<const uint8_t*>(rows);

@@ -92,7 +92,7 @@ void Forward::load_dense_image() {
         if (!staging) staging = static_cast<uint8_t*>(ops_->alloc_host(kStagingBytes));
         for (uint64_t done = 0; done < t.info->n_bytes;) {
             const uint64_t n = std::min(kStagingBytes, t.info->n_bytes - done);
-            pread_exact(m_.fd(), staging, n, t.info->file_offset + done, "forward: dense weights");
+            m_.read_tensor(*t.info, staging, n, done, "forward: dense weights");
             ops_->upload(dst + done, staging, n);
             ops_->sync();  // the staging buffer is refilled next
             done += n;

@@ -88,7 +88,10 @@ std::vector<dsv41::LayerRoles> ModelScale::roles() const {
     for (int64_t l : gated_layers) r[l].gated = true;
     for (int64_t l : key_owner_layers) r[l].key_owner = true;
     for (int64_t l : index_source_layers) r[l].index_source = true;
-    for (int64_t l : hp.engram_layers) r[l].engram = true;
+    for (int64_t l : hp.engram_layers) {
+        r[l].engram = true;
+        r[l].engram_fp8 = engram_format.fork();
+    }
     return r;
 }
 
@@ -169,7 +172,14 @@ ModelScale parse_scale(const std::string& text, const std::string& origin) {
         {"index_source_layers", L(&s.index_source_layers, 0, 1023)},
         {"dense_type", T(&s.dense_type)},
         {"expert_type", T(&s.expert_type)},
-        {"engram_type", T(&s.engram_type)},
+        {"engram_type", [&](const json& v, const std::string& w) {
+             if (!v.is_string()) fail("%s: expected an Engram format name", w.c_str());
+             try {
+                 s.engram_format = parse_engram_format(v.get<std::string>());
+             } catch (const Error& e) {
+                 fail("%s: %s", w.c_str(), e.what());
+             }
+         }},
         {"router_type", T(&s.router_type)},
         {"router_bias_skew", [&](const json& v, const std::string& w) { s.router_bias_skew = as_num(v, w); if (s.router_bias_skew < 0) fail("%s: must be >= 0", w.c_str()); }},
     };
@@ -200,7 +210,7 @@ ModelScale parse_scale(const std::string& text, const std::string& origin) {
         bad("a dense weight's row is not a whole number of dense_type blocks");
     if (!blocks_ok(s.expert_type, hp.n_embd) || !blocks_ok(s.expert_type, hp.n_ff_exp))
         bad("an expert row is not a whole number of expert_type blocks");
-    if (!blocks_ok(s.engram_type, hp.engram_dim)) bad("engram_row_width is not a whole number of engram_type blocks");
+    if (!s.engram_format.row_fits(hp.engram_dim)) bad("engram_row_width is not a whole number of engram_type blocks");
     return s;
 }
 

@@ -418,6 +418,7 @@ bool TieredExpertStore::start_reads_locked() {
         for (int p = 0; p < 3; ++p) {
             io::ReadOp& op = it.ops[p];
             op = io::ReadOp{};
+            op.file = parts[p].file;
             op.offset = parts[p].offset;
             op.bytes = parts[p].bytes;
             op.dst = dst + at;
@@ -441,8 +442,9 @@ bool TieredExpertStore::start_reads_locked() {
 void TieredExpertStore::complete_read(io::ReadOp* op) {
     Item& it = items_[op->tag];
     if (op->error != 0 && error_.empty())
-        error_ = strf("store: disk read of layer %lld expert %d at offset %llu failed: %s", (long long)layer_, it.expert,
-                      static_cast<unsigned long long>(op->offset), std::strerror(op->error));
+        error_ = strf("store: disk read of layer %lld expert %d at offset %llu of %s failed: %s", (long long)layer_,
+                      it.expert, static_cast<unsigned long long>(op->offset), reader_.path(op->file).c_str(),
+                      std::strerror(op->error));
     if (--reads_in_flight_ == 0) {
         const double end_ms = now_ms();
         c_.disk_busy_ms += end_ms - disk_busy_since_ms_;
@@ -586,9 +588,9 @@ StoreCounters TieredExpertStore::counters() const {
 
 void TieredExpertStore::read_expert_blocking(int64_t layer, int32_t e, uint8_t* dst) const {
     const dsv41::ExpertRanges r = m_.expert_ranges(layer, e);
-    io::read_blocking(reader_, dst, r.gate.bytes, r.gate.offset);
-    io::read_blocking(reader_, dst + r.gate.bytes, r.up.bytes, r.up.offset);
-    io::read_blocking(reader_, dst + r.gate.bytes + r.up.bytes, r.down.bytes, r.down.offset);
+    io::read_blocking(reader_, r.gate.file, dst, r.gate.bytes, r.gate.offset);
+    io::read_blocking(reader_, r.up.file, dst + r.gate.bytes, r.up.bytes, r.up.offset);
+    io::read_blocking(reader_, r.down.file, dst + r.gate.bytes + r.up.bytes, r.down.bytes, r.down.offset);
 }
 
 uint64_t TieredExpertStore::verify_slots() const {

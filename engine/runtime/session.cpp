@@ -116,8 +116,9 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
     // store's streamer thread binds itself to it (Backend::bind_thread).
     backend_ = device->make_backend(bo);
     pool_ = std::make_unique<cpu::ThreadPool>(cfg.threads);
-    expert_reader_ = io::Reader::open(cfg.model_path, io_config(cfg), cfg.faults);
-    engram_reader_ = io::Reader::open(cfg.model_path, io_config(cfg), cfg.faults);
+    // Each reader opens every file of the model once (every shard of a split model).
+    expert_reader_ = io::Reader::open(model_->shard_paths(), io_config(cfg), cfg.faults);
+    engram_reader_ = io::Reader::open(model_->shard_paths(), io_config(cfg), cfg.faults);
 
     const uint64_t mib = 1ull << 20;
     const uint64_t engram_bytes = cfg.engram_buffer_kib * 1024;
@@ -219,7 +220,8 @@ nlohmann::json Session::run(bool verbose, const std::function<void(int32_t)>& on
                          {"work_buffer_bytes", fwd_->buffer_bytes()},
                          {"sm_limit", backend_->sm_limit().to_json()}};
     metrics["model"] = {{"path", cfg_.model_path},
-                        {"file_bytes", model_->gguf().file_size()},
+                        {"file_bytes", model_->gguf().total_file_size()},
+                        {"files", model_->shard_paths().size()},
                         {"expert_bytes", model_->expert_bytes()},
                         {"engram_bytes", model_->engram_bytes()},
                         {"n_layer", hp.n_layer},

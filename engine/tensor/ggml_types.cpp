@@ -1,8 +1,16 @@
 #include "tensor/ggml_types.h"
 
+#include <cctype>
 #include <cmath>
 #include <cstring>
 
+#include "tensor/kquant_quantizers.h"
+#include "tensor/qtypes/iq2_xxs.h"
+#include "tensor/qtypes/q2_k.h"
+#include "tensor/qtypes/q3_k.h"
+#include "tensor/qtypes/q4_k.h"
+#include "tensor/qtypes/q5_k.h"
+#include "tensor/qtypes/q6_k.h"
 #include "util/check.h"
 
 namespace bg {
@@ -14,6 +22,17 @@ constexpr TypeTraits kF16{"f16", 1, 2};
 constexpr TypeTraits kBF16{"bf16", 1, 2};
 constexpr TypeTraits kQ8_0{"q8_0", 32, 34};
 constexpr TypeTraits kMXFP4{"mxfp4", 32, 17};
+constexpr TypeTraits kQ2_K{"q2_K", 256, qtypes::Q2_K::kBlockBytes};
+constexpr TypeTraits kQ3_K{"q3_K", 256, qtypes::Q3_K::kBlockBytes};
+constexpr TypeTraits kQ4_K{"q4_K", 256, qtypes::Q4_K::kBlockBytes};
+constexpr TypeTraits kQ5_K{"q5_K", 256, qtypes::Q5_K::kBlockBytes};
+constexpr TypeTraits kQ6_K{"q6_K", 256, qtypes::Q6_K::kBlockBytes};
+constexpr TypeTraits kIQ2_XXS{"iq2_xxs", 256, qtypes::Iq2_XXS::kBlockBytes};
+
+constexpr GgmlType kAllTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,
+                                  GgmlType::MXFP4, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K,
+                                  GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ2_XXS};
+constexpr TypeTraits kI8{"i8", 1, 1};
 
 constexpr int kQK = 32;  // elements per block of Q8_0 and MXFP4
 
@@ -143,6 +162,12 @@ void quant_mxfp4(const float* src, uint8_t* dst, int64_t nb) {
     }
 }
 
+// The 256-weight types, through their traits' decoders (the ones the CUDA paths call too).
+template <class T>
+void dequant_super_blocks(const uint8_t* src, float* dst, int64_t nb) {
+    for (int64_t b = 0; b < nb; ++b) T::decode_block(src + b * T::kBlockBytes, dst + b * T::kBlockWeights);
+}
+
 }  // namespace
 
 const TypeTraits* type_traits(uint32_t type_id) {
@@ -152,6 +177,13 @@ const TypeTraits* type_traits(uint32_t type_id) {
         case static_cast<uint32_t>(GgmlType::Q8_0): return &kQ8_0;
         case static_cast<uint32_t>(GgmlType::BF16): return &kBF16;
         case static_cast<uint32_t>(GgmlType::MXFP4): return &kMXFP4;
+        case static_cast<uint32_t>(GgmlType::Q2_K): return &kQ2_K;
+        case static_cast<uint32_t>(GgmlType::Q3_K): return &kQ3_K;
+        case static_cast<uint32_t>(GgmlType::Q4_K): return &kQ4_K;
+        case static_cast<uint32_t>(GgmlType::Q5_K): return &kQ5_K;
+        case static_cast<uint32_t>(GgmlType::Q6_K): return &kQ6_K;
+        case static_cast<uint32_t>(GgmlType::IQ2_XXS): return &kIQ2_XXS;
+        case static_cast<uint32_t>(GgmlType::I8): return &kI8;
         default: return nullptr;
     }
 }
@@ -165,11 +197,20 @@ const TypeTraits& type_traits(GgmlType t) {
 const char* type_name(GgmlType t) { return type_traits(t).name; }
 
 GgmlType parse_type_name(const std::string& name) {
-    for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0,
-                       GgmlType::MXFP4}) {
-        if (name == type_traits(t).name) return t;
+    auto same = [](const std::string& a, const char* b) {
+        if (a.size() != std::strlen(b)) return false;
+        for (size_t i = 0; i < a.size(); ++i)
+            if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i])))
+                return false;
+        return true;
+    };
+    std::string names;
+    for (GgmlType t : kAllTypes) {
+        if (same(name, type_traits(t).name)) return t;
+        names += names.empty() ? "" : ", ";
+        names += type_traits(t).name;
     }
-    fail("unknown tensor type '%s' (supported: f32, f16, bf16, q8_0, mxfp4)", name.c_str());
+    fail("unknown tensor type '%s' (supported: %s)", name.c_str(), names.c_str());
 }
 
 bool row_bytes_checked(GgmlType t, int64_t n, uint64_t* out) {
@@ -212,8 +253,15 @@ void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n) {
             return;
         case GgmlType::Q8_0: dequant_q8_0(s, dst, n / kQK); return;
         case GgmlType::MXFP4: dequant_mxfp4(s, dst, n / kQK); return;
+        case GgmlType::Q2_K: dequant_super_blocks<qtypes::Q2_K>(s, dst, n / 256); return;
+        case GgmlType::Q3_K: dequant_super_blocks<qtypes::Q3_K>(s, dst, n / 256); return;
+        case GgmlType::Q4_K: dequant_super_blocks<qtypes::Q4_K>(s, dst, n / 256); return;
+        case GgmlType::Q5_K: dequant_super_blocks<qtypes::Q5_K>(s, dst, n / 256); return;
+        case GgmlType::Q6_K: dequant_super_blocks<qtypes::Q6_K>(s, dst, n / 256); return;
+        case GgmlType::IQ2_XXS: dequant_super_blocks<qtypes::Iq2_XXS>(s, dst, n / 256); return;
+        case GgmlType::I8: break;  // raw bytes: see ggml_types.h
     }
-    BG_CHECK_MSG(false, "unhandled GgmlType");
+    BG_CHECK_MSG(false, "no float conversion for this GgmlType (i8 is raw bytes)");
 }
 
 void quantize_row(GgmlType t, const float* src, void* dst, int64_t n) {
@@ -238,8 +286,15 @@ void quantize_row(GgmlType t, const float* src, void* dst, int64_t n) {
             return;
         case GgmlType::Q8_0: quant_q8_0(src, d, n / kQK); return;
         case GgmlType::MXFP4: quant_mxfp4(src, d, n / kQK); return;
+        case GgmlType::Q2_K: quantize_q2_k(src, d, n / 256); return;
+        case GgmlType::Q3_K: quantize_q3_k(src, d, n / 256); return;
+        case GgmlType::Q4_K: quantize_q4_k(src, d, n / 256); return;
+        case GgmlType::Q5_K: quantize_q5_k(src, d, n / 256); return;
+        case GgmlType::Q6_K: quantize_q6_k(src, d, n / 256); return;
+        case GgmlType::IQ2_XXS: quantize_iq2_xxs(src, d, n / 256); return;
+        case GgmlType::I8: break;  // raw bytes: see ggml_types.h
     }
-    BG_CHECK_MSG(false, "unhandled GgmlType");
+    BG_CHECK_MSG(false, "no float conversion for this GgmlType (i8 is raw bytes)");
 }
 
 float fp16_to_fp32(uint16_t h) {

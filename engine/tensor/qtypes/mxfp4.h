@@ -15,6 +15,7 @@ struct Mxfp4 {
     static constexpr GgmlType kType = GgmlType::MXFP4;
     static constexpr int kBlockWeights = 32;  // weights a block (the unit rows are made of)
     static constexpr int kBlockBytes = 17;
+    static constexpr int kSubK = 32;          // weights sharing one scale
     static constexpr bool kHasMin = false;    // no min term: partial = d_w * d_x * isum
 
     // 2^(e-128) exactly: ggml's E8M0 "half" (e <= 1 gives the subnormals 2^-128, 2^-127; 255 NaN).
@@ -29,15 +30,16 @@ struct Mxfp4 {
         return kv[code & 15];
     }
 
-    // Sub-block sb (weights sb*32 .. sb*32+31) of a row: int8 values and the block's scale.
-    static void unpack(const uint8_t* row, int64_t sb, int8_t v[32], float* d, float* dmin) {
-        const uint8_t* b = row + sb * kBlockBytes;
+    // Chunk c (weights c*32 .. c*32+31, one block) of a row: int8 values, the block's scale for
+    // both 16-halves, no min (tensor/qtypes/all.h has the contract).
+    BG_HD static void unpack(const uint8_t* row, int64_t chunk, int8_t v[32], float d[2], float m[2]) {
+        const uint8_t* b = row + chunk * kBlockBytes;
         for (int j = 0; j < 16; ++j) {
             v[j] = static_cast<int8_t>(value_of(b[1 + j] & 15));
             v[j + 16] = static_cast<int8_t>(value_of(b[1 + j] >> 4));
         }
-        *d = scale_of(b[0]);
-        *dmin = 0.0f;
+        d[0] = d[1] = scale_of(b[0]);
+        m[0] = m[1] = 0.0f;
     }
 
 #ifdef __CUDACC__
@@ -51,17 +53,18 @@ struct Mxfp4 {
         const uint32_t pos = __byte_perm(t0, t1, lo3), neg = __byte_perm(t2, t3, lo3);
         return static_cast<int>(__byte_perm(pos, neg, ((sel & 0x8888u) >> 1) | 0x3210u));
     }
-    // The A fragment words of one row for lane quad t of sub-block sb: lo = values
-    // [sb*32 + 4t, +4), hi = values [sb*32 + 16 + 4t, +4); *d the block's scale.
+    // The A fragment words of one row for lane quad t of chunk c (32 weights) of a run of
+    // blocks: lo = values [c*32 + 4t, +4), hi = values [c*32 + 16 + 4t, +4); d[h] the scale and
+    // m[h] the min of 16-half h (one scale a block here, no min).
     template <class Load>
-    __device__ __forceinline__ static void load_a(const uint8_t* row, int sb, int t, const Load& ld, int& lo, int& hi,
-                                                  float& d, float& dmin) {
-        const uint8_t* b = row + static_cast<int64_t>(sb) * kBlockBytes;
+    __device__ __forceinline__ static void load_a(const uint8_t* row, int c, int t, const Load& ld, int& lo, int& hi,
+                                                  float (&d)[2], float (&m)[2]) {
+        const uint8_t* b = row + static_cast<int64_t>(c) * kBlockBytes;
         const uint32_t w = ld.u32(b + 1 + 4 * t);
         lo = decode4(w & 0x0F0F0F0Fu);
         hi = decode4((w >> 4) & 0x0F0F0F0Fu);
-        d = scale_of(ld.u8(b));
-        dmin = 0.0f;
+        d[0] = d[1] = scale_of(ld.u8(b));
+        m[0] = m[1] = 0.0f;
     }
 #endif
 };

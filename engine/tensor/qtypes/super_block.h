@@ -1,0 +1,57 @@
+// What the 256-weight types (ggml's K-quants and IQ2_XXS) share: a type names its layout and two
+// decoders, and this base builds the rest of the traits contract (tensor/qtypes/all.h) from them:
+//   sub_scale(blk, s, &d, &m)  scale and min of 16-weight group s (0..15) of one block, rounded as
+//                              ggml rounds them (float products of the FP16 super-scale and the
+//                              small integer scale; m = 0 for types without a min);
+//   code(blk, i)               the integer value of weight i (0..255), what the int8 path takes.
+// Every weight is then value = d * code - m, each operation rounded to float, which is ggml's
+// dequantize_row_* bit for bit (its expressions are that product and that difference).
+#pragma once
+
+#include <cstdint>
+
+#include "tensor/qtypes/hd.h"
+
+namespace bg::qtypes {
+
+template <class T>
+struct SuperBlock {
+    static constexpr int kBlockWeights = 256;
+    static constexpr int kChunksPerBlock = kBlockWeights / 32;
+
+    // n weights from weight i of one block, all inside one 16-weight group (i % 16 + n <= 16),
+    // decoded exactly as ggml's dequantize_row does.
+    BG_HD static void decode(const uint8_t* blk, int i, int n, float* out) {
+        float d, m;
+        T::sub_scale(blk, i / 16, &d, &m);
+        for (int k = 0; k < n; ++k) {
+            const float p = mul_rn(d, static_cast<float>(T::code(blk, i + k)));
+            out[k] = T::kHasMin ? sub_rn(p, m) : p;
+        }
+    }
+    // Weight i of a row of these blocks (one at a time: the CUDA generic paths).
+    BG_HD static float row_element(const uint8_t* row, int64_t i) {
+        float v;
+        decode(row + (i / kBlockWeights) * T::kBlockBytes, static_cast<int>(i % kBlockWeights), 1, &v);
+        return v;
+    }
+    // n weights from weight i of a row, inside one 16-weight group.
+    BG_HD static void row_decode(const uint8_t* row, int64_t i, int n, float* out) {
+        decode(row + (i / kBlockWeights) * T::kBlockBytes, static_cast<int>(i % kBlockWeights), n, out);
+    }
+    // One whole block: 256 floats.
+    BG_HD static void decode_block(const uint8_t* blk, float* out) {
+        for (int g = 0; g < 16; ++g) decode(blk, 16 * g, 16, out + 16 * g);
+    }
+    // The int8 path's view of weights chunk*32 .. chunk*32+31 of a row: v[i] the codes, d[h] and
+    // m[h] the scale and min of 16-weight half h, so weight i = d[i/16] * v[i] - m[i/16].
+    BG_HD static void unpack(const uint8_t* row, int64_t chunk, int8_t v[32], float d[2], float m[2]) {
+        const uint8_t* blk = row + (chunk / kChunksPerBlock) * T::kBlockBytes;
+        const int i0 = static_cast<int>(chunk % kChunksPerBlock) * 32;
+        T::sub_scale(blk, i0 / 16, &d[0], &m[0]);
+        T::sub_scale(blk, i0 / 16 + 1, &d[1], &m[1]);
+        for (int i = 0; i < 32; ++i) v[i] = static_cast<int8_t>(T::code(blk, i0 + i));
+    }
+};
+
+}  // namespace bg::qtypes
