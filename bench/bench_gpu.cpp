@@ -252,11 +252,13 @@ std::vector<uint8_t> random_weights(GgmlType t, int64_t rows, int64_t cols, uint
         } else if (type_traits(t).block_elems == 256) {
             qtypes::visit(t, [&](auto tr) {
                 using T = decltype(tr);
-                for (int64_t b = 0; b < cols / 256; ++b) {
-                    uint8_t* blk = row + b * T::kBlockBytes;
-                    const uint16_t d = fp32_to_fp16(0.004f + 0.001f * static_cast<float>(blk[T::kOffD] & 3));
-                    std::memcpy(blk + T::kOffD, &d, 2);
-                    if constexpr (T::kHasMin) std::memcpy(blk + T::kOffDmin, &d, 2);
+                if constexpr (T::kBlockWeights == 256) {
+                    for (int64_t b = 0; b < cols / 256; ++b) {
+                        uint8_t* blk = row + b * T::kBlockBytes;
+                        const uint16_t d = fp32_to_fp16(0.004f + 0.001f * static_cast<float>(blk[T::kOffD] & 3));
+                        std::memcpy(blk + T::kOffD, &d, 2);
+                        if constexpr (T::kHasMin) std::memcpy(blk + T::kOffDmin, &d, 2);
+                    }
                 }
             });
         } else if (t == GgmlType::BF16) {

@@ -68,8 +68,8 @@ std::vector<float> table_rows(const Model& m, int64_t layer) {
     std::vector<uint8_t> row(f.row_bytes(dim));
     for (uint64_t r = 0; r < rows; ++r) {
         const bg::dsv41::EngramRowRanges rr = m.engram_row(layer, r);
-        bg::pread_exact(m.fd(), row.data(), rr.values.bytes, rr.values.offset, "test");
-        if (rr.scales.bytes) bg::pread_exact(m.fd(), row.data() + rr.values.bytes, rr.scales.bytes, rr.scales.offset, "test");
+        bg::pread_exact(m.fd(rr.values.file), row.data(), rr.values.bytes, rr.values.offset, "test");
+        if (rr.scales.bytes) bg::pread_exact(m.fd(rr.scales.file), row.data() + rr.values.bytes, rr.scales.bytes, rr.scales.offset, "test");
         bg::dequantize_engram_rows(f, row.data(), out.data() + r * dim, 1, dim);
     }
     return out;
@@ -278,7 +278,7 @@ TEST(EngramFiles, AnyDequantisableTypeLoads) {
         const bg::gguf::TensorInfo* t = m->layer(l).engram_embd;
         const uint64_t rb = bg::row_bytes(t->type, dim);
         std::vector<uint8_t> bytes(rb);
-        bg::pread_exact(m->fd(), bytes.data(), rb, t->file_offset + row * rb, "test");
+        bg::pread_exact(m->fd(t->shard), bytes.data(), rb, t->file_offset + row * rb, "test");
         bg::dequantize_row(t->type, bytes.data(), want.data(), dim);
         EXPECT_EQ(0, std::memcmp(got.data(), want.data(), dim * 4)) << type;
     }

@@ -55,8 +55,8 @@ TEST(GpuEngram, StoreRowsEqualTheCpuDecodeBitForBit) {
             std::vector<uint8_t> row(f.row_bytes(dim));
             for (int64_t i = 0; i < n; ++i) {
                 const bg::dsv41::EngramRowRanges rr = m->engram_row(l, rows[i]);
-                bg::pread_exact(m->fd(), row.data(), rr.values.bytes, rr.values.offset, "test");
-                if (rr.scales.bytes) bg::pread_exact(m->fd(), row.data() + rr.values.bytes, rr.scales.bytes, rr.scales.offset, "test");
+                bg::pread_exact(m->fd(rr.values.file), row.data(), rr.values.bytes, rr.values.offset, "test");
+                if (rr.scales.bytes) bg::pread_exact(m->fd(rr.scales.file), row.data() + rr.values.bytes, rr.scales.bytes, rr.scales.offset, "test");
                 bg::dequantize_engram_rows(f, row.data(), want.data(), 1, dim);
                 ASSERT_EQ(0, std::memcmp(want.data(), got.data() + i * dim, dim * sizeof(float))) << "row " << rows[i];
             }

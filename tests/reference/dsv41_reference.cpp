@@ -292,8 +292,10 @@ std::vector<double> Dsv41Reference::engram_row(int64_t l, int64_t row) const {
         refuse("fork-fp8 Engram pair of layer " + std::to_string(l) + " is not I8 values beside one I8 scale per 32");
     const int64_t dim = values->ne[0];
     std::vector<uint8_t> v(static_cast<size_t>(dim)), e(static_cast<size_t>(dim / 32));
-    if (::pread(fd_, v.data(), v.size(), static_cast<off_t>(values->file_offset + row * dim)) != static_cast<ssize_t>(v.size()) ||
-        ::pread(fd_, e.data(), e.size(), static_cast<off_t>(scales->file_offset + row * (dim / 32))) != static_cast<ssize_t>(e.size()))
+    if (::pread(fds_.at(values->shard), v.data(), v.size(), static_cast<off_t>(values->file_offset + row * dim)) !=
+            static_cast<ssize_t>(v.size()) ||
+        ::pread(fds_.at(scales->shard), e.data(), e.size(), static_cast<off_t>(scales->file_offset + row * (dim / 32))) !=
+            static_cast<ssize_t>(e.size()))
         refuse("short read of " + tab);
     std::vector<double> out(static_cast<size_t>(dim));
     for (int64_t j = 0; j < dim; ++j)
