@@ -5,10 +5,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "model/dsv41.h"
+#include "model/quant_preset.h"
 #include "tensor/ggml_types.h"
 
 namespace bg {
@@ -28,6 +30,9 @@ struct ModelScale {
     GgmlType expert_type = GgmlType::MXFP4;        // routed experts
     GgmlType engram_type = GgmlType::Q8_0;         // Engram rows
     GgmlType router_type = GgmlType::F32;          // ffn_gate_inp
+    // A llama-quantize preset ("quant" key, or make-model --quant): when set it decides every
+    // tensor's type (model/quant_preset.h) and the four types above are not used.
+    std::optional<QuantPreset> quant;
     // Router bias skew: bias_e = skew * z_e with z_e ~ N(0, 1), so a larger skew makes a few
     // experts much more popular (the router's p values spread about 0.1-0.3 around 0.8).
     double router_bias_skew = 0.25;

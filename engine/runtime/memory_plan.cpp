@@ -78,8 +78,11 @@ ModelShape shape_of(const ModelScale& scale) {
     ModelShape s;
     s.hp = sc.hp;
     s.roles = sc.roles();
-    for (const dsv41::TensorSpec& spec : dsv41::tensor_specs(s.hp, s.roles)) {
-        const GgmlType type = tensor_type_for(sc, spec);
+    const std::vector<dsv41::TensorSpec> specs = dsv41::tensor_specs(s.hp, s.roles);
+    const std::vector<GgmlType> types = tensor_types_for(sc, specs);
+    for (size_t i = 0; i < specs.size(); ++i) {
+        const dsv41::TensorSpec& spec = specs[i];
+        const GgmlType type = types[i];
         uint64_t n = 1;
         for (int64_t d : spec.ne) n *= static_cast<uint64_t>(d);
         const uint64_t rows = n / static_cast<uint64_t>(spec.ne[0]);
