@@ -22,7 +22,9 @@ if [ "${1:-}" = "--deps" ]; then
   du -sh "$deps"
   exit 0
 fi
-[ "${1:-}" = "--build" ] || { echo "usage: $0 --deps | --build [ARCH]" >&2; exit 2; }
+[ "${1:-}" = "--build" ] || [ "${1:-}" = "--build-all" ] || { echo "usage: $0 --deps | --build [ARCH] | --build-all [ARCH]" >&2; exit 2; }
+# --build-all: every target (the CPU tests and fuzz replays too), for `ctest` there.
+all=0; [ "$1" = "--build-all" ] && all=1
 arch=${2:-90}
 d=$PWD/$deps
 gen=(-G "Unix Makefiles"); keep=(-k); command -v ninja > /dev/null && gen=(-G Ninja) && keep=(-k 0)
@@ -34,6 +36,10 @@ cmake -S . -B build-device "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_A
 gpu_tests=$(for f in tests/test_gpu_*.cpp; do basename "$f" .cpp; done)
 cmake --build build-device -j "$(nproc)" -- "${keep[@]}" betelgeuse betelgeuse-harness bench_gpu bench_io $gpu_tests \
   > /tmp/bg-device-build.log 2>&1 || { grep -E -A6 "error|FAILED" /tmp/bg-device-build.log | head -n 80; exit 1; }
+if [ "$all" = 1 ]; then
+  cmake --build build-device -j "$(nproc)" -- "${keep[@]}" > /tmp/bg-device-build-all.log 2>&1 \
+    || { grep -E -A6 "error|FAILED" /tmp/bg-device-build-all.log | head -n 80; exit 1; }
+fi
 cmake --build build-device --target bg_cupti_trace > /dev/null 2>&1 || echo "device-build: no CUPTI tracer (CUPTI not found)"
 stage=.device-bin
 rm -rf "$stage" && mkdir -p "$stage/tokenizer"

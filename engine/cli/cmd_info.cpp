@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -7,6 +8,7 @@
 #include "cli/commands.h"
 #include "gguf/gguf_json.h"
 #include "model/dsv41_model.h"
+#include "model/quant_preset.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/vocab.h"
 #include "util/check.h"
@@ -52,6 +54,25 @@ void print_shards(const gguf::Reader& r) {
     }
 }
 
+// general.file_type as llama.cpp names it (llama-quantize's preset), and the count of tensors
+// of each type, as llama.cpp's loader lists them.
+std::string file_type_line(const gguf::Reader& r) {
+    const gguf::Value* v = r.find("general.file_type");
+    if (!v) return "not recorded (llama.cpp guesses one from the tensor types)";
+    const uint64_t ft = r.get_u64("general.file_type");
+    const char* name = ft <= UINT32_MAX ? llama_ftype_name(static_cast<uint32_t>(ft)) : nullptr;
+    return strf("%s (general.file_type %llu)", name ? name : "not a llama.cpp file type", (unsigned long long)ft);
+}
+
+std::string tensor_types_line(const gguf::Reader& r) {
+    std::map<uint32_t, int64_t> counts;
+    for (const gguf::TensorInfo& t : r.tensors()) ++counts[static_cast<uint32_t>(t.type)];
+    std::string s;
+    for (const auto& [type, n] : counts)
+        s += strf("%s%s x %lld", s.empty() ? "" : ", ", type_name(static_cast<GgmlType>(type)), (long long)n);
+    return s;
+}
+
 std::string tokenizer_line(const gguf::Reader& r) {
     std::optional<tok::Vocab> v;
     try {
@@ -89,6 +110,8 @@ void print_info(const std::string& path, bool tensors) {
     std::printf("architecture     %s (GGUF v%u, alignment %llu, %zu tensors, %.3f GB)\n", dsv41::kArch,
                 m->gguf().version(), (unsigned long long)m->gguf().alignment(), m->gguf().tensors().size(),
                 m->gguf().total_file_size() / 1e9);
+    std::printf("file type        %s\n", file_type_line(m->gguf()).c_str());
+    std::printf("tensor types     %s\n", tensor_types_line(m->gguf()).c_str());
     print_shards(m->gguf());
     std::printf("layers           %lld, hidden %lld, vocab %lld", (long long)hp.n_layer, (long long)hp.n_embd, (long long)hp.n_vocab);
     if (hp.n_layer_all > hp.n_layer) std::printf(" (+%lld next-n layers, not run)", (long long)(hp.n_layer_all - hp.n_layer));
@@ -129,9 +152,16 @@ void print_info(const std::string& path, bool tensors) {
             std::printf("engram table %-3lld %s, %llu bytes a row\n", (long long)l, m->engram_format(l).describe().c_str(),
                         (unsigned long long)m->engram_row(l, 0).bytes());
     }
-    const uint64_t expert_each = m->expert_bytes_each(0);
-    std::printf("bytes            dense %.3f GB, experts %.3f GB (%.3f MB each), engram tables %.3f GB\n",
-                m->dense_bytes() / 1e9, m->expert_bytes() / 1e9, expert_each / 1e6, m->engram_bytes() / 1e9);
+    // Layers may differ in their experts' types (llama-quantize's ffn_down rules), so in size.
+    uint64_t each_min = UINT64_MAX, each_max = 0;
+    for (int64_t l = 0; l < hp.n_layer; ++l) {
+        each_min = std::min(each_min, m->expert_bytes_each(l));
+        each_max = std::max(each_max, m->expert_bytes_each(l));
+    }
+    const std::string each = each_min == each_max ? strf("%.3f MB each", each_max / 1e6)
+                                                  : strf("%.3f-%.3f MB each by layer", each_min / 1e6, each_max / 1e6);
+    std::printf("bytes            dense %.3f GB, experts %.3f GB (%s), engram tables %.3f GB\n",
+                m->dense_bytes() / 1e9, m->expert_bytes() / 1e9, each.c_str(), m->engram_bytes() / 1e9);
     print_ignored(*m);
     if (!tensors) return;
     // A split model's offsets are within each tensor's shard, which the last column names.

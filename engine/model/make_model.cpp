@@ -109,17 +109,37 @@ struct PlannedTensor {
 
 }  // namespace
 
-GgmlType tensor_type_for(const ModelScale& s, const dsv41::TensorSpec& spec) {
-    switch (spec.cls) {
-        case dsv41::TensorClass::kVector: return GgmlType::F32;
-        case dsv41::TensorClass::kExperts: return s.expert_type;
-        case dsv41::TensorClass::kEngramTable: return s.engram_format.type;
-        case dsv41::TensorClass::kEngramFp8Values:
-        case dsv41::TensorClass::kEngramFp8Scales: return GgmlType::I8;
-        case dsv41::TensorClass::kMatrix:
-            return base_name(spec.name) == "ffn_gate_inp" ? s.router_type : s.dense_type;
+std::vector<GgmlType> tensor_types_for(const ModelScale& s, const std::vector<dsv41::TensorSpec>& specs) {
+    std::vector<GgmlType> types;
+    if (s.quant) {
+        types = preset_tensor_types(*s.quant, s.hp, specs);
+    } else {
+        for (const dsv41::TensorSpec& spec : specs) {
+            switch (spec.cls) {
+                case dsv41::TensorClass::kVector: types.push_back(GgmlType::F32); break;
+                case dsv41::TensorClass::kExperts: types.push_back(s.expert_type); break;
+                case dsv41::TensorClass::kEngramTable: types.push_back(s.engram_format.type); break;
+                case dsv41::TensorClass::kEngramFp8Values:
+                case dsv41::TensorClass::kEngramFp8Scales: types.push_back(GgmlType::I8); break;
+                case dsv41::TensorClass::kMatrix:
+                    types.push_back(base_name(spec.name) == "ffn_gate_inp" ? s.router_type : s.dense_type);
+                    break;
+            }
+        }
     }
-    return GgmlType::F32;
+    // The fork-fp8 Engram pair is I8 whatever the preset: FP8 codes and their E8M0 scales.
+    for (size_t i = 0; i < specs.size(); ++i)
+        if (specs[i].cls == dsv41::TensorClass::kEngramFp8Values || specs[i].cls == dsv41::TensorClass::kEngramFp8Scales)
+            types[i] = GgmlType::I8;
+    return types;
+}
+
+std::optional<QuantPreset> file_type_preset(const ModelScale& s, const std::vector<dsv41::TensorSpec>& specs,
+                                            const std::vector<GgmlType>& types) {
+    if (s.quant) return s.quant;
+    for (QuantPreset p : all_quant_presets())
+        if (preset_tensor_types(p, s.hp, specs) == types) return p;
+    return std::nullopt;
 }
 
 namespace {
@@ -205,7 +225,15 @@ MakeModelResult make_model(const ModelScale& scale_in, const MakeModelConfig& cf
         v.write_gguf(w);
         tokenizer_tokens = static_cast<int64_t>(v.tokens.size());
     }
-    for (const dsv41::TensorSpec& sp : specs) w.add_tensor(sp.name, sp.ne, tensor_type_for(scale, sp));
+    const std::vector<GgmlType> types = tensor_types_for(scale, specs);
+    const std::optional<QuantPreset> file_type = file_type_preset(scale, specs, types);
+    if (file_type) {
+        // llama-quantize's two keys: the preset as its LLAMA_FTYPE number, and the version of
+        // ggml's block formats (GGML_QNT_VERSION in ggml.h, 2).
+        w.set("general.file_type", gguf::Value::u32(quant_preset_llama_ftype(*file_type)));
+        w.set("general.quantization_version", gguf::Value::u32(2));
+    }
+    for (size_t i = 0; i < specs.size(); ++i) w.add_tensor(specs[i].name, specs[i].ne, types[i]);
 
     // Every tensor's rows, in model order (what seeds them), then placed in the files below.
     std::vector<PlannedTensor> model_plan;
@@ -409,6 +437,7 @@ MakeModelResult make_model(const ModelScale& scale_in, const MakeModelConfig& cf
     }
     for (const OutFile& f : files) res.paths.push_back(f.path);
     res.file_bytes = total;
+    res.file_type = file_type;
     res.tokenizer_tokens = tokenizer_tokens;
     res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return res;

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,9 +33,10 @@ struct MakeModelConfig {
 };
 
 struct MakeModelResult {
+    int64_t tokenizer_tokens = 0;  // entries of the embedded vocabulary (0: none embedded)
     std::vector<std::string> paths;  // the files written: out_path, or the shards (the first opens the model)
     uint64_t file_bytes = 0;         // of all of them
-    int64_t tokenizer_tokens = 0;  // entries of the embedded vocabulary (0: none embedded)
+    std::optional<QuantPreset> file_type;  // the preset recorded as general.file_type, if any
     double seconds = 0.0;
 };
 
@@ -47,7 +49,15 @@ MakeModelResult make_model(const ModelScale& scale, const MakeModelConfig& cfg);
 // The prefix of a split model's shard names: out_path less a ".gguf" ending.
 std::string split_output_prefix(const std::string& out_path);
 
-// The file type make-model gives a tensor of the scale.
-GgmlType tensor_type_for(const ModelScale& s, const dsv41::TensorSpec& spec);
+// The file types make-model gives the tensors of the scale (specs: its tensor table): the
+// preset's mix when the scale has one, else the scale's four types by tensor class.
+std::vector<GgmlType> tensor_types_for(const ModelScale& s, const std::vector<dsv41::TensorSpec>& specs);
+// The preset make-model records as general.file_type (with general.quantization_version, as
+// llama-quantize does): the scale's preset, or the preset whose mix the scale's own types
+// happen to be (the full and slice scales' Q8_0 dense + MXFP4 experts is MXFP4_MOE); none for a
+// mix no preset makes (the ci and device scales' BF16 dense weights), for which llama.cpp
+// guesses a file type from the tensors.
+std::optional<QuantPreset> file_type_preset(const ModelScale& s, const std::vector<dsv41::TensorSpec>& specs,
+                                            const std::vector<GgmlType>& types);
 
 }  // namespace bg

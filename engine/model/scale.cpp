@@ -109,6 +109,7 @@ ModelScale parse_scale(const std::string& text, const std::string& origin) {
     dsv41::HParams& hp = s.hp;
     const int64_t big = 1ll << 40;
     bool swiglu_given = false;
+    std::string type_key_given;  // a *_type key, which a preset would contradict
     using Setter = std::function<void(const json&, const std::string&)>;
     auto I = [&](int64_t* dst, int64_t lo, int64_t hi) -> Setter {
         return [=](const json& v, const std::string& w) { *dst = as_int(v, w, lo, hi); };
@@ -118,7 +119,8 @@ ModelScale parse_scale(const std::string& text, const std::string& origin) {
         return [=](const json& v, const std::string& w) { *dst = as_int_list(v, w, lo, hi); };
     };
     auto T = [&](GgmlType* dst) -> Setter {
-        return [=](const json& v, const std::string& w) {
+        return [=, &type_key_given](const json& v, const std::string& w) {
+            type_key_given = w;
             if (!v.is_string()) fail("%s: expected a type name", w.c_str());
             try {
                 *dst = parse_type_name(v.get<std::string>());
@@ -181,6 +183,14 @@ ModelScale parse_scale(const std::string& text, const std::string& origin) {
              }
          }},
         {"router_type", T(&s.router_type)},
+        {"quant", [&](const json& v, const std::string& w) {
+             if (!v.is_string()) fail("%s: expected a preset name", w.c_str());
+             try {
+                 s.quant = parse_quant_preset(v.get<std::string>());
+             } catch (const Error& e) {
+                 fail("%s: %s", w.c_str(), e.what());
+             }
+         }},
         {"router_bias_skew", [&](const json& v, const std::string& w) { s.router_bias_skew = as_num(v, w); if (s.router_bias_skew < 0) fail("%s: must be >= 0", w.c_str()); }},
     };
     for (auto it = j.begin(); it != j.end(); ++it) {
@@ -203,6 +213,12 @@ ModelScale parse_scale(const std::string& text, const std::string& origin) {
     if (hp.n_head % hp.o_groups) bad("n_head must be a multiple of output_groups");
     if (s.engram_rows_per_table < 8 * hp.engram_heads * (hp.engram_max_ngram - 1)) bad("engram_rows_per_table is too small for the buckets");
     if (!hp.engram_layers.empty() && s.engram_compressed_vocab > hp.n_vocab) bad("engram_compressed_vocab exceeds n_vocab");
+    if (s.quant) {
+        // The preset picks each type, falling back where a row is not whole blocks.
+        if (!type_key_given.empty())
+            fail("%s: a scale gives either quant or the *_type keys, not both", type_key_given.c_str());
+        return s;
+    }
     auto blocks_ok = [&](GgmlType t, int64_t n) { uint64_t b; return row_bytes_checked(t, n, &b); };
     if (!blocks_ok(s.dense_type, hp.n_embd) || !blocks_ok(s.dense_type, hp.q_lora_rank) ||
         !blocks_ok(s.dense_type, hp.head_dim) || !blocks_ok(s.dense_type, hp.q_dim() / hp.o_groups) ||

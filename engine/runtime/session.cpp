@@ -219,6 +219,9 @@ nlohmann::json Session::run(bool verbose, const std::function<void(int32_t)>& on
                          {"runtime_device_bytes", runtime_device_bytes_},
                          {"work_buffer_bytes", fwd_->buffer_bytes()},
                          {"sm_limit", backend_->sm_limit().to_json()}};
+    // Layers' experts may differ in size (llama-quantize's ffn_down rules): the largest, and each.
+    std::vector<uint64_t> expert_each;
+    for (int64_t l = 0; l < hp.n_layer; ++l) expert_each.push_back(model_->expert_bytes_each(l));
     metrics["model"] = {{"path", cfg_.model_path},
                         {"file_bytes", model_->gguf().total_file_size()},
                         {"files", model_->shard_paths().size()},
@@ -227,7 +230,8 @@ nlohmann::json Session::run(bool verbose, const std::function<void(int32_t)>& on
                         {"n_layer", hp.n_layer},
                         {"n_expert", hp.n_expert},
                         {"n_expert_used", hp.n_expert_used},
-                        {"expert_bytes_each", model_->expert_bytes_each(0)}};
+                        {"expert_bytes_each", *std::max_element(expert_each.begin(), expert_each.end())},
+                        {"expert_bytes_by_layer", expert_each}};
     metrics["memory"] = memory_.to_json();
     metrics["residency"] = {{"slots", plan_.slots}, {"hot", plan_.hot}, {"source", plan_.source}};
     metrics["passes"] = nlohmann::json::array();
