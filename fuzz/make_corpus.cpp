@@ -2,7 +2,7 @@
 // which .gitignore keeps out of git) with the project's own GGUF writer and
 // make-model (run by hand after a format change: see fuzz/README.md).
 //
-//   fuzz_make_corpus OUT_DIR      writes OUT_DIR/gguf/* and OUT_DIR/model/*
+//   fuzz_make_corpus OUT_DIR      writes OUT_DIR/gguf/*, OUT_DIR/model/* and OUT_DIR/blocks/*
 //
 // Model seeds are deliberately tiny scales (a few layers, 8 experts, n_embd 32, vocabulary 64),
 // so each whole file is well under 300 KB. Their data sections are zeroed after make-model: the
@@ -11,12 +11,16 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iterator>
+#include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "tensor/ggml_types.h"
 #include "model/make_model.h"
 #include "model/scale.h"
 #include "util/check.h"
@@ -164,6 +168,63 @@ void model_seeds(const std::string& dir, const std::string& gguf_dir) {
     }
 }
 
+// fuzz_blocks seeds: byte 0 the type's index in fuzz_blocks.cpp's kTypes, then per type blocks
+// quantize_row wrote, random blocks whose FP16 super-scales are NaN, inf, subnormal or the
+// largest finite, and all-ones bytes; plus special floats to quantise.
+void blocks_seeds(const std::string& dir) {
+    const GgmlType types[] = {GgmlType::Q8_0, GgmlType::MXFP4, GgmlType::Q2_K, GgmlType::Q3_K,
+                              GgmlType::Q4_K, GgmlType::Q5_K,  GgmlType::Q6_K, GgmlType::IQ2_XXS};
+    std::mt19937 rng(11);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::uniform_int_distribution<int> byte(0, 255);
+    for (size_t k = 0; k < std::size(types); ++k) {
+        const GgmlType t = types[k];
+        const bg::TypeTraits& tr = bg::type_traits(t);
+        const int64_t n = 512;
+        const uint64_t bytes = bg::row_bytes(t, n);
+        std::vector<float> x(n);
+        for (float& v : x) v = nd(rng);
+        std::vector<uint8_t> seed(1 + bytes, static_cast<uint8_t>(k));
+        bg::quantize_row(t, x.data(), seed.data() + 1, n);
+        spit(dir + "/" + tr.name + "-quantised", seed);
+        // Scale fields: for the 256-weight types the FP16 d (and dmin) at their ggml offsets; for
+        // Q8_0 the FP16 d at 0; MXFP4's E8M0 byte at 0 takes the low byte.
+        std::vector<int> offs;
+        switch (t) {
+            case GgmlType::Q2_K: offs = {80, 82}; break;
+            case GgmlType::Q3_K: offs = {108}; break;
+            case GgmlType::Q4_K:
+            case GgmlType::Q5_K: offs = {0, 2}; break;
+            case GgmlType::Q6_K: offs = {208}; break;
+            default: offs = {0}; break;
+        }
+        const uint16_t halves[] = {0x7E00, 0x7C00, 0xFC00, 0x0001, 0x03FF, 0x7BFF, 0x8000};
+        for (uint8_t& b : seed) b = static_cast<uint8_t>(byte(rng));
+        seed[0] = static_cast<uint8_t>(k);
+        size_t h = 0;
+        for (uint64_t blk = 0; blk < bytes / static_cast<uint64_t>(tr.block_bytes); ++blk)
+            for (int off : offs) {
+                const uint16_t v = halves[h++ % std::size(halves)];
+                const uint64_t at = 1 + blk * static_cast<uint64_t>(tr.block_bytes) + static_cast<uint64_t>(off);
+                seed[at] = static_cast<uint8_t>(v & 0xFF);
+                if (t != GgmlType::MXFP4) seed[at + 1] = static_cast<uint8_t>(v >> 8);
+            }
+        spit(dir + "/" + tr.name + "-extreme-scales", seed);
+        std::fill(seed.begin() + 1, seed.end(), uint8_t{0xFF});
+        spit(dir + "/" + tr.name + "-all-ones", seed);
+    }
+    // Floats to quantise (as Q4_K): non-finite, huge, denormal, zero, ordinary.
+    std::vector<float> f(256);
+    for (float& v : f) v = nd(rng);
+    const float specials[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                              -std::numeric_limits<float>::infinity(), 1e30f, -3e38f, 1e-40f, 0.0f, -0.0f};
+    for (size_t i = 0; i < std::size(specials); ++i) f[31 * i + 5] = specials[i];
+    std::vector<uint8_t> seed(1 + 4 * f.size());
+    seed[0] = 4;  // Q4_K
+    std::memcpy(seed.data() + 1, f.data(), 4 * f.size());
+    spit(dir + "/floats-special", seed);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -173,9 +234,10 @@ int main(int argc, char** argv) {
     }
     const std::string out = argv[1];
     try {
-        for (const std::string& d : {out, out + "/gguf", out + "/model"}) ::mkdir(d.c_str(), 0755);
+        for (const std::string& d : {out, out + "/gguf", out + "/model", out + "/blocks"}) ::mkdir(d.c_str(), 0755);
         gguf_seeds(out + "/gguf");
         model_seeds(out + "/model", out + "/gguf");
+        blocks_seeds(out + "/blocks");
     } catch (const bg::Error& e) {
         std::fprintf(stderr, "fuzz_make_corpus: %s\n", e.what());
         return 1;

@@ -269,6 +269,12 @@ std::vector<TensorSpec> every_tensor() {
         {"q8_0.1d", {32}, GgmlType::Q8_0},
         {"f32.4d", {1, 1, 1, 1}, GgmlType::F32},
         {"blk.0.\xE2\x9C\x93", {5}, GgmlType::BF16},
+        {"q2_K.2d", {256, 3}, GgmlType::Q2_K},
+        {"q3_K.1d", {512}, GgmlType::Q3_K},
+        {"q4_K.3d", {256, 2, 2}, GgmlType::Q4_K},
+        {"q5_K.2d", {768, 1}, GgmlType::Q5_K},
+        {"q6_K.2d", {256, 2}, GgmlType::Q6_K},
+        {"iq2_xxs.2d", {512, 3}, GgmlType::IQ2_XXS},
     };
 }
 
@@ -819,6 +825,8 @@ TEST(GgufMalformed, BadDimensions) {
     expect_rejected(image_with({{"t", {1ull << 62}, 0, 0}}, 64), "byte size overflows");
     expect_rejected(image_with({{"t", {33}, 8, 0}}, 64),
                     "row of 33 elements is not a multiple of the q8_0 block size 32");
+    expect_rejected(image_with({{"t", {160, 2}, 12, 0}}, 1024),
+                    "row of 160 elements is not a multiple of the q4_K block size 256");
 }
 
 TEST(GgufMalformed, UnknownTypes) {
@@ -827,11 +835,13 @@ TEST(GgufMalformed, UnknownTypes) {
     Builder arr;
     arr.u32(uint32_t(ValueType::ARRAY)).u32(77).u64(1).u8(0);
     expect_rejected(image_with_kv("k", arr.b), "has unknown array element type 77");
-    expect_rejected(image_with({{"t", {4}, 2, 0}}, 64), "tensor 't' has unsupported type id 2");
-    expect_rejected(image_with({{"t", {4}, 1000, 0}}, 64), "unsupported type id 1000");
+    // A type ggml defines but the engine does not is named; an id ggml does not define is said so.
+    expect_rejected(image_with({{"t", {4}, 2, 0}}, 64), "tensor 't' has unsupported type id 2 (q4_0)");
+    expect_rejected(image_with({{"t", {4}, 1000, 0}}, 64), "unsupported type id 1000 (not a ggml type)");
+    expect_rejected(image_with({{"t", {4}, 4, 0}}, 64), "unsupported type id 4 (not a ggml type)");  // retired
     SmallFile f = small_file();
-    put_u32_at(f.image, offset_field_pos(f.image, "wb", 1) - 4, 12);
-    expect_rejected(f.image, "tensor 'wb' has unsupported type id 12");
+    put_u32_at(f.image, offset_field_pos(f.image, "wb", 1) - 4, 29);
+    expect_rejected(f.image, "tensor 'wb' has unsupported type id 29 (iq1_m)");
 }
 
 TEST(GgufMalformed, BadBool) {

@@ -476,6 +476,33 @@ TEST(KQuants, UnpackRebuildsTheWeightsExactly) {
     }
 }
 
+TEST(KQuants, Int8ViewOfAnyMxfp4OrQ8_0BlockRebuildsTheWeights) {
+    // The 32-weight types under the same contract, on any bytes: MXFP4's scale byte 255 (2^127
+    // in ggml's decoding, its products overflowing to inf) and Q8_0's FP16 inf and NaN included.
+    auto rng = bgtest::fresh_rng();
+    std::uniform_int_distribution<int> byte(0, 255);
+    for (GgmlType t : {GgmlType::MXFP4, GgmlType::Q8_0}) {
+        for (int fill = 0; fill < 2; ++fill) {
+            std::vector<uint8_t> b(static_cast<size_t>(64 * block_bytes(t)));
+            for (auto& v : b) v = static_cast<uint8_t>(fill ? 0xFF : byte(rng));
+            std::vector<float> full(64 * 32);
+            dequantize_row(t, b.data(), full.data(), 64 * 32);
+            qtypes::visit(t, [&](auto traits) {
+                using T = decltype(traits);
+                for (int64_t c = 0; c < 64; ++c) {
+                    int8_t v[32];
+                    float d[2], m[2];
+                    T::unpack(b.data(), c, v, d, m);
+                    ASSERT_TRUE(same_float(d[0], d[1]) && m[0] == 0.0f && m[1] == 0.0f);
+                    for (int i = 0; i < 32; ++i)
+                        ASSERT_TRUE(same_float(d[0] * static_cast<float>(v[i]), full[static_cast<size_t>(c * 32 + i)]))
+                            << type_name(t) << " chunk " << c << " weight " << i;
+                }
+            });
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Quantisers
 

@@ -417,7 +417,11 @@ private:
         w.field = "type";
         uint32_t type_id = cur_.get<uint32_t>(w);
         const TypeTraits* traits = type_traits(type_id);
-        if (!traits) fail("gguf: tensor '%s' has unsupported type id %u", name, type_id);
+        if (!traits) {
+            const char* known = ggml_type_name_any(type_id);
+            fail("gguf: tensor '%s' has unsupported type id %u (%s)", name, type_id,
+                 known ? known : "not a ggml type");
+        }
         t.type = static_cast<GgmlType>(type_id);
         if (t.ne[0] % traits->block_elems != 0) {
             fail("gguf: tensor '%s' row of %lld elements is not a multiple of the %s block size %lld",

@@ -400,19 +400,25 @@ std::vector<TensorSpec> tensor_specs(const HParams& hp, const std::vector<LayerR
 }
 
 bool type_allowed(TensorClass cls, GgmlType t) {
+    // The 256-weight types (llama-quantize's K-quants and IQ2_XXS) decode anywhere: matrices go
+    // through dequantize_row / the int8 traits on the CPU and the traits' decoders on CUDA.
+    const bool super_block = t == GgmlType::Q2_K || t == GgmlType::Q3_K || t == GgmlType::Q4_K ||
+                             t == GgmlType::Q5_K || t == GgmlType::Q6_K || t == GgmlType::IQ2_XXS;
     switch (cls) {
         // 1-D weights are F32 as llama.cpp's converter writes them; an older llama-quantize also
         // quantized engram_q / engram_k, so any type we can dequantise is taken (at load).
         case TensorClass::kVector:
             return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || t == GgmlType::Q8_0 ||
-                   t == GgmlType::MXFP4;
+                   t == GgmlType::MXFP4 || super_block;
         case TensorClass::kMatrix:
-            return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || t == GgmlType::Q8_0;
+            return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || t == GgmlType::Q8_0 ||
+                   super_block;
         case TensorClass::kExperts:
             return t == GgmlType::MXFP4 || t == GgmlType::Q8_0 || t == GgmlType::BF16 ||
-                   t == GgmlType::F16 || t == GgmlType::F32;
+                   t == GgmlType::F16 || t == GgmlType::F32 || super_block;
         case TensorClass::kEngramTable:
-            return t == GgmlType::Q8_0 || t == GgmlType::BF16 || t == GgmlType::F16 || t == GgmlType::F32;
+            return t == GgmlType::Q8_0 || t == GgmlType::BF16 || t == GgmlType::F16 || t == GgmlType::F32 ||
+                   super_block;
     }
     return false;
 }

@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 
 #include "tensor/kquant_quantizers.h"
 #include "tensor/qtypes/iq2_xxs.h"
@@ -193,6 +194,17 @@ const TypeTraits& type_traits(GgmlType t) {
 }
 
 const char* type_name(GgmlType t) { return type_traits(t).name; }
+
+const char* ggml_type_name_any(uint32_t type_id) {
+    // ggml.h's enum ggml_type; ids 4, 5, 31..33 and 36..38 are retired.
+    static constexpr const char* kNames[] = {
+        "f32",    "f16",    "q4_0",   "q4_1",    nullptr, nullptr, "q5_0",  "q5_1",  "q8_0",     "q8_1",
+        "q2_K",   "q3_K",   "q4_K",   "q5_K",    "q6_K",  "q8_K",  "iq2_xxs", "iq2_xs", "iq3_xxs", "iq1_s",
+        "iq4_nl", "iq3_s",  "iq2_s",  "iq4_xs",  "i8",    "i16",   "i32",   "i64",   "f64",      "iq1_m",
+        "bf16",   nullptr,  nullptr,  nullptr,   "tq1_0", "tq2_0", nullptr, nullptr, nullptr,    "mxfp4",
+        "nvfp4",  "q1_0",   "q2_0"};
+    return type_id < std::size(kNames) ? kNames[type_id] : nullptr;
+}
 
 GgmlType parse_type_name(const std::string& name) {
     auto same = [](const std::string& a, const char* b) {

@@ -42,6 +42,9 @@ struct TypeTraits {
 const TypeTraits* type_traits(uint32_t type_id);
 const TypeTraits& type_traits(GgmlType t);
 const char* type_name(GgmlType t);
+// ggml's name of any type id it defines ("q4_0", "iq1_m", ...), supported or not; nullptr for an
+// id ggml does not define (for error messages about files).
+const char* ggml_type_name_any(uint32_t type_id);
 // Parses a supported type's ggml name, in any letter case ("q4_K", "Q4_K", "q4_k"); throws
 // bg::Error naming the text otherwise.
 GgmlType parse_type_name(const std::string& name);

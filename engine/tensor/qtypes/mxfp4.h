@@ -18,9 +18,11 @@ struct Mxfp4 {
     static constexpr int kSubK = 32;          // weights sharing one scale
     static constexpr bool kHasMin = false;    // no min term: partial = d_w * d_x * isum
 
-    // 2^(e-128) exactly: ggml's E8M0 "half" (e <= 1 gives the subnormals 2^-128, 2^-127; 255 NaN).
+    // 2^(e-128) exactly: ggml's E8M0 "half" (e <= 1 gives the subnormals 2^-128, 2^-127; e = 255
+    // gives 2^127 as in ggml's dequantisation, not OCP's NaN, so weights rebuilt from unpack equal
+    // dequantize_row's, the overflow to inf included).
     BG_HD static float scale_of(uint8_t e) {
-        uint32_t bits = e == 255 ? 0x7FC00000u : e >= 2 ? static_cast<uint32_t>(e - 1) << 23 : 0x00200000u << e;
+        uint32_t bits = e >= 2 ? static_cast<uint32_t>(e - 1) << 23 : 0x00200000u << e;
         float f;
         __builtin_memcpy(&f, &bits, 4);
         return f;
