@@ -37,7 +37,6 @@
 #   slice-kernels   Nsight Systems per-kernel GPU time of the slice-warm run -> measurements/slice/kernel-summary/
 #   slice-timeline  Nsight Systems GPU trace of the 64-token cold+warm run: gaps, launches, streams -> measurements/slice/timeline/
 #   slice-ubatch    engine: the warm pass with 16-, 32- and 64-token units (dense weights read once a unit) -> measurements/slice/ubatch/
-#   slice-kquants   harness: seed-4a-4b on the Q2_K and Q4_K_M slices (made there, one at a time) and plan's capacity -> results/slice/seed-4a-4b-q*/
 #   slice-fidelity  engine: resident-only and pinned-top1 against exact, 64 and 500 tokens -> measurements/slice/
 # Suggested calls (estimates from the 4-layer measurement of issue 13, not timed): --run slice-model
 # slice-4a4b slice-decode slice-500 (the 500-token baseline reads about 160 GB on demand), then
@@ -238,20 +237,6 @@ for part in "$@"; do
         grep -E "^pass" "$dir/ubatch-$ub.log" | tee -a "$log"
         python3 -c "import json,sys; m=json.load(open(sys.argv[1])); p=m['passes'][-1]; print('ubatch', sys.argv[2], 'last pass:', {k: round(v, 2) for k, v in p.items() if isinstance(v, (int, float)) and k.endswith('_ms')})" "$dir/ubatch-$ub.json" $ub 2>&1 | tee -a "$log"
       done
-      ;;
-    slice-kquants)
-      # Issue 23: seed-4a-4b on slices made with llama-quantize's Q2_K and Q4_K_M mixes, one at a
-      # time (the disk holds one slice), each with plan's expert capacity under the same budgets.
-      for q in q2_k q4_k_m; do
-        rm -f models/*.gguf
-        note "make-model slice-$q"
-        mkdir -p models "$root/measurements/slice/kquants"
-        "$bin" make-model --scale scenarios/models/slice-$q.json --out models/slice-$q.gguf --seed 1 2>&1 | tail -n 2 | tee -a "$log" || status=1
-        "$bin" plan --model models/slice-$q.gguf --vram-budget 3068 --host-budget 2875 > "$root/measurements/slice/kquants/plan-$q.txt" 2>&1 || status=1
-        grep -iE "fit|hold|experts" "$root/measurements/slice/kquants/plan-$q.txt" | head -n 8 | tee -a "$log"
-        harness_run run seed-4a-4b-$q slice
-      done
-      rm -f models/slice-q*.gguf
       ;;
     slice-fidelity)
       # Fidelity is a property of the model and the rule, not of the tiers: no scenario, the engine

@@ -202,6 +202,16 @@ TEST(QuantPresets, NamesFileTypesAndScaleKeys) {
     EXPECT_THROW(bg::parse_scale(R"({"quant": "Q2_K", "dense_type": "q8_0"})", "t"), bg::Error);
     EXPECT_THROW(bg::parse_scale(R"({"quant": "Q4_K_S"})", "t"), bg::Error);
 
+    // The preset slices: each layer's expert bytes, exactly (their descriptions state them).
+    const std::map<std::string, std::vector<uint64_t>> slices = {
+        {"slice-q2_k", std::vector<uint64_t>(5, 12810240)},
+        {"slice-q4_k_m", {19906560, 19906560, 22947840, 19906560, 22947840}},
+        {"slice", std::vector<uint64_t>(5, 18800640)}};
+    for (const auto& [file, bytes] : slices)
+        EXPECT_EQ(bg::shape_of(bg::load_scale(bgtest::source_path("scenarios/models/" + file + ".json"))).expert_bytes_by_layer(),
+                  bytes)
+            << file;
+
     // Without a preset, general.file_type names the preset whose mix the scale's types are.
     for (const auto& [file, want] : std::map<std::string, const char*>{
              {"full", "MXFP4_MOE"}, {"slice", "MXFP4_MOE"}, {"ci", nullptr}, {"full-bf16", nullptr}}) {

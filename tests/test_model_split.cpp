@@ -100,7 +100,7 @@ TEST(ModelSplit, ShardsHoldTheUnsplitBytesOfEveryTensor) {
             }
         }
     for (int64_t l : hp.engram_layers) {
-        const bg::dsv41::ByteRange r = split->engram_row(l, 5), w = whole->engram_row(l, 5);
+        const bg::dsv41::ByteRange r = split->engram_row(l, 5).values, w = whole->engram_row(l, 5).values;
         engram_files.insert(r.file);
         a.resize(r.bytes);
         b.resize(w.bytes);
