@@ -1,5 +1,6 @@
-// GPU dequantisation of ggml blocks (F32, F16, BF16, Q8_0, MXFP4) to float32, bit-exact with
-// the CPU's dequantize_row. One thread per output element; a block's scale is read by the 32
+// GPU dequantisation of ggml blocks (F32, F16, BF16, Q8_0, MXFP4, and the 256-weight types
+// Q2_K..Q6_K, IQ2_XXS through their traits' decoders, tensor/qtypes/) to float32, bit-exact with
+// the CPU's dequantize_row. One thread per output element; a block's scale is read by the
 // threads that share it.
 #pragma once
 
