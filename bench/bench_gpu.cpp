@@ -42,6 +42,7 @@
 #include "cuda/quant_matmul.cuh"
 #include "cuda/sm_limit.cuh"
 #include "tensor/ggml_types.h"
+#include "util/build_info.h"
 #include "util/check.h"
 
 namespace {
@@ -223,7 +224,8 @@ void BM_D2DCopy(benchmark::State& state) {
 // The fused kernels
 
 // Random weights of a type, fast (these reach 1.3 GB): MXFP4 scale bytes 120..127, Q8_0 scales
-// ~0.004 (f16), BF16 values of magnitude 2^-9..2^-2; the rest random bytes.
+// ~0.004 (f16), BF16 values of magnitude 2^-9..2^-2, the 256-weight types' FP16 super-scales
+// ~0.004; the rest random bytes.
 std::vector<uint8_t> random_weights(GgmlType t, int64_t rows, int64_t cols, uint64_t seed) {
     const uint64_t rb = row_bytes(t, cols);
     std::vector<uint8_t> v(rb * static_cast<uint64_t>(rows));
@@ -247,6 +249,18 @@ std::vector<uint8_t> random_weights(GgmlType t, int64_t rows, int64_t cols, uint
                 const uint16_t d = fp32_to_fp16(0.004f + 0.001f * static_cast<float>(row[b * 34] & 3));
                 std::memcpy(row + b * 34, &d, 2);
             }
+        } else if (type_traits(t).block_elems == 256) {
+            qtypes::visit(t, [&](auto tr) {
+                using T = decltype(tr);
+                if constexpr (T::kBlockWeights == 256) {
+                    for (int64_t b = 0; b < cols / 256; ++b) {
+                        uint8_t* blk = row + b * T::kBlockBytes;
+                        const uint16_t d = fp32_to_fp16(0.004f + 0.001f * static_cast<float>(blk[T::kOffD] & 3));
+                        std::memcpy(blk + T::kOffD, &d, 2);
+                        if constexpr (T::kHasMin) std::memcpy(blk + T::kOffDmin, &d, 2);
+                    }
+                }
+            });
         } else if (t == GgmlType::BF16) {
             for (int64_t i = 0; i < cols; ++i) {
                 uint16_t h;
@@ -343,7 +357,7 @@ std::vector<float> random_activations(int64_t n, uint64_t seed) {
 // tokens gathered from M + 5 rows of x, each token's output stored into its own row of y (as the
 // forward's eo).
 struct ExpertBench {
-    GgmlType type;
+    GgmlType type, down_type;  // gate and up; down (a step above in llama-quantize's mixes)
     int64_t E, F, M;
     std::vector<uint8_t> gimg, uimg, dimg;
     uint64_t bytes;
@@ -353,9 +367,9 @@ struct ExpertBench {
     float* y;
     int32_t* rows;
     cudaStream_t s = nullptr;
-    ExpertBench(GgmlType t, int64_t e, int64_t f, int64_t m)
-        : type(t), E(e), F(f), M(m), gimg(random_weights(t, f, e, 1)), uimg(random_weights(t, f, e, 2)),
-          dimg(random_weights(t, e, f, 3)), bytes(gimg.size() + uimg.size() + dimg.size()),
+    ExpertBench(GgmlType t, int64_t e, int64_t f, int64_t m, GgmlType down = GgmlType::F32)
+        : type(t), down_type(down == GgmlType::F32 ? t : down), E(e), F(f), M(m), gimg(random_weights(t, f, e, 1)),
+          uimg(random_weights(t, f, e, 2)), dimg(random_weights(down_type, e, f, 3)), bytes(gimg.size() + uimg.size() + dimg.size()),
           g(gimg, kRotateBytes * gimg.size() / bytes + 1), u(uimg, kRotateBytes * gimg.size() / bytes + 1),
           d(dimg, kRotateBytes * gimg.size() / bytes + 1),
           n_sets(std::min({g.bufs.size(), u.bufs.size(), d.bufs.size()})),
@@ -370,8 +384,8 @@ struct ExpertBench {
         for (void* p : {static_cast<void*>(x), static_cast<void*>(y), static_cast<void*>(rows)}) cudaFree(p);
     }
     ExpertMats mats(size_t i) const {
-        const uint64_t rbE = row_bytes(type, E), rbF = row_bytes(type, F);
-        return {{g.bufs[i], type, E, F, rbE}, {u.bufs[i], type, E, F, rbE}, {d.bufs[i], type, F, E, rbF}};
+        const uint64_t rbE = row_bytes(type, E), rbF = row_bytes(down_type, F);
+        return {{g.bufs[i], type, E, F, rbE}, {u.bufs[i], type, E, F, rbE}, {d.bufs[i], down_type, F, E, rbF}};
     }
     double flops() const { return 2.0 * 3.0 * M * E * F; }
 };
@@ -409,7 +423,8 @@ void int8_counters(benchmark::State& state, int64_t M, double weights) {
 void BM_ExpertInt8(benchmark::State& state) {
     const bool graph = state.range(4) != 0;
     const int split = static_cast<int>(state.range(5));  // Int8Workspace::force_split (0: heuristic)
-    ExpertBench b(static_cast<GgmlType>(state.range(0)), state.range(1), state.range(2), state.range(3));
+    const auto down = state.range(6) ? static_cast<GgmlType>(state.range(6)) : GgmlType::F32;  // 0: the gate's type
+    ExpertBench b(static_cast<GgmlType>(state.range(0)), state.range(1), state.range(2), state.range(3), down);
     cuda::Int8Workspace ws(std::max(b.E, b.F), b.F);
     ws.force_split(split);
     time_calls(state, b.s, b.n_sets, static_cast<double>(b.bytes), b.flops(), graph, [&](size_t i) {
@@ -491,6 +506,9 @@ void BM_DenseFusedSingle(benchmark::State& state) { BM_Dense(state, false, true)
 constexpr int64_t kMx = static_cast<int64_t>(GgmlType::MXFP4);
 constexpr int64_t kQ8 = static_cast<int64_t>(GgmlType::Q8_0);
 constexpr int64_t kBf = static_cast<int64_t>(GgmlType::BF16);
+constexpr int64_t kQ2K = static_cast<int64_t>(GgmlType::Q2_K), kQ3K = static_cast<int64_t>(GgmlType::Q3_K),
+                  kQ4K = static_cast<int64_t>(GgmlType::Q4_K), kQ5K = static_cast<int64_t>(GgmlType::Q5_K),
+                  kQ6K = static_cast<int64_t>(GgmlType::Q6_K), kIq2 = static_cast<int64_t>(GgmlType::IQ2_XXS);
 
 // Samples per configuration, fixed: with manual time a 5 us kernel needs 40,000 iterations to
 // reach a minimum time of 0.2 s, each paying a host synchronisation (the full set ran past 9
@@ -535,13 +553,19 @@ BG_DENSE_SHAPES(BENCHMARK(BM_DenseFused))
     ->ArgsProduct({{kQ8}, {32768}, {1280}, {1, 16}, {0}, {1, 2, 3}})
     ->ArgsProduct({{kQ8}, {5120}, {8192}, {1, 16}, {0}, {1, 2, 3}});
 BG_DENSE_SHAPES(BENCHMARK(BM_DenseSgemm));
-// type, n_embd, n_ff, M, graph, split (forced split-K count of every launch; 0 the heuristic)
+// type, n_embd, n_ff, M, graph, split (forced split-K count of every launch; 0 the heuristic),
+// down (the down projection's type; 0 the gate's). The K-quant rows are llama-quantize's mixes:
+// Q2_K with down Q3_K, Q4_K with down Q6_K (Q4_K_M), IQ2_XXS with down Q2_K, and each type alone.
 BENCHMARK(BM_ExpertInt8)
-    ->ArgNames({"type", "n_embd", "n_ff", "M", "graph", "split"})
-    ->ArgsProduct({{kMx}, {5120}, {2304}, {1, 2, 3, 8, 16, 32, 64}, {0, 1}, {0}})
-    ->ArgsProduct({{kMx}, {5120}, {2304}, {1, 16, 64}, {0}, {1, 2, 4, 8}})
-    ->ArgsProduct({{kQ8}, {5120}, {2304}, {1, 8, 16, 64}, {0}, {0}})
-    ->ArgsProduct({{kMx}, {1024}, {768}, {1, 16, 64}, {0}, {0}})
+    ->ArgNames({"type", "n_embd", "n_ff", "M", "graph", "split", "down"})
+    ->ArgsProduct({{kMx}, {5120}, {2304}, {1, 2, 3, 8, 16, 32, 64}, {0, 1}, {0}, {0}})
+    ->ArgsProduct({{kMx}, {5120}, {2304}, {1, 16, 64}, {0}, {1, 2, 4, 8}, {0}})
+    ->ArgsProduct({{kQ8}, {5120}, {2304}, {1, 8, 16, 64}, {0}, {0}, {0}})
+    ->ArgsProduct({{kMx}, {1024}, {768}, {1, 16, 64}, {0}, {0}, {0}})
+    ->ArgsProduct({{kQ2K, kQ3K, kQ4K, kQ5K, kQ6K, kIq2}, {5120}, {2304}, {1, 8, 16, 64}, {0}, {0}, {0}})
+    ->ArgsProduct({{kQ2K}, {5120}, {2304}, {1, 8, 16, 64}, {0}, {0}, {kQ3K}})
+    ->ArgsProduct({{kQ4K}, {5120}, {2304}, {1, 8, 16, 64}, {0}, {0}, {kQ6K}})
+    ->ArgsProduct({{kIq2}, {5120}, {2304}, {1, 16}, {0}, {0}, {kQ2K}})
     ->Iterations(kSamples)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
@@ -635,6 +659,7 @@ int main(int argc, char** argv) {
     benchmark::Initialize(&argc, argv);
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
     benchmark::AddCustomContext("sm_limit", lim.to_json().dump());
+    benchmark::AddCustomContext("build", bg::build_info().to_json().dump());  // the commit this binary was built from
     // The bandwidth every x_floor counter is measured against, in this run.
     const std::vector<double> t = d2d_times(kD2DBytes, 20);
     g_d2d_gbs = 2.0 * static_cast<double>(kD2DBytes) / median(t) / 1e9;

@@ -2,7 +2,7 @@
 // which .gitignore keeps out of git) with the project's own GGUF writer and
 // make-model (run by hand after a format change: see fuzz/README.md).
 //
-//   fuzz_make_corpus OUT_DIR      writes OUT_DIR/gguf/*, OUT_DIR/model/* and OUT_DIR/blocks/*
+//   fuzz_make_corpus OUT_DIR      writes OUT_DIR/gguf/*, OUT_DIR/gguf_split/*, OUT_DIR/model/* and OUT_DIR/blocks/*
 //
 // Model seeds are deliberately tiny scales (a few layers, 8 experts, n_embd 32, vocabulary 64),
 // so each whole file is well under 300 KB. Their data sections are zeroed after make-model: the
@@ -20,9 +20,11 @@
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "gguf/gguf_split.h"
 #include "tensor/ggml_types.h"
 #include "model/make_model.h"
 #include "model/scale.h"
+#include "shard_images.h"
 #include "util/check.h"
 
 namespace {
@@ -54,12 +56,10 @@ void write_with_zero_data(const Writer& w, const std::string& path) {
 }
 
 // Hand-made GGUF files covering every value type, nested and empty arrays, alignments and
-// every tensor type with 1-4 dimensions.
-void gguf_seeds(const std::string& dir) {
-    {
-        Writer w;  // header only: no metadata, no tensors
-        write_with_zero_data(w, dir + "/empty");
-    }
+// every tensor type with 1-4 dimensions, by seed name.
+std::vector<std::pair<std::string, Writer>> hand_made() {
+    std::vector<std::pair<std::string, Writer>> out;
+    out.emplace_back("empty", Writer{});  // header only: no metadata, no tensors
     {
         Writer w;
         w.set("general.architecture", Value::str("test"));
@@ -90,7 +90,8 @@ void gguf_seeds(const std::string& dir) {
         w.add_tensor("bf16.3d", {2, 2, 2}, GgmlType::BF16);
         w.add_tensor("q8_0.4d", {32, 2, 1, 2}, GgmlType::Q8_0);
         w.add_tensor("mxfp4.2d", {64, 2}, GgmlType::MXFP4);
-        write_with_zero_data(w, dir + "/all-types");
+        w.add_tensor("i8.2d", {32, 3}, GgmlType::I8);
+        out.emplace_back("all-types", w);
     }
     {
         Writer w;  // alignment 1: tensors packed back to back
@@ -99,7 +100,7 @@ void gguf_seeds(const std::string& dir) {
         w.add_tensor("a", {3}, GgmlType::F32);
         w.add_tensor("b", {5}, GgmlType::F16);
         w.add_tensor("c", {32}, GgmlType::Q8_0);
-        write_with_zero_data(w, dir + "/align1");
+        out.emplace_back("align1", w);
     }
     {
         Writer w;  // default alignment, a longer vocabulary-like string array
@@ -108,8 +109,20 @@ void gguf_seeds(const std::string& dir) {
         w.set("tokenizer.ggml.tokens", Value::array_str(toks));
         w.set("tokenizer.ggml.bos_token_id", Value::u32(1));
         w.add_tensor("token_embd.weight", {32, 40}, GgmlType::Q8_0);
-        write_with_zero_data(w, dir + "/vocab");
+        out.emplace_back("vocab", w);
     }
+    return out;
+}
+
+void gguf_seeds(const std::string& dir) {
+    for (const auto& [name, w] : hand_made()) write_with_zero_data(w, dir + "/" + name);
+}
+
+// A file's image with its data zeroed.
+std::vector<uint8_t> zero_image(const Writer& w) {
+    std::vector<uint8_t> b = w.header_bytes();
+    b.resize(w.total_size(), 0);
+    return b;
 }
 
 struct ModelSeed {
@@ -117,8 +130,9 @@ struct ModelSeed {
     const char* scale;
 };
 
-// Three tiny deepseek41 layouts: compression roles and Engram (a), none of either with a shared
-// expert (b), ratio-1 layers only with one Engram table (c); between them every allowed type.
+// Four tiny deepseek41 layouts: compression roles and Engram (a), none of either with a shared
+// expert (b), ratio-1 layers only with one Engram table (c), Engram tables in the fork-fp8 pair
+// of I8 tensors (d); between them every allowed type.
 const ModelSeed kModels[] = {
     {"tiny-a", R"({
       "name": "fuzz-a", "n_layer": 4, "n_embd": 32, "n_vocab": 64, "n_head": 1, "head_dim": 32,
@@ -146,6 +160,15 @@ const ModelSeed kModels[] = {
       "indexer_head_dim": 32, "indexer_top_k": 2, "engram_layers": [1], "engram_heads": 1,
       "engram_row_width": 32, "engram_rows_per_table": 1024, "engram_compressed_vocab": 32,
       "dense_type": "f16", "expert_type": "q8_0", "engram_type": "bf16", "router_type": "f32"})"},
+    {"tiny-d", R"({
+      "name": "fuzz-d", "n_layer": 3, "n_embd": 32, "n_vocab": 64, "n_head": 1, "head_dim": 32,
+      "rope_dims": 8, "q_lora_rank": 32, "output_groups": 1, "output_lora_rank": 32, "n_expert": 8,
+      "n_expert_used": 2, "n_ff_exp": 32, "context_length": 64, "sliding_window": 4,
+      "compress_ratios": [0, 0, 1], "kv_source_layers": [2], "gated_layers": [],
+      "key_owner_layers": [2], "index_source_layers": [2], "indexer_heads": 1,
+      "indexer_head_dim": 32, "indexer_top_k": 2, "engram_layers": [0, 1], "engram_heads": 1,
+      "engram_row_width": 64, "engram_rows_per_table": 1024, "engram_compressed_vocab": 32,
+      "dense_type": "q8_0", "expert_type": "mxfp4", "engram_type": "fork-fp8"})"},
 };
 
 void model_seeds(const std::string& dir, const std::string& gguf_dir) {
@@ -166,6 +189,67 @@ void model_seeds(const std::string& dir, const std::string& gguf_dir) {
         // The smallest model is a seed for the plain reader too: a real header with many kvs.
         if (&m == &kModels[1]) spit(gguf_dir + "/" + m.name, bytes);
     }
+}
+
+// The fork-fp8 pair of tiny-d broken one way at a time (its scales tensor dropped; its values
+// retyped to Q8_0 beside the scales), so the replay walks those refusals too.
+void fork_pair_variants(const std::string& dir) {
+    const bg::gguf::Reader r = bg::gguf::Reader::open(dir + "/tiny-d");
+    for (const char* variant : {"tiny-d-no-scales", "tiny-d-values-q8_0"}) {
+        const bool drop = std::string(variant) == "tiny-d-no-scales";
+        Writer w;  // its set() of general.alignment also sets where tensor data goes
+        for (const auto& kv : r.kvs()) w.set(kv.key, kv.value);
+        for (const auto& t : r.tensors()) {
+            if (drop && t.name == "blk.0.engram_embd_scale.weight") continue;
+            const bool retype = !drop && t.name == "blk.0.engram_embd.weight";
+            w.add_tensor(t.name, t.ne, retype ? GgmlType::Q8_0 : t.type);
+        }
+        write_with_zero_data(w, dir + "/" + variant);
+    }
+}
+
+// Split models as gguf-split writes them (input format: shard_images.h): the hand-made files
+// split one tensor per shard and in two, a tiny deepseek41 model in three, a merged file
+// (split.count 0), and shards given out of order.
+void gguf_split_seeds(const std::string& dir, const std::string& tmp_dir) {
+    for (const auto& [name, w] : hand_made()) {
+        if (w.tensors().empty()) continue;
+        std::vector<std::vector<uint8_t>> each, halves;
+        for (const Writer& s : bg::gguf::split_writer(w, 1)) each.push_back(zero_image(s));
+        spit(dir + "/" + name + "-each", bgfuzz::encode_shard_images(each));
+        uint64_t bytes = 0;
+        for (const auto& t : w.tensors()) bytes += (t.n_bytes + 31) / 32 * 32;
+        for (const Writer& s : bg::gguf::split_writer(w, std::max<uint64_t>(1, bytes / 2))) halves.push_back(zero_image(s));
+        if (halves.size() != each.size()) spit(dir + "/" + name + "-halves", bgfuzz::encode_shard_images(halves));
+        if (name == "all-types") {
+            std::swap(each[1], each[2]);
+            spit(dir + "/" + name + "-swapped", bgfuzz::encode_shard_images(each));
+        }
+    }
+    {
+        Writer w = hand_made()[1].second;
+        w.set("split.no", Value::u16(0));
+        w.set("split.count", Value::u16(0));
+        w.set("split.tensors.count", Value::i32(static_cast<int32_t>(w.tensors().size())));
+        spit(dir + "/merged", bgfuzz::encode_shard_images({zero_image(w)}));
+    }
+    const bg::ModelScale scale = bg::parse_scale(kModels[1].scale, kModels[1].name);
+    bg::MakeModelConfig cfg;
+    cfg.out_path = tmp_dir + "/.split-seed.gguf";
+    cfg.seed = 1;
+    cfg.threads = 1;
+    cfg.progress = false;
+    cfg.split_max_bytes = 70000;
+    const bg::MakeModelResult res = bg::make_model(scale, cfg);
+    const bg::gguf::Reader r = bg::gguf::Reader::open(res.paths.at(0));
+    std::vector<std::vector<uint8_t>> images;
+    for (size_t k = 0; k < res.paths.size(); ++k) {
+        std::vector<uint8_t> bytes = slurp(res.paths[k]);
+        ::unlink(res.paths[k].c_str());
+        std::fill(bytes.begin() + static_cast<std::ptrdiff_t>(r.shards()[k].data_offset), bytes.end(), uint8_t{0});
+        images.push_back(std::move(bytes));
+    }
+    spit(dir + "/" + kModels[1].name + "-split", bgfuzz::encode_shard_images(images));
 }
 
 // fuzz_blocks seeds: byte 0 the type's index in fuzz_blocks.cpp's kTypes, then per type blocks
@@ -234,9 +318,11 @@ int main(int argc, char** argv) {
     }
     const std::string out = argv[1];
     try {
-        for (const std::string& d : {out, out + "/gguf", out + "/model", out + "/blocks"}) ::mkdir(d.c_str(), 0755);
+        for (const std::string& d : {out, out + "/gguf", out + "/gguf_split", out + "/model", out + "/blocks"}) ::mkdir(d.c_str(), 0755);
         gguf_seeds(out + "/gguf");
+        gguf_split_seeds(out + "/gguf_split", out);
         model_seeds(out + "/model", out + "/gguf");
+        fork_pair_variants(out + "/model");
         blocks_seeds(out + "/blocks");
     } catch (const bg::Error& e) {
         std::fprintf(stderr, "fuzz_make_corpus: %s\n", e.what());

@@ -3,12 +3,12 @@
 # parallel, at the lowest priority. New inputs and crash artifacts go under the build folder,
 # never into the committed corpus; a crash makes this script exit non-zero.
 #   bash fuzz/run-fuzzers.sh [SECONDS per target, default 600] [BUILD_DIR, default build-fuzz]
-#   TARGETS="scenario" bash fuzz/run-fuzzers.sh 600    only some (default: gguf model scenario blocks)
+#   TARGETS="scenario" bash fuzz/run-fuzzers.sh 600    only some (default: gguf gguf_split model scenario blocks)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-600}
 build=${2:-build-fuzz}
-read -r -a targets <<<"${TARGETS:-gguf model scenario blocks}"
+read -r -a targets <<<"${TARGETS:-gguf gguf_split model scenario blocks}"
 CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DBG_ENABLE_CUDA=OFF -DBG_BUILD_TESTS=OFF >/dev/null
 nice -n 19 cmake --build "$build" -j "${JOBS:-2}" --target "${targets[@]/#/fuzz_}"

@@ -15,6 +15,7 @@
 #include "page_cache.h"
 #include "progress.h"
 #include "results.h"
+#include "util/build_info.h"
 
 namespace bgh {
 
@@ -99,6 +100,9 @@ BenchOutcome run_bench(const Scenario& s, const BenchOptions& o) {
     if (o.use_cgroup) make_cgroup(s, o, "betelgeuse-check-" + tag)->remove();
     if (!fs::exists(s.model_path)) generate_model(s, o, progress);
 
+    // Every shard of a split model is evicted before a cold run, not only the file named.
+    const std::vector<std::string> files = model_files(s.model_path);
+
     MachineProbe mp;
     mp.engine_path = o.engine_path;
     mp.model_path = s.model_path;
@@ -108,6 +112,14 @@ BenchOutcome run_bench(const Scenario& s, const BenchOptions& o) {
     if (o.probe) progress.note("measuring the machine (raw disk and PCIe bandwidth)");
     json machine = describe_machine(mp);
     progress.finish();
+    const json engine = engine_build(o.engine_path);
+    std::vector<std::string> warnings = s.warnings;
+    const json harness_build = bg::build_info().to_json();
+    if (engine.value("commit", json()) != harness_build["commit"] || engine.value("dirty", json()) != harness_build["dirty"]) {
+        warnings.push_back("the engine (" + engine.value("describe", std::string("commit unknown")) + ") and the harness (" +
+                           bg::build_info().describe + ") were built from different commits: the result's git names the engine's");
+        progress.note(warnings.back());
+    }
 
     const std::string timestamp = utc_timestamp();
     BenchOutcome out;
@@ -122,10 +134,12 @@ BenchOutcome run_bench(const Scenario& s, const BenchOptions& o) {
               {"timestamp", timestamp},
               {"started_utc", utc_iso()},
               {"scenario", scenario_json(s)},
-              {"harness", {{"command_line", o.command_line}, {"engine", o.engine_path}}},
-              {"git", git_description(fs::path(s.file).parent_path().string())},
+              // The commits the binaries were built from (embedded at their builds), not that of
+              // the checkout the harness happens to run in.
+              {"harness", {{"command_line", o.command_line}, {"engine", o.engine_path}, {"build", harness_build}}},
+              {"git", engine},
               {"machine", machine},
-              {"warnings", s.warnings},
+              {"warnings", warnings},
               {"configurations", json::array()}};
     if (o.use_cgroup) {
         r["cgroup"] = {{"enabled", true}, {"limit_mib", s.cgroup_memory_mib}};
@@ -169,8 +183,8 @@ BenchOutcome run_bench(const Scenario& s, const BenchOptions& o) {
             if (!cj.contains("engine_command")) cj["engine_command"] = argv;
 
             json run = {{"repetition", rep}, {"started_utc", utc_iso()}};
-            const auto ev = evict_page_cache(s.model_path);
-            const auto cached = cached_percent(s.model_path);
+            const auto ev = evict_page_cache(files);
+            const auto cached = cached_percent(files);
             run["page_cache"] = {{"evicted", !ev}, {"cached_pct_at_start", cached ? json(*cached) : json(nullptr)}};
             if (ev) run["page_cache"]["error"] = *ev;
 

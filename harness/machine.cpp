@@ -247,17 +247,15 @@ json describe_machine(const MachineProbe& p) {
     return m;
 }
 
-json git_description(const std::string& dir) {
-    json g = {{"commit", nullptr}, {"dirty", nullptr}};
-    if (const auto sha = capture({"git", "-C", dir, "rev-parse", "HEAD"})) {
-        g["commit"] = trim(*sha);
-        if (const auto st = capture({"git", "-C", dir, "status", "--porcelain", "--untracked-files=no"}))
-            g["dirty"] = !trim(*st).empty();
-        if (const auto d = capture({"git", "-C", dir, "log", "-1", "--format=%s"})) g["subject"] = trim(*d);
-    } else {
-        g["note"] = "not in a git checkout, or git is missing";
-    }
-    return g;
+json engine_build(const std::string& engine_path) {
+    int code = 0;
+    const auto out = capture({engine_path, "version", "--json"}, true, &code);
+    const auto j = out && code == 0 ? json_in(*out) : std::nullopt;
+    if (j && j->is_object() && j->contains("commit")) return *j;
+    return {{"commit", nullptr},
+            {"dirty", nullptr},
+            {"note", "the engine did not report the commit it was built from (`version --json`: " +
+                         (out ? last_line(*out) : std::string("could not run")) + ")"}};
 }
 
 }  // namespace bgh

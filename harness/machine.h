@@ -1,6 +1,7 @@
 // Where a result was measured and from which source: CPU, cores, RAM, GPU and driver, the disk
 // and file system under the model file, raw disk and pinned PCIe bandwidth measured on the spot
-// (a result is only comparable with the hardware's own ceiling beside it), and the git commit.
+// (a result is only comparable with the hardware's own ceiling beside it), and the commit the
+// engine was built from.
 #pragma once
 
 #include <optional>
@@ -22,8 +23,10 @@ struct MachineProbe {
 // Every field the machine offers; missing facts are null with a "*_note" saying why.
 nlohmann::json describe_machine(const MachineProbe& p);
 
-// {"commit": sha or null, "dirty": bool, "describe": "..."} of the repository holding `dir`.
-nlohmann::json git_description(const std::string& dir);
+// The commit the engine at `engine_path` was built from, as it reports it (`version --json`, the
+// value embedded at its build: util/build_info.h), not that of any checkout the harness runs in;
+// {"commit": null, "dirty": null, "note": why} when it cannot say.
+nlohmann::json engine_build(const std::string& engine_path);
 
 // Runs argv (argv[0] looked up in PATH) and returns its stdout (plus stderr when `merge_stderr`),
 // or nullopt when it cannot run or exits non-zero.

@@ -10,9 +10,25 @@
 #include <cstring>
 #include <vector>
 
+#include "gguf/gguf.h"
+#include "util/check.h"
+
 namespace bgh {
 
-std::optional<std::string> evict_page_cache(const std::string& path) {
+std::vector<std::string> model_files(const std::string& path) {
+    try {
+        const bg::gguf::Reader r = bg::gguf::Reader::open(path);
+        std::vector<std::string> files;
+        for (const bg::gguf::Shard& s : r.shards()) files.push_back(s.path);
+        return files;
+    } catch (const bg::Error&) {
+        return {path};  // not a model this reader takes: the engine will say why; evict the file anyway
+    }
+}
+
+namespace {
+
+std::optional<std::string> evict_file(const std::string& path) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return "cannot open " + path + ": " + std::strerror(errno);
     // Dirty pages (a model just generated) survive DONTNEED; write them back first.
@@ -23,13 +39,14 @@ std::optional<std::string> evict_page_cache(const std::string& path) {
     return std::nullopt;
 }
 
-std::optional<double> cached_percent(const std::string& path) {
+// Pages of the file in the page cache, and pages in all; false when it cannot be measured.
+bool count_cached(const std::string& path, uint64_t* resident_out, uint64_t* pages_out) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return std::nullopt;
+    if (fd < 0) return false;
     struct stat st;
     if (::fstat(fd, &st) != 0 || st.st_size == 0) {
         ::close(fd);
-        return std::nullopt;
+        return false;
     }
     const size_t page = size_t(::sysconf(_SC_PAGESIZE));
     const uint64_t window = 1ull << 30;
@@ -41,7 +58,7 @@ std::optional<double> cached_percent(const std::string& path) {
         void* p = ::mmap(nullptr, len, PROT_READ, MAP_SHARED, fd, off_t(off));
         if (p == MAP_FAILED) {
             ::close(fd);
-            return std::nullopt;
+            return false;
         }
         const size_t n = (len + page - 1) / page;
         vec.assign(n, 0);
@@ -49,12 +66,32 @@ std::optional<double> cached_percent(const std::string& path) {
         ::munmap(p, len);
         if (rc != 0) {
             ::close(fd);
-            return std::nullopt;
+            return false;
         }
         for (unsigned char v : vec) resident += v & 1;
         pages += n;
     }
     ::close(fd);
+    *resident_out += resident;
+    *pages_out += pages;
+    return true;
+}
+
+}  // namespace
+
+std::optional<std::string> evict_page_cache(const std::vector<std::string>& paths) {
+    std::optional<std::string> first_error;
+    for (const std::string& p : paths) {
+        std::optional<std::string> e = evict_file(p);
+        if (e && !first_error) first_error = std::move(e);
+    }
+    return first_error;
+}
+
+std::optional<double> cached_percent(const std::vector<std::string>& paths) {
+    uint64_t resident = 0, pages = 0;
+    for (const std::string& p : paths)
+        if (!count_cached(p, &resident, &pages)) return std::nullopt;
     return pages ? 100.0 * double(resident) / double(pages) : 0.0;
 }
 

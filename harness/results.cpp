@@ -217,7 +217,13 @@ std::string run_lines(const json& r, const json& cfg) {
     if (dec.contains("decode_tok_s") && sc.value("decode_tokens", int64_t(0)) > 1) {
         md += fmt_num(dec["decode_tok_s"]["median"].get<double>(), 2) + " tok/s";
         if (dec["decode_tok_s"].contains("spread_pct")) md += " ±" + fmt_num(dec["decode_tok_s"]["spread_pct"].get<double>(), 1) + " %";
-        md += " (" + std::to_string(sc.value("decode_tokens", int64_t(0))) + " tokens after the prompt)";
+        // The engine's own count (the harness asks for exactly decode_tokens with --ignore-eos).
+        const double tokens = dec.contains("tokens") ? dec["tokens"]["median"].get<double>()
+                                                     : double(sc.value("decode_tokens", int64_t(0)));
+        md += " (" + fmt_num(tokens, 0) + " tokens after the prompt";
+        const int64_t stopped = sum["decode"].value("stopped_at_eog_runs", int64_t(0));
+        if (stopped > 0) md += "; " + std::to_string(stopped) + " run(s) stopped at an end-of-generation token";
+        md += ")";
     } else {
         md += "not measured";
     }
@@ -258,6 +264,11 @@ std::string partition_line(const json& cfg) {
     if (c.rule == PartitionRule::kPinnedTop1)
         return "Partition rule: **pinned-top1** (ours, beyond the seed): rank 1 is the exact argmax over all experts, read "
                "from disk when not resident; ranks 2-k among the layer's S resident experts.\n\n";
+    if (c.rule == PartitionRule::kHotPool)
+        return "Partition rule: **hot-pool** (ours, an interpretation of the seed's sentence, not its rule): rank 1 among "
+               "the layer's S resident experts, ranks 2-k among the H in VRAM now (promotion changes them), topped up from "
+               "the resident ones when fewer than k-1 hot remain; every expert resident, at most one outside VRAM per "
+               "token with k = 6 and H = 5.\n\n";
     return "Partition rule: **resident-only** (the seed's): every one of the k experts is chosen among the layer's S "
            "resident experts, in exact score order.\n\n";
 }
@@ -410,7 +421,11 @@ void summarize_configuration(json& config) {
                                  {"runs", per_pass[i].size()},
                                  {"metrics", summarize_objects(per_pass[i])}});
     }
-    if (!decodes.empty()) sum["decode"] = {{"runs", decodes.size()}, {"metrics", summarize_objects(decodes)}};
+    if (!decodes.empty()) {
+        int64_t stopped = 0;
+        for (const json* d : decodes) stopped += d->value("stopped_at_eog", false) ? 1 : 0;
+        sum["decode"] = {{"runs", decodes.size()}, {"stopped_at_eog_runs", stopped}, {"metrics", summarize_objects(decodes)}};
+    }
     if (!rss.empty()) sum["host_peak_rss_mib"] = stats_json(stats_of(rss));
     if (!cg_peak.empty()) sum["cgroup_peak_mib"] = stats_json(stats_of(cg_peak));
     if (!vram.empty()) sum["vram_peak_mib"] = stats_json(stats_of(vram));

@@ -244,6 +244,7 @@ const std::map<std::string, std::string>& reserved_flags() {
         {"--model", "model.path"},          {"-m", "model.path"},
         {"--metrics-json", "the harness"},
         {"--passes", "passes"},             {"--gen", "decode_tokens"},          {"-n", "decode_tokens"},
+        {"--ignore-eos", "the harness"},
         {"--prompt-tokens", "prompt.tokens"}, {"--prompt-seed", "prompt.seed"},
         {"--file", "prompt.text_file"},     {"-f", "prompt.text_file"},
         {"--prompt", "prompt"},             {"-p", "prompt"},
@@ -265,12 +266,18 @@ ScenarioError::ScenarioError(const std::vector<std::string>& p)
     : std::runtime_error(join(p, "\n")), problems(p) {}
 
 const char* partition_rule_name(PartitionRule r) {
-    return r == PartitionRule::kPinnedTop1 ? "pinned-top1" : "resident-only";
+    switch (r) {
+        case PartitionRule::kPinnedTop1: return "pinned-top1";
+        case PartitionRule::kHotPool: return "hot-pool";
+        case PartitionRule::kResidentOnly: break;
+    }
+    return "resident-only";
 }
 
 std::optional<PartitionRule> parse_partition_rule(const std::string& name) {
     if (name == "resident-only") return PartitionRule::kResidentOnly;
     if (name == "pinned-top1") return PartitionRule::kPinnedTop1;
+    if (name == "hot-pool") return PartitionRule::kHotPool;
     return std::nullopt;
 }
 
@@ -283,7 +290,8 @@ std::vector<std::string> change_flags(const Changes& c) {
 }
 
 std::string changes_name(const Changes& c) {
-    const std::string rule = c.partition && c.rule == PartitionRule::kPinnedTop1 ? " (pinned-top1)" : "";
+    const std::string rule =
+        c.partition && c.rule != PartitionRule::kResidentOnly ? std::string(" (") + partition_rule_name(c.rule) + ")" : "";
     if (c.count() == 0) return "baseline";
     if (c.count() == 3) return "all three" + rule;
     const char* names[3] = {"partition", "layer-major", "promotion"};
@@ -401,7 +409,7 @@ Scenario parse_scenario(const std::string& text, const std::string& path) {
         s.changes.partition = ch.boolean("partition", true).value_or(false);
         s.changes.layer_major = ch.boolean("layer_major", true).value_or(false);
         s.changes.promotion = ch.boolean("promotion", true).value_or(false);
-        if (auto r = ch.string("partition_rule", false, {"resident-only", "pinned-top1"})) {
+        if (auto r = ch.string("partition_rule", false, {"resident-only", "pinned-top1", "hot-pool"})) {
             if (!s.changes.partition) ch.problem("partition_rule", "only meaningful with changes.partition true");
             else s.changes.rule = *parse_partition_rule(*r);
         }
@@ -539,7 +547,9 @@ std::vector<std::string> engine_args(const Scenario& s, const Changes& c, const 
         a.insert(a.end(), {"--prompt-ids", s.prompt_ids_file});
     else
         a.insert(a.end(), {"--prompt-tokens", std::to_string(s.prompt_tokens), "--prompt-seed", std::to_string(s.prompt_seed)});
-    a.insert(a.end(), {"--passes", std::to_string(s.passes), "--gen", std::to_string(s.decode_tokens)});
+    // Every run decodes exactly decode_tokens: a run that stopped at an end-of-generation token
+    // would time fewer steps than the next one.
+    a.insert(a.end(), {"--passes", std::to_string(s.passes), "--gen", std::to_string(s.decode_tokens), "--ignore-eos"});
     const auto cf = change_flags(c);
     a.insert(a.end(), cf.begin(), cf.end());
     a.insert(a.end(), {"--slots", std::to_string(e.slots), "--hot", std::to_string(e.hot), "--transient-slots",

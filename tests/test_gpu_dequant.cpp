@@ -11,6 +11,7 @@
 
 #include "cuda/dequant.cuh"
 #include "random_weights.h"
+#include "tensor/fp8_rows.h"
 #include "tensor/ggml_types.h"
 
 namespace {
@@ -100,5 +101,53 @@ INSTANTIATE_TEST_SUITE_P(SuperBlockTypes, GpuDequantBytes,
                          ::testing::Values(bg::GgmlType::Q2_K, bg::GgmlType::Q3_K, bg::GgmlType::Q4_K,
                                            bg::GgmlType::Q5_K, bg::GgmlType::Q6_K, bg::GgmlType::IQ2_XXS),
                          [](const auto& info) { return std::string(bg::type_name(info.param)); });
+
+}  // namespace
+
+namespace {
+
+// Fork-fp8 Engram rows (tensor/fp8_rows.h): every E4M3 code and a spread of E8M0 scales (the
+// 2^-127 denormal, products that underflow to float denormals, ones that overflow to inf),
+// against the CPU decode bit for bit.
+TEST(GpuDequant, Fp8RowsMatchCpuBitForBit) {
+    if (bg::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    const int64_t dim = 256, rows = 300, stride = bg::fp8::packed_row_bytes(dim);
+    std::random_device rd;
+    const uint32_t seed = rd();
+    std::mt19937 gen(seed);
+    std::vector<uint8_t> packed(rows * stride);
+    for (int64_t r = 0; r < rows; ++r) {
+        uint8_t* row = packed.data() + r * stride;
+        for (int64_t j = 0; j < dim; ++j) row[j] = static_cast<uint8_t>(r < 1 ? j : gen());  // row 0: every code
+        for (int64_t g = 0; g < dim / 32; ++g) row[dim + g] = static_cast<uint8_t>(r < 32 ? r * 8 + g : gen());
+    }
+    std::vector<float> want(rows * dim), got(rows * dim);
+    bg::fp8::dequantize_packed_rows(packed.data(), want.data(), rows, dim);
+
+    void* d_src = nullptr;
+    float* d_dst = nullptr;
+    ASSERT_EQ(cudaMalloc(&d_src, packed.size()), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&d_dst, want.size() * sizeof(float)), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(d_src, packed.data(), packed.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(bg::cuda::dequantize_fp8_rows(d_src, d_dst, rows, dim, nullptr), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(got.data(), d_dst, got.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+    cudaFree(d_src);
+    cudaFree(d_dst);
+    // Bit for bit, except that a NaN is a NaN: the E4M3 NaN code times its scale is NaN on both,
+    // but the GPU's multiply returns its canonical NaN where the CPU keeps the operand's sign.
+    for (size_t i = 0; i < want.size(); ++i) {
+        if (std::isnan(want[i])) {
+            ASSERT_TRUE(std::isnan(got[i])) << "element " << i << " seed " << seed << ": cpu nan gpu " << got[i];
+            continue;
+        }
+        ASSERT_EQ(std::memcmp(&want[i], &got[i], 4), 0) << "element " << i << " seed " << seed << ": cpu " << want[i] << " gpu " << got[i];
+    }
+}
+
+// A type the kernel has no decoder for is refused, not left unwritten.
+TEST(GpuDequant, RefusesATypeItCannotDecode) {
+    if (bg::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    EXPECT_EQ(bg::cuda::dequantize(bg::GgmlType::I8, nullptr, nullptr, 32, nullptr), cudaErrorInvalidValue);
+}
 
 }  // namespace

@@ -842,38 +842,47 @@ TEST_F(GpuTest, RouterMatchesRouteForEveryPolicy) {
     };
     for (const Case c : {Case{384, 6, 1.5f, 20, true}, Case{70, 1, 1.0f, 9, true}, Case{45, 8, 2.5f, 8, true},
                          Case{384, 6, 1.5f, 20, false}}) {
-        for (RoutingPolicy policy : {RoutingPolicy::kExact, RoutingPolicy::kPinnedTop1, RoutingPolicy::kResidentOnly}) {
+        for (RoutingPolicy policy : {RoutingPolicy::kExact, RoutingPolicy::kPinnedTop1, RoutingPolicy::kResidentOnly,
+                                     RoutingPolicy::kHotPool}) {
+            // Hot-pool under every case of its definition: no hot expert, fewer than k - 1, exactly
+            // k - 1 (the seed's 5 of 6: a hot rank 1 leaves one rank to a host expert), more.
+            std::vector<int64_t> hot_sizes = {0};
+            if (policy == RoutingPolicy::kHotPool)
+                hot_sizes = {0, std::max(0, c.k - 3), c.k - 1, std::min<int64_t>(c.n_resident, c.k + 2)};
+            for (const int64_t n_hot : hot_sizes)
             for (bool with_bias : {true, false}) {
                 if (!with_bias && policy != RoutingPolicy::kExact) continue;  // bg::route needs the bias
                 const int64_t n = 33, ne = c.ne;
                 std::vector<float> logits, bias;
                 router_inputs(rng_, n, ne, with_bias, logits, bias);
                 if (HasFatalFailure()) return;
-                std::vector<uint8_t> resident(static_cast<size_t>(ne), 0);
+                std::vector<uint8_t> resident(static_cast<size_t>(ne), 0), hot(static_cast<size_t>(ne), 0);
                 std::vector<int64_t> order(static_cast<size_t>(ne));
                 std::iota(order.begin(), order.end(), 0);
                 std::shuffle(order.begin(), order.end(), rng_);
                 for (int64_t i = 0; i < c.n_resident; ++i) resident[order[i]] = 1;
+                std::shuffle(order.begin(), order.begin() + c.n_resident, rng_);
+                for (int64_t i = 0; i < n_hot; ++i) hot[order[i]] = 1;  // any of the resident ones
 
                 std::vector<int32_t> want_ids(static_cast<size_t>(n * c.k));
                 std::vector<float> want_w(static_cast<size_t>(n * c.k)), scratch(static_cast<size_t>(2 * ne));
                 std::vector<int32_t> ord(static_cast<size_t>(ne));
                 for (int64_t t = 0; t < n; ++t)
-                    route(policy, &logits[t * ne], with_bias ? bias.data() : nullptr, resident.data(), ne, c.k,
+                    route(policy, &logits[t * ne], with_bias ? bias.data() : nullptr, resident.data(), hot.data(), ne, c.k,
                           bg::RouteWeighting{c.norm, c.scale}, &want_ids[t * c.k], &want_w[t * c.k], scratch.data(), ord.data());
                 Dev<float> d_logits(logits), d_bias(bias), d_w(static_cast<size_t>(n * c.k));
-                Dev<uint8_t> d_res(resident);
+                Dev<uint8_t> d_res(resident), d_hot(hot);
                 Dev<int32_t> d_ids(static_cast<size_t>(n * c.k));
-                cuda::route(policy, d_logits.get(), with_bias ? d_bias.get() : nullptr, d_res.get(), n, ne, c.k,
+                cuda::route(policy, d_logits.get(), with_bias ? d_bias.get() : nullptr, d_res.get(), d_hot.get(), n, ne, c.k,
                             bg::RouteWeighting{c.norm, c.scale}, d_ids.get(), d_w.get(), stream_);
                 sync();
                 const std::vector<int32_t> ids = d_ids.download();
                 const std::vector<float> w = d_w.download();
                 for (int64_t i = 0; i < n * c.k; ++i) {
-                    ASSERT_EQ(ids[i], want_ids[i]) << routing_policy_name(policy) << " ne " << ne << " token "
-                                                   << i / c.k << " rank " << i % c.k;
+                    ASSERT_EQ(ids[i], want_ids[i]) << routing_policy_name(policy) << " ne " << ne << " hot " << n_hot
+                                                   << " token " << i / c.k << " rank " << i % c.k;
                     ASSERT_LE(std::fabs(w[i] - want_w[i]), 2e-6f * std::fabs(want_w[i]))
-                        << routing_policy_name(policy) << " token " << i / c.k << " rank " << i % c.k;
+                        << routing_policy_name(policy) << " hot " << n_hot << " token " << i / c.k << " rank " << i % c.k;
                 }
             }
         }
@@ -890,7 +899,7 @@ TEST_F(GpuTest, RouterShortResidentSetMarksMissingRanks) {
     Dev<float> d_logits(logits), d_bias(bias), d_w(static_cast<size_t>(k));
     Dev<uint8_t> d_res(resident);
     Dev<int32_t> d_ids(static_cast<size_t>(k));
-    cuda::route(RoutingPolicy::kResidentOnly, d_logits.get(), d_bias.get(), d_res.get(), 1, ne, k, bg::RouteWeighting{}, d_ids.get(),
+    cuda::route(RoutingPolicy::kResidentOnly, d_logits.get(), d_bias.get(), d_res.get(), nullptr, 1, ne, k, bg::RouteWeighting{}, d_ids.get(),
                 d_w.get(), stream_);
     sync();
     const std::vector<int32_t> ids = d_ids.download();

@@ -118,7 +118,7 @@ TEST(MemoryPlan, DefaultSlotsFollowTheModel) {
                                &out);
     ASSERT_EQ(rc, 0) << out;
     EXPECT_NE(out.find("hot expert slots (40 layers x 5 x 17.9 MiB)"), std::string::npos) << out;
-    EXPECT_NE(out.find("host expert slots (40 layers x 15)"), std::string::npos) << out;
+    EXPECT_NE(out.find("host expert slots (40 layers x 15 x 17.9 MiB)"), std::string::npos) << out;
 }
 
 }  // namespace

@@ -12,9 +12,15 @@
 
 #include "ablate.h"
 #include "derive.h"
+#include "gguf/gguf.h"
 #include "harness/harness_fixture.h"
+#include "machine.h"
+#include "model_fixture.h"
+#include "page_cache.h"
+#include "progress.h"
 #include "report.h"
 #include "results.h"
+#include "util/build_info.h"
 
 using bghtest::TempDir;
 using nlohmann::json;
@@ -35,6 +41,26 @@ std::vector<std::string> stray_files(const std::string& dir) {
         if (e.is_regular_file() && ext != ".json" && ext != ".md" && ext != ".svg") v.push_back(e.path().string());
     }
     return v;
+}
+
+// The engine's decode line as the harness reads it when no metrics file came back; a stop at an
+// end-of-generation token is said after the figures.
+TEST(EngineLog, DecodeLineIsReadWithOrWithoutAStop) {
+    for (const std::string line : {"decode: 16 tokens, 26.31 tok/s", "decode: 3 tokens, 12.50 tok/s (stopped at end-of-generation token 5)"}) {
+        const auto j = bgh::parse_decode_line(line);
+        ASSERT_TRUE(j.has_value()) << line;
+        EXPECT_EQ((*j)["tokens"], line[8] == '1' ? 16 : 3);
+    }
+    EXPECT_FALSE(bgh::parse_decode_line("decode: 3 tokens (stopped), 12.50 tok/s").has_value()) << "the form before the fix";
+}
+
+// An engine that cannot say what it was built from leaves the commit null, with the reason.
+TEST(HarnessBuild, AnEngineThatCannotReportItsBuildIsNamedUnknown) {
+    const json b = bgh::engine_build("/nonexistent/betelgeuse");
+    EXPECT_TRUE(b["commit"].is_null());
+    EXPECT_TRUE(b["dirty"].is_null());
+    EXPECT_NE(b.value("note", std::string()).find("did not report the commit"), std::string::npos) << b.dump();
+    EXPECT_EQ(bgh::engine_build(bghtest::engine_bin()), bg::build_info().to_json());
 }
 
 }  // namespace
@@ -75,7 +101,11 @@ TEST(HarnessResults, JsonHoldsEveryRunAndTheMarkdownMatchesIt) {
     EXPECT_EQ(r["status"], "complete");
     EXPECT_EQ(r["scenario"]["name"], "seedlike");
     EXPECT_TRUE(r["harness"]["command_line"].is_array());
-    EXPECT_TRUE(r.contains("git"));
+    // The commit is the one embedded in the binaries at build time (this test's own build), not
+    // that of a checkout the harness runs in.
+    EXPECT_EQ(r["git"], bg::build_info().to_json());
+    EXPECT_EQ(r["harness"]["build"], bg::build_info().to_json());
+    for (const auto& w : r["warnings"]) EXPECT_EQ(w.get<std::string>().find("different commits"), std::string::npos) << w;
     const json& m = r["machine"];
     for (const char* k : {"cpu", "ram_bytes", "disk", "raw_disk_gb_s", "pinned_pcie_gb_s", "gpu"}) EXPECT_TRUE(m.contains(k)) << k;
     EXPECT_TRUE(m["raw_disk_gb_s"].is_number()) << m.dump();
@@ -89,6 +119,7 @@ TEST(HarnessResults, JsonHoldsEveryRunAndTheMarkdownMatchesIt) {
             EXPECT_EQ(run["status"], "ok");
             ASSERT_EQ(run["metrics"]["passes"].size(), 2u);
             EXPECT_TRUE(run["page_cache"]["evicted"].get<bool>());
+            EXPECT_EQ(run["metrics"]["build"], bg::build_info().to_json()) << "the engine's own record";
         }
         EXPECT_TRUE(c["engine_command"].is_array());
         const json& p1 = c["summary"]["passes"][0]["metrics"]["prefill_tok_s"];
@@ -397,3 +428,29 @@ TEST(HarnessResults, SmLimitedRunShowsTheRtx3060Projection) {
     r["configurations"][0]["runs"][0]["metrics"]["engine"].erase("sm_limit");  // results from before the flag
     EXPECT_EQ(bgh::render_markdown(r, "").find("Projection for the RTX 3060"), std::string::npos);
 }
+
+namespace {
+
+// A cold run of a split model must find none of its shards cached: the harness evicts and
+// measures every file of the model, not only the first shard it was given.
+TEST(HarnessPageCache, EveryShardOfASplitModel) {
+    const std::string first = bgtest::cached_split_model(bg::parse_scale(bgtest::kTinyScale, "tiny"), 3, 700000);
+    const bg::gguf::Reader r = bg::gguf::Reader::open(first);
+    const std::vector<std::string> files = bgh::model_files(first);
+    ASSERT_GE(files.size(), 3u);
+    ASSERT_EQ(files.size(), r.shards().size());
+    for (size_t k = 0; k < files.size(); ++k) EXPECT_EQ(files[k], r.shards()[k].path);
+    EXPECT_EQ(bgh::evict_page_cache(files), std::nullopt);
+    const std::optional<double> pct = bgh::cached_percent(files);
+    ASSERT_TRUE(pct.has_value());
+    EXPECT_GE(*pct, 0.0);
+    EXPECT_LE(*pct, 100.0);
+    // An unsplit file, or one this reader refuses, is itself.
+    EXPECT_EQ(bgh::model_files(bgtest::tiny_model()), std::vector<std::string>{bgtest::tiny_model()});
+    EXPECT_EQ(bgh::model_files("/nonexistent/m.gguf"), std::vector<std::string>{"/nonexistent/m.gguf"});
+    const std::optional<std::string> err = bgh::evict_page_cache({files[0], "/nonexistent/m.gguf"});
+    ASSERT_TRUE(err.has_value());
+    EXPECT_NE(err->find("/nonexistent/m.gguf"), std::string::npos) << *err;
+}
+
+}  // namespace

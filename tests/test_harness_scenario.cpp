@@ -222,7 +222,7 @@ TEST_F(Fixture, ChangesMapOntoTheDocumentedEngineFlags) {
     for (const auto& x : a) line += " " + x;
     line += " ";
     for (const char* f : {" --routing resident-only ", " --prefill token-major --ubatch 3 ", " --promote ", " --passes 2 ",
-                          " --gen 8 ", " --prompt-tokens 64 ", " --prompt-seed 3 ", " --host-budget 256 ",
+                          " --gen 8 --ignore-eos ", " --prompt-tokens 64 ", " --prompt-seed 3 ", " --host-budget 256 ",
                           " --vram-budget 64 ", " --verify-slots ", " --metrics-json /tmp/m.json "})
         EXPECT_NE(line.find(f), std::string::npos) << f << " in " << line;
 }
@@ -240,6 +240,35 @@ TEST_F(Fixture, PartitionRuleIsTheSeedsUnlessTheScenarioAsksForPinnedTop1) {
                     "changes.partition_rule: must be one of resident-only, pinned-top1"));
     EXPECT_TRUE(has(problems(with(valid(), {{"changes", {{"partition", false}, {"partition_rule", "pinned-top1"}}}})),
                     "changes.partition_rule: only meaningful with changes.partition true"));
+}
+
+// hot-pool (ours, an interpretation of the seed): its own --routing value, name and record.
+TEST_F(Fixture, PartitionRuleHotPoolRunsHotPoolRouting) {
+    const bgh::Scenario h = parse(with(valid(), {{"changes", {{"partition_rule", "hot-pool"}}}}));
+    EXPECT_EQ(h.changes.rule, bgh::PartitionRule::kHotPool);
+    EXPECT_EQ(bgh::changes_name(h.changes), "without layer-major (hot-pool)");
+    const auto a = bgh::engine_args(h, h.changes, "/tmp/m.json");
+    const auto at = std::find(a.begin(), a.end(), "--routing");
+    ASSERT_NE(at, a.end());
+    EXPECT_EQ(*(at + 1), "hot-pool");
+    EXPECT_EQ(bgh::changes_from_json(bgh::changes_to_json(h.changes)), h.changes);
+    // The slice decode scenario's sibling differs from it in the rule alone.
+    const bgh::Scenario d = bgh::load_scenario(bgtest::source_path("scenarios/slice/decode.json"));
+    const bgh::Scenario dh = bgh::load_scenario(bgtest::source_path("scenarios/slice/decode-hot-pool.json"));
+    EXPECT_EQ(dh.changes.rule, bgh::PartitionRule::kHotPool);
+    bgh::Changes same = dh.changes;
+    same.rule = d.changes.rule;
+    EXPECT_EQ(same, d.changes);
+    std::vector<std::string> da = bgh::engine_args(d, d.changes, "m"), dha = bgh::engine_args(dh, dh.changes, "m");
+    ASSERT_EQ(da.size(), dha.size());
+    for (size_t i = 0; i < da.size(); ++i) {
+        if (da[i] != dha[i]) {
+            EXPECT_TRUE(da[i] == "resident-only" && dha[i] == "hot-pool") << da[i] << " vs " << dha[i];
+        }
+    }
+    EXPECT_EQ(dh.decode_tokens, d.decode_tokens);
+    EXPECT_EQ(dh.vram_budget_mib, d.vram_budget_mib);
+    EXPECT_EQ(dh.host_budget_mib, d.host_budget_mib);
 }
 
 TEST_F(Fixture, ChangesRoundTripThroughResultJsonAndOldResultsMeanPinnedTop1) {

@@ -21,7 +21,9 @@ bg::GgmlType type_of(const bg::ModelScale& s, const bg::dsv41::TensorSpec& t) {
     switch (t.cls) {
         case bg::dsv41::TensorClass::kVector: return bg::GgmlType::F32;
         case bg::dsv41::TensorClass::kExperts: return s.expert_type;
-        case bg::dsv41::TensorClass::kEngramTable: return s.engram_type;
+        case bg::dsv41::TensorClass::kEngramTable: return s.engram_format.type;
+        case bg::dsv41::TensorClass::kEngramFp8Values:
+        case bg::dsv41::TensorClass::kEngramFp8Scales: return bg::GgmlType::I8;
         case bg::dsv41::TensorClass::kMatrix: break;
     }
     return t.name.find("ffn_gate_inp") != std::string::npos ? s.router_type : s.dense_type;
@@ -40,7 +42,7 @@ uint64_t layer_dense_bytes(bg::ModelScale s) {
     uint64_t b = 0;
     for (const auto& t : bg::dsv41::tensor_specs(s.hp, s.roles()))
         if (t.name.rfind("blk.", 0) == 0 && t.cls != bg::dsv41::TensorClass::kExperts &&
-            t.cls != bg::dsv41::TensorClass::kEngramTable)
+            !bg::dsv41::is_engram_table(t.cls))
             b += bytes_of(s, t);
     return b;
 }

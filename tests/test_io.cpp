@@ -227,7 +227,7 @@ protected:
 TEST_P(IoTest, RandomRangesAreByteExact) {
     auto r = Reader::open(file_->path, cfg(8, 64 * 1024));
     std::printf("engine: %s\n", r->engine_name());
-    EXPECT_EQ(r->file_size(), kFileBytes);
+    EXPECT_EQ(r->file_size(0), kFileBytes);
     const auto ranges = make_ranges(kFileBytes, 64 * 1024, 8, test_seed() + 1, 200);
     const Outcome o = read_all(*r, ranges);
     expect_exact(*file_, ranges, o);
@@ -342,14 +342,14 @@ TEST_P(IoTest, EioInAManyPieceOpDrainsBeforeReturning) {
 TEST_P(IoTest, BlockingReadNamesTheOffsetOnError) {
     auto r = Reader::open(file_->path, cfg(4, 64 * 1024));
     std::vector<uint8_t> buf(5000);
-    bg::io::read_blocking(*r, buf.data(), buf.size(), kFileBytes - buf.size());
+    bg::io::read_blocking(*r, 0, buf.data(), buf.size(), kFileBytes - buf.size());
     EXPECT_EQ(0, std::memcmp(buf.data(), file_->data.data() + kFileBytes - buf.size(), buf.size()));
 
     FaultPlan faults;
     faults.eio_at = 0;
     auto bad = Reader::open(file_->path, cfg(4, 64 * 1024), faults);
     try {
-        bg::io::read_blocking(*bad, buf.data(), buf.size(), 123457);
+        bg::io::read_blocking(*bad, 0, buf.data(), buf.size(), 123457);
         ADD_FAILURE() << "no bg::Error";
     } catch (const bg::Error& e) {
         const std::string msg = e.what();
@@ -372,9 +372,126 @@ TEST_P(IoTest, RangePastEndIsRejectedAtSubmit) {
     }
     EXPECT_EQ(r->pending(), 0u);
     // A range ending exactly at EOF, and an empty one there, are fine.
-    bg::io::read_blocking(*r, buf, 10, kFileBytes - 10);
+    bg::io::read_blocking(*r, 0, buf, 10, kFileBytes - 10);
     EXPECT_EQ(0, std::memcmp(buf, file_->data.data() + kFileBytes - 10, 10));
-    bg::io::read_blocking(*r, buf, 0, kFileBytes);
+    bg::io::read_blocking(*r, 0, buf, 0, kFileBytes);
+}
+
+// A split model's shards: one reader over several files, each read naming its file. Ranges of
+// every file are queued together, so pieces of different files are in flight at once.
+TEST_P(IoTest, SeveralFilesReadByIndex) {
+    struct Extra {
+        std::string path;
+        std::vector<uint8_t> data;
+    };
+    std::vector<Extra> extra(2);
+    const uint64_t sizes[2] = {5000, 3 * 65536 + 123};
+    bg::Rng rng(test_seed() + 11);
+    for (int k = 0; k < 2; ++k) {
+        extra[k].path = file_->dir + "/shard" + std::to_string(k + 2) + "-" + GetParam().engine + ".bin";
+        extra[k].data.resize(sizes[k]);
+        for (uint8_t& x : extra[k].data) x = static_cast<uint8_t>(rng.next());
+        FILE* out = std::fopen(extra[k].path.c_str(), "wb");
+        ASSERT_NE(out, nullptr);
+        ASSERT_EQ(std::fwrite(extra[k].data.data(), 1, sizes[k], out), sizes[k]);
+        ASSERT_EQ(std::fclose(out), 0);
+    }
+    struct Cleanup {
+        std::vector<Extra>& e;
+        ~Cleanup() {
+            for (const Extra& x : e) std::remove(x.path.c_str());
+        }
+    } cleanup{extra};
+    const std::vector<std::string> paths = {file_->path, extra[0].path, extra[1].path};
+    auto r = Reader::open(paths, cfg(4, 64 * 1024));
+    ASSERT_EQ(r->file_count(), 3u);
+    for (uint32_t k = 0; k < 3; ++k) EXPECT_EQ(r->path(k), paths[k]);
+    EXPECT_EQ(r->file_size(0), kFileBytes);
+    EXPECT_EQ(r->file_size(1), sizes[0]);
+    EXPECT_EQ(r->file_size(2), sizes[1]);
+    auto data_of = [&](uint32_t file) -> const std::vector<uint8_t>& { return file == 0 ? file_->data : extra[file - 1].data; };
+
+    struct FileRange {
+        uint32_t file;
+        Range range;
+    };
+    std::vector<FileRange> ranges;
+    for (uint32_t k = 0; k < 3; ++k) {
+        const uint64_t size = data_of(k).size();
+        for (const Range& x : make_ranges(size, 64 * 1024, 4, test_seed() + k, 30))
+            if (x.bytes <= size && x.offset <= size - x.bytes) ranges.push_back({k, x});
+    }
+    std::shuffle(ranges.begin(), ranges.end(), std::mt19937_64(test_seed()));
+    std::vector<ReadOp> ops(ranges.size());
+    std::vector<std::vector<uint8_t>> bytes(ranges.size());
+    for (size_t i = 0; i < ranges.size(); ++i) {
+        bytes[i].assign(ranges[i].range.bytes, 0xCD);
+        ops[i].file = ranges[i].file;
+        ops[i].offset = ranges[i].range.offset;
+        ops[i].bytes = ranges[i].range.bytes;
+        ops[i].dst = bytes[i].data();
+        ops[i].tag = i;
+        r->submit(&ops[i]);
+    }
+    std::vector<int> returned(ranges.size(), 0);
+    ReadOp* got[7];
+    while (r->pending() > 0) {
+        const size_t n = r->poll(got, 7, true);
+        for (size_t j = 0; j < n; ++j) {
+            const uint64_t i = got[j]->tag;
+            ASSERT_LT(i, ranges.size());
+            ++returned[i];
+            ASSERT_EQ(got[j]->error, 0) << "file " << ranges[i].file << " offset " << ranges[i].range.offset;
+            ASSERT_EQ(0, std::memcmp(bytes[i].data(), data_of(ranges[i].file).data() + ranges[i].range.offset,
+                                     ranges[i].range.bytes))
+                << "file " << ranges[i].file << " offset " << ranges[i].range.offset << " bytes " << ranges[i].range.bytes;
+        }
+    }
+    for (size_t i = 0; i < ranges.size(); ++i) EXPECT_EQ(returned[i], 1) << i;
+
+    // Ranges are checked against their own file: inside file 0 is past the end of file 1.
+    uint8_t buf[64];
+    ReadOp op;
+    op.file = 1;
+    op.offset = sizes[0] - 10;
+    op.bytes = 11;
+    op.dst = buf;
+    try {
+        r->submit(&op);
+        ADD_FAILURE() << "a range past file 1's end was accepted";
+    } catch (const bg::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("past the end of " + extra[0].path), std::string::npos) << e.what();
+    }
+    op.file = 3;
+    op.offset = 0;
+    op.bytes = 1;
+    try {
+        r->submit(&op);
+        ADD_FAILURE() << "file 3 of 3 was accepted";
+    } catch (const bg::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("names file 3, but the reader has 3"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(r->pending(), 0u);
+    bg::io::read_blocking(*r, 2, buf, 64, sizes[1] - 64);
+    EXPECT_EQ(0, std::memcmp(buf, extra[1].data.data() + sizes[1] - 64, 64));
+
+    // A failed read names its file.
+    FaultPlan faults;
+    faults.eio_at = 0;
+    auto bad = Reader::open(paths, cfg(4, 64 * 1024), faults);
+    try {
+        bg::io::read_blocking(*bad, 2, buf, 64, 100);
+        ADD_FAILURE() << "no bg::Error";
+    } catch (const bg::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("offset 100 of " + extra[1].path), std::string::npos) << e.what();
+    }
+    // A file that cannot be opened is named, whichever it is.
+    try {
+        Reader::open({file_->path, file_->dir + "/no-such-shard.bin"}, cfg(4, 64 * 1024));
+        ADD_FAILURE() << "a missing second file was accepted";
+    } catch (const bg::Error& e) {
+        EXPECT_NE(std::string(e.what()).find(file_->dir + "/no-such-shard.bin"), std::string::npos) << e.what();
+    }
 }
 
 TEST_P(IoTest, ProbeDiskReportsPositiveNumbers) {

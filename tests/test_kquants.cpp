@@ -342,8 +342,7 @@ TEST(KQuants, TypeTable) {
         EXPECT_EQ(rb, 3u * static_cast<uint64_t>(r.bytes));
         EXPECT_FALSE(row_bytes_checked(r.t, 128, &rb));
         EXPECT_FALSE(row_bytes_checked(r.t, 288, &rb));
-        EXPECT_TRUE(qtypes::int8_cpu_takes(r.t));
-        EXPECT_FALSE(qtypes::int8_path_takes(r.t));  // until the CUDA int8 kernel takes them
+        EXPECT_TRUE(qtypes::int8_path_takes(r.t));
     }
     EXPECT_EQ(type_traits(15u), nullptr);  // q8_K: an intermediate type, never in a file
     EXPECT_THROW(parse_type_name("q4_1"), Error);

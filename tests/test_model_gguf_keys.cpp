@@ -60,6 +60,8 @@ const std::map<std::string, KeyType>& expected_types() {
             {"general.architecture", kStr},
             {"general.name", kStr},
             {"general.type", kStr},
+            {"general.file_type", kU32},
+            {"general.quantization_version", kU32},
             {"tokenizer.ggml.model", kStr},
             {"tokenizer.ggml.bos_token_id", kU32},
             {"betelgeuse.seed", kU64},
@@ -121,7 +123,8 @@ const std::map<std::string, KeyType>& expected_types() {
     return m;
 }
 
-// The tiny scale has Engram layers, so its file holds every key make-model writes.
+// The tiny scale has Engram layers, and its types are the MXFP4_MOE preset's mix (Q8_0 dense,
+// MXFP4 experts), so its file holds every key make-model writes.
 const Reader& written() {
     static const Reader r = Reader::open(bgtest::tiny_model());
     return r;

@@ -66,6 +66,17 @@ TEST(Quant, Traits) {
     }
 }
 
+// I8 (ggml id 24): read as raw bytes (a fork's FP8 Engram table), so it has traits and a row size
+// but no name a user may give as a type.
+TEST(Quant, I8IsRawBytes) {
+    ASSERT_NE(type_traits(24u), nullptr);
+    EXPECT_STREQ(type_traits(24u)->name, "i8");
+    EXPECT_EQ(type_traits(24u)->block_elems, 1);
+    EXPECT_EQ(type_traits(24u)->block_bytes, 1);
+    EXPECT_EQ(row_bytes(GgmlType::I8, 256), 256u);
+    EXPECT_THROW(parse_type_name("i8"), Error);
+}
+
 TEST(Quant, RowBytes) {
     uint64_t b = 99;
     EXPECT_TRUE(row_bytes_checked(GgmlType::F32, 3, &b));

@@ -88,6 +88,17 @@ TEST(ReferenceForward, EngineCpuForwardAgreesWithReference) {
     EXPECT_LT(rel, 1e-5);
 }
 
+// The same model with its Engram tables as the fork-fp8 pair (FP8-E4M3 bytes and E8M0 scales in
+// two I8 tensors): the reference decodes those rows on its own, in double.
+TEST(ReferenceForward, EngineCpuForwardAgreesWithReferenceOnForkFp8EngramTables) {
+    bg::ModelScale s = bg::parse_scale(bgtest::kTinyScale, "tiny");
+    s.name = "tiny-fork-fp8";
+    s.engram_format = bg::EngramFormat::fork_fp8();
+    const double rel = compare_with_reference(bgtest::cached_model(s, 3), ref::SwigluForm::kDeepSeek);
+    std::printf("engine vs reference, fork-fp8 Engram: max rel diff %.3g\n", rel);
+    EXPECT_LT(rel, 1e-5);
+}
+
 // Every key variant a real file can carry (tests/key_variants.h), read by the engine as
 // llama.cpp reads it; the first also in llama.cpp's SwiGLU clamp form.
 TEST(ReferenceForward, EngineCpuForwardAgreesOnEveryKeyVariant) {

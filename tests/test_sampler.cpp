@@ -112,6 +112,24 @@ TEST(Sampler, DrawsOnlyKeptTokensInProportion) {
     EXPECT_NEAR(count[3] / double(n), 0.15 / 0.85, 0.02);
 }
 
+// --ignore-eos sets the logits of end-of-generation tokens to -inf: with no filter left to drop
+// them, such a token has no weight and is never drawn, even where rounding runs a draw past the
+// last candidate.
+TEST(Sampler, NeverDrawsATokenWhoseLogitIsMinusInfinity) {
+    std::vector<float> l = logits_of({0.3, 0.2, 0.2, 0.15, 0.15});
+    l[0] = l[3] = -INFINITY;
+    for (uint64_t seed = 1; seed <= 4; ++seed) {
+        SamplingConfig c = only(0, 1.0, 0.0);
+        c.temp = 3.0;
+        c.seed = seed;
+        Sampler s(c);
+        std::vector<int> count(5, 0);
+        for (int i = 0; i < 5000; ++i) ++count[s.sample(l.data(), 5)];
+        EXPECT_EQ(count[0] + count[3], 0);
+        EXPECT_GT(count[1] * count[2] * count[4], 0) << "every finite token is drawn";
+    }
+}
+
 TEST(Sampler, BadValuesAreErrors) {
     SamplingConfig c;
     c.temp = -1;

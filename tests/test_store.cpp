@@ -1,6 +1,7 @@
 // The tiered expert store and its invariants (SPEC §3) on synthetic models.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -46,9 +47,9 @@ TEST(Routing, PoliciesArePureFunctionsOfScoresAndResidentSet) {
     const uint8_t resident[8] = {1, 0, 1, 1, 1, 0, 1, 0};
     float scratch[16], w[3];
     int32_t order[8], ids[3];
-    bg::route(RoutingPolicy::kExact, logits, bias, resident, 8, 3, bg::RouteWeighting{true, 1.5f}, ids, w, scratch, order);
+    bg::route(RoutingPolicy::kExact, logits, bias, resident, nullptr, 8, 3, bg::RouteWeighting{true, 1.5f}, ids, w, scratch, order);
     EXPECT_EQ(std::vector<int32_t>(ids, ids + 3), (std::vector<int32_t>{5, 7, 1}));
-    bg::route(RoutingPolicy::kPinnedTop1, logits, bias, resident, 8, 3, bg::RouteWeighting{true, 1.5f}, ids, w, scratch, order);
+    bg::route(RoutingPolicy::kPinnedTop1, logits, bias, resident, nullptr, 8, 3, bg::RouteWeighting{true, 1.5f}, ids, w, scratch, order);
     EXPECT_EQ(std::vector<int32_t>(ids, ids + 3), (std::vector<int32_t>{5, 4, 3})) << "rank 1 exact, then resident in score order";
     float sum = 0;
     for (float x : w) sum += x;
@@ -56,7 +57,7 @@ TEST(Routing, PoliciesArePureFunctionsOfScoresAndResidentSet) {
     const float p5 = std::sqrt(std::log1p(std::exp(4.0f))), p4 = std::sqrt(std::log1p(std::exp(1.5f))),
                 p3 = std::sqrt(std::log1p(std::exp(0.5f)));
     EXPECT_NEAR(w[0], 1.5f * p5 / (p5 + p4 + p3), 1e-5);
-    bg::route(RoutingPolicy::kResidentOnly, logits, bias, resident, 8, 3, bg::RouteWeighting{true, 1.5f}, ids, w, scratch, order);
+    bg::route(RoutingPolicy::kResidentOnly, logits, bias, resident, nullptr, 8, 3, bg::RouteWeighting{true, 1.5f}, ids, w, scratch, order);
     EXPECT_EQ(std::vector<int32_t>(ids, ids + 3), (std::vector<int32_t>{4, 3, 0}));
 }
 
@@ -237,6 +238,60 @@ TEST(Store, PromotionPutsTheMostUsedResidentExpertsInVram) {
     std::vector<int32_t> want(res.begin(), res.begin() + 3);
     std::sort(want.begin(), want.end());
     EXPECT_EQ(s.store().hot_experts(0), want);
+}
+
+// Hot-pool routes among the experts in VRAM at the time (SPEC: it depends on the tier): with
+// H >= k, ranks 2..k are hot, also after promotion moved other experts into VRAM; rank 1 is
+// resident; a warm pass reads nothing from disk.
+class HotCheck final : public bg::dsv41::RoutingObserver {
+public:
+    explicit HotCheck(bg::Session& s) : s_(s) {}
+    int64_t tokens = 0, moved = 0;  // routed tokens; of them, routed with a hot set promotion changed
+    void on_route(int64_t layer, int64_t pos, const int32_t* ids, const float*, int k) override {
+        const std::vector<int32_t> hot = s_.store().hot_experts(layer);
+        std::vector<int32_t> planned = s_.plan().hot_ids[layer];
+        std::sort(planned.begin(), planned.end());
+        ++tokens;
+        moved += hot != planned;
+        EXPECT_TRUE(s_.plan().is_resident(layer, ids[0])) << "layer " << layer << " pos " << pos;
+        for (int j = 1; j < k; ++j)
+            EXPECT_TRUE(std::binary_search(hot.begin(), hot.end(), ids[j])) << "layer " << layer << " pos " << pos << " rank " << j + 1;
+    }
+
+private:
+    bg::Session& s_;
+};
+
+bg::RunConfig hot_pool_cfg() {
+    bg::RunConfig c = tiny_cfg();
+    c.routing = "hot-pool";
+    c.slots = 12;
+    c.hot = 7;  // the tiny model routes 6 per token
+    return c;
+}
+
+TEST(Store, HotPoolRoutesAmongTheExpertsInVramNow) {
+    bg::RunConfig c = hot_pool_cfg();
+    bg::Session s(c);
+    // A pass routed by resident-only fills the usage promotion reads, so promotion moves other
+    // experts into VRAM than hot-pool would keep there (its hot experts serve every token).
+    s.store().begin_pass();
+    s.all_logits(RoutingPolicy::kResidentOnly);
+    s.promote();
+    HotCheck check(s);
+    s.forward().set_observer(&check);
+    s.all_logits(RoutingPolicy::kHotPool);
+    EXPECT_GT(check.tokens, 0);
+    EXPECT_EQ(check.moved, check.tokens) << "promotion changed the hot sets, and routing followed them";
+
+    c.passes = 3;
+    c.promote = true;
+    bg::Session run(c);
+    HotCheck run_check(run);
+    run.forward().set_observer(&run_check);
+    const nlohmann::json m = run.run(false);
+    EXPECT_GT(run_check.tokens, 0);
+    EXPECT_EQ(m["passes"][2]["experts"]["disk_fetches"], 0) << "every routed expert is resident";
 }
 
 TEST(Store, InjectedEioIsAClearErrorNotWrongWeights) {

@@ -1,13 +1,18 @@
 // Text in, text out through the command line: a model carrying the real vocabulary,
 // a chat prompt, streamed text that is the decoding of the generated ids, sampling that
-// repeats with its seed, and clear errors where a model has no tokenizer.
+// repeats with its seed, generation that ends at an end-of-generation token unless --ignore-eos,
+// and clear errors where a model has no tokenizer.
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <string>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
+#include "gguf_edit.h"
 #include "model/make_model.h"
 #include "model_fixture.h"
 #include "tokenizer/chat_template.h"
@@ -101,6 +106,79 @@ TEST(TextRun, GreedyByDefaultAndSamplingRepeatsWithItsSeed) {
     const Result b = engine(base + " --temp 1.5 --top-k 0 --top-p 1 --min-p 0 --seed 5");
     ASSERT_EQ(a.exit_code, 0) << a.err;
     EXPECT_EQ(a.out, b.out);
+}
+
+// stdout of a run with a tokenizer and --show-ids: the text, then the ids on the last line.
+std::pair<std::string, std::vector<int32_t>> text_and_ids(const std::string& out) {
+    const size_t cut = out.size() >= 2 ? out.rfind('\n', out.size() - 2) : std::string::npos;
+    if (cut == std::string::npos) return {"", {}};
+    return {out.substr(0, cut), ids_of(out.substr(cut + 1))};
+}
+
+nlohmann::json read_json(const std::string& path) {
+    std::ifstream f(path);
+    return nlohmann::json::parse(f);
+}
+
+TEST(TextRun, GenerationStopsAtAnEndOfGenerationTokenUnlessIgnoreEos) {
+    const std::string m = text_model();
+    const std::string tag = std::to_string(::getpid());
+    const std::string metrics = std::string(BG_BINARY_DIR) + "/eog-metrics-" + tag + ".json";
+    const std::string args = " --prompt-tokens 8 --prompt-seed 2 -n 8 --threads 2 --show-ids --metrics-json '" + metrics + "'";
+
+    // The model's own set is DeepSeek's end of sentence (id 1); this greedy path never reaches it.
+    const Result plain = engine("run -m '" + m + "'" + args);
+    ASSERT_EQ(plain.exit_code, 0) << plain.err;
+    const std::vector<int32_t> path = text_and_ids(plain.out).second;
+    ASSERT_EQ(path.size(), 8u) << plain.out;
+    EXPECT_NE(plain.err.find("end of generation: tokens 1\n"), std::string::npos) << plain.err;
+    nlohmann::json j = read_json(metrics);
+    EXPECT_EQ(j["decode"]["tokens"], 8);
+    EXPECT_EQ(j["decode"]["steps"], 7);
+    EXPECT_EQ(j["decode"]["stopped_at_eog"], false);
+    EXPECT_EQ(j["end_of_generation"]["ids"], nlohmann::json::array({1}));
+    const Result ignoring = engine("run -m '" + m + "'" + args + " --ignore-eos");
+    ASSERT_EQ(ignoring.exit_code, 0) << ignoring.err;
+    EXPECT_EQ(text_and_ids(ignoring.out).second, path) << "no end-of-generation token was chosen: --ignore-eos changes nothing";
+
+    // A variant of the file whose eos is the first token of the path not seen earlier in it.
+    size_t at = 1;
+    while (at < path.size() && std::find(path.begin(), path.begin() + at, path[at]) != path.begin() + at) ++at;
+    ASSERT_LT(at, path.size());
+    const int32_t eos = path[at];
+    const std::string variant = bgtest::test_models_dir() + "/tiny-vocab-eos-" + tag + ".gguf";
+    bgtest::GgufEdit(m).set("tokenizer.ggml.eos_token_id", bg::gguf::Value::u32(static_cast<uint32_t>(eos))).write(variant);
+
+    const Result stop = engine("run -m '" + variant + "'" + args);
+    ASSERT_EQ(stop.exit_code, 0) << stop.err;
+    const auto [text, ids] = text_and_ids(stop.out);
+    EXPECT_EQ(ids, std::vector<int32_t>(path.begin(), path.begin() + at + 1)) << "up to and with the eos token";
+    EXPECT_EQ(text, bgtest::deepseek_tokenizer().decode(std::vector<int32_t>(path.begin(), path.begin() + at)))
+        << "the eos token's own text is not printed";
+    EXPECT_NE(stop.err.find("stopped at end-of-generation token " + std::to_string(eos)), std::string::npos) << stop.err;
+    j = read_json(metrics);
+    EXPECT_EQ(j["decode"]["tokens"], at + 1);
+    EXPECT_EQ(j["decode"]["requested_tokens"], 8);
+    EXPECT_EQ(j["decode"]["steps"], at) << "no step runs after the eos token";
+    EXPECT_EQ(j["decode"]["stopped_at_eog"], true);
+    EXPECT_EQ(j["decode"]["eog_token"], eos);
+    EXPECT_EQ(j["generated"].size(), at + 1);
+
+    // --ignore-eos: exactly 8 tokens, the same path up to the eos token, which is never chosen.
+    const Result forced = engine("run -m '" + variant + "'" + args + " --ignore-eos");
+    ASSERT_EQ(forced.exit_code, 0) << forced.err;
+    const std::vector<int32_t> all = text_and_ids(forced.out).second;
+    ASSERT_EQ(all.size(), 8u) << forced.out;
+    EXPECT_EQ(std::vector<int32_t>(all.begin(), all.begin() + at), std::vector<int32_t>(path.begin(), path.begin() + at));
+    EXPECT_EQ(std::count(all.begin(), all.end(), eos), 0);
+    EXPECT_EQ(std::count(all.begin(), all.end(), 1), 0);
+    EXPECT_NE(forced.err.find("(never chosen: --ignore-eos)"), std::string::npos) << forced.err;
+    j = read_json(metrics);
+    EXPECT_EQ(j["decode"]["tokens"], 8);
+    EXPECT_EQ(j["decode"]["stopped_at_eog"], false);
+    EXPECT_EQ(j["config"]["ignore_eos"], true);
+    ::unlink(variant.c_str());
+    ::unlink(metrics.c_str());
 }
 
 TEST(TextRun, TokenizeCommandPrintsTheTokenizersIds) {

@@ -56,14 +56,15 @@ inline uint64_t quant_workspace_bytes(int64_t max_cols, int64_t max_ff) {
 }
 
 // The integer path's workspace (cuda::Int8Workspace), in bytes: x as int8 for 64 tokens with a
-// float scale per 32 values, the same for h (max_ff > 0), and the split-K partial sums.
+// float scale per 32 values and two float half-block sums (for the K-quants' min term), the same
+// for h (max_ff > 0), and the split-K partial sums.
 constexpr uint64_t kInt8PartialFloats = uint64_t{1} << 21;  // 8 MiB
 constexpr int64_t kInt8Counters = 4096;                    // row tiles of one launch
 inline uint64_t int8_workspace_bytes(int64_t max_cols, int64_t max_ff) {
     const uint64_t tok = static_cast<uint64_t>(kQuantChunk);
-    uint64_t b = tok * static_cast<uint64_t>(max_cols) + tok * static_cast<uint64_t>(max_cols / 32) * sizeof(float);
+    uint64_t b = tok * static_cast<uint64_t>(max_cols) + tok * static_cast<uint64_t>(max_cols / 32) * 3 * sizeof(float);
     if (max_ff > 0)
-        b += tok * static_cast<uint64_t>(max_ff) + tok * static_cast<uint64_t>(max_ff / 32) * sizeof(float);
+        b += tok * static_cast<uint64_t>(max_ff) + tok * static_cast<uint64_t>(max_ff / 32) * 3 * sizeof(float);
     return b + kInt8PartialFloats * sizeof(float) + static_cast<uint64_t>(kInt8Counters) * sizeof(int32_t);
 }
 

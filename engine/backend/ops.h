@@ -153,6 +153,9 @@ public:
     // ---- the model's ops
     virtual void matmul(const MatView& W, const float* x, int64_t ldx, int64_t n_tok, float* y, int64_t ldy) = 0;
     virtual void dequantize(GgmlType t, const uint8_t* src, float* dst, int64_t n) = 0;
+    // rows FP8-E4M3 rows, each packed as dim value bytes then dim/32 E8M0 scale bytes
+    // (tensor/fp8_rows.h), to rows x dim floats, as fp8::dequantize_packed_rows.
+    virtual void dequantize_fp8_rows(const uint8_t* src, float* dst, int64_t rows, int64_t dim) = 0;
     // H[t][c][:] = rows[row_ids[t]][:] for the 4 residual copies c. rows: [][width].
     virtual void embed_rows(const float* rows, const int32_t* row_ids, int64_t n_tok, int64_t width, float* H) = 0;
     virtual void fill_positions(int32_t* pos, int64_t n, int64_t start, int64_t step) = 0;
@@ -180,9 +183,11 @@ public:
                                int64_t n_blocks, float* out) = 0;
     virtual void attention(const AttentionArgs& a) = 0;
     virtual void indexer(const IndexerArgs& a) = 0;
-    // bg::route for every token. resident: [n_expert] bytes (every policy but exact).
+    // bg::route for every token. resident: [n_expert] bytes (every policy but exact); hot:
+    // [n_expert] bytes, a subset of resident (hot-pool only; may be null otherwise).
     virtual void route(RoutingPolicy policy, const float* logits, const float* bias, const uint8_t* resident,
-                       int64_t n_tok, int64_t n_expert, int k, RouteWeighting wt, int32_t* ids, float* weights) = 0;
+                       const uint8_t* hot, int64_t n_tok, int64_t n_expert, int k, RouteWeighting wt, int32_t* ids,
+                       float* weights) = 0;
     // The routing slots of positions pos0 .. pos0 + n_slots/k - 1 (slot s: position pos0 + s/k,
     // rank s%k, expert ids[s]) grouped by expert, experts ascending, slots in order within one:
     // counts[e] for e < n_expert, counts[n_expert] = slots whose id is outside [0, n_expert)

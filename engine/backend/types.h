@@ -94,8 +94,10 @@ struct RouteWeighting {
 };
 
 // Routing policies: which k experts a token uses, as a pure function of the router's scores
-// and the fixed resident set (never of the tier an expert sits in); cpu/routing.h says how.
-enum class RoutingPolicy { kExact, kPinnedTop1, kResidentOnly };
+// and the fixed resident set (never of the tier an expert sits in), except hot-pool, ours, an
+// interpretation of the seed, which also reads the hot set (the experts in VRAM now);
+// cpu/routing.h says how.
+enum class RoutingPolicy { kExact, kPinnedTop1, kResidentOnly, kHotPool };
 RoutingPolicy parse_routing_policy(const std::string& s);
 const char* routing_policy_name(RoutingPolicy p);
 

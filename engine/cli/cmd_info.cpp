@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -7,6 +8,7 @@
 #include "cli/commands.h"
 #include "gguf/gguf_json.h"
 #include "model/dsv41_model.h"
+#include "model/quant_preset.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/vocab.h"
 #include "util/check.h"
@@ -39,6 +41,36 @@ void print_ignored(const dsv41::Model& m) {
     for (const std::string& k : keys) std::printf("  %s\n", k.c_str());
     std::printf("ignored tensors  %zu%s\n", tensors.size(), tensors.empty() ? "" : ":");
     for (const std::string& t : tensors) std::printf("  %s\n", t.c_str());
+}
+
+// A split model's files, each with the tensors whose bytes it holds.
+void print_shards(const gguf::Reader& r) {
+    if (!r.is_split()) return;
+    std::printf("files            %zu shards (gguf-split):\n", r.shards().size());
+    for (size_t i = 0; i < r.shards().size(); ++i) {
+        const gguf::Shard& s = r.shards()[i];
+        std::printf("  %5zu  %s  %llu tensors, %llu bytes (%.3f GB file)\n", i + 1, s.path.c_str(),
+                    (unsigned long long)s.tensor_count, (unsigned long long)s.tensor_bytes, s.file_size / 1e9);
+    }
+}
+
+// general.file_type as llama.cpp names it (llama-quantize's preset), and the count of tensors
+// of each type, as llama.cpp's loader lists them.
+std::string file_type_line(const gguf::Reader& r) {
+    const gguf::Value* v = r.find("general.file_type");
+    if (!v) return "not recorded (llama.cpp guesses one from the tensor types)";
+    const uint64_t ft = r.get_u64("general.file_type");
+    const char* name = ft <= UINT32_MAX ? llama_ftype_name(static_cast<uint32_t>(ft)) : nullptr;
+    return strf("%s (general.file_type %llu)", name ? name : "not a llama.cpp file type", (unsigned long long)ft);
+}
+
+std::string tensor_types_line(const gguf::Reader& r) {
+    std::map<uint32_t, int64_t> counts;
+    for (const gguf::TensorInfo& t : r.tensors()) ++counts[static_cast<uint32_t>(t.type)];
+    std::string s;
+    for (const auto& [type, n] : counts)
+        s += strf("%s%s x %lld", s.empty() ? "" : ", ", type_name(static_cast<GgmlType>(type)), (long long)n);
+    return s;
 }
 
 std::string tokenizer_line(const gguf::Reader& r) {
@@ -77,7 +109,10 @@ void print_info(const std::string& path, bool tensors) {
     std::printf("model            %s\n", path.c_str());
     std::printf("architecture     %s (GGUF v%u, alignment %llu, %zu tensors, %.3f GB)\n", dsv41::kArch,
                 m->gguf().version(), (unsigned long long)m->gguf().alignment(), m->gguf().tensors().size(),
-                m->gguf().file_size() / 1e9);
+                m->gguf().total_file_size() / 1e9);
+    std::printf("file type        %s\n", file_type_line(m->gguf()).c_str());
+    std::printf("tensor types     %s\n", tensor_types_line(m->gguf()).c_str());
+    print_shards(m->gguf());
     std::printf("layers           %lld, hidden %lld, vocab %lld", (long long)hp.n_layer, (long long)hp.n_embd, (long long)hp.n_vocab);
     if (hp.n_layer_all > hp.n_layer) std::printf(" (+%lld next-n layers, not run)", (long long)(hp.n_layer_all - hp.n_layer));
     std::printf("\n");
@@ -110,19 +145,34 @@ void print_info(const std::string& path, bool tensors) {
     if (!hp.engram_layers.empty()) {
         std::string ls;
         for (int64_t l : hp.engram_layers) ls += strf("%s%lld", ls.empty() ? "" : ",", (long long)l);
-        std::printf("engram           layers %s, %lld heads x orders 2..%lld, rows of %lld (%s), token map %zu\n",
-                    ls.c_str(), (long long)hp.engram_heads, (long long)hp.engram_max_ngram, (long long)hp.engram_dim,
-                    type_name(m->engram_type(hp.engram_layers[0])), hp.engram_token_map.size());
+        std::printf("engram           layers %s, %lld heads x orders 2..%lld, rows of %lld, token map %zu\n", ls.c_str(),
+                    (long long)hp.engram_heads, (long long)hp.engram_max_ngram, (long long)hp.engram_dim,
+                    hp.engram_token_map.size());
+        for (int64_t l : hp.engram_layers)
+            std::printf("engram table %-3lld %s, %llu bytes a row\n", (long long)l, m->engram_format(l).describe().c_str(),
+                        (unsigned long long)m->engram_row(l, 0).bytes());
     }
-    const uint64_t expert_each = m->expert_bytes_each(0);
-    std::printf("bytes            dense %.3f GB, experts %.3f GB (%.3f MB each), engram tables %.3f GB\n",
-                m->dense_bytes() / 1e9, m->expert_bytes() / 1e9, expert_each / 1e6, m->engram_bytes() / 1e9);
+    // Layers may differ in their experts' types (llama-quantize's ffn_down rules), so in size.
+    uint64_t each_min = UINT64_MAX, each_max = 0;
+    for (int64_t l = 0; l < hp.n_layer; ++l) {
+        each_min = std::min(each_min, m->expert_bytes_each(l));
+        each_max = std::max(each_max, m->expert_bytes_each(l));
+    }
+    const std::string each = each_min == each_max ? strf("%.3f MB each", each_max / 1e6)
+                                                  : strf("%.3f-%.3f MB each by layer", each_min / 1e6, each_max / 1e6);
+    std::printf("bytes            dense %.3f GB, experts %.3f GB (%s), engram tables %.3f GB\n",
+                m->dense_bytes() / 1e9, m->expert_bytes() / 1e9, each.c_str(), m->engram_bytes() / 1e9);
     print_ignored(*m);
     if (!tensors) return;
-    std::printf("\n%-40s %-6s %-24s %14s %14s\n", "tensor", "type", "shape", "offset", "bytes");
-    for (const gguf::TensorInfo& t : m->gguf().tensors())
-        std::printf("%-40s %-6s %-24s %14llu %14llu\n", t.name.c_str(), type_name(t.type), shape(t.ne).c_str(),
+    // A split model's offsets are within each tensor's shard, which the last column names.
+    const bool split = m->gguf().is_split();
+    std::printf("\n%-40s %-6s %-24s %14s %14s%s\n", "tensor", "type", "shape", "offset", "bytes", split ? "  shard" : "");
+    for (const gguf::TensorInfo& t : m->gguf().tensors()) {
+        std::printf("%-40s %-6s %-24s %14llu %14llu", t.name.c_str(), type_name(t.type), shape(t.ne).c_str(),
                     (unsigned long long)t.file_offset, (unsigned long long)t.n_bytes);
+        if (split) std::printf("  %5u", t.shard + 1);
+        std::printf("\n");
+    }
 }
 
 // The header only, through the GGUF reader: any well-formed GGUF file prints, a deepseek41 model
@@ -141,7 +191,7 @@ void register_info(CLI::App& app) {
     static std::string path;
     static bool no_tensors = false;
     static bool as_json = false;
-    cmd->add_option("model", path, "GGUF model file")->required();
+    cmd->add_option("model", path, "GGUF model file (the first shard of a split model)")->required();
     cmd->add_flag("--no-tensors", no_tensors, "Omit the tensor table");
     cmd->add_flag("--json", as_json,
                   "Print the GGUF metadata (keys, types, values; long arrays summarised) and the tensor table as JSON");

@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "model/scale.h"
+#include "runtime/expert_slots.h"
 #include "runtime/memory_plan.h"
 #include "runtime/prompt.h"
 #include "tokenizer/hf_import.h"
@@ -27,6 +28,7 @@ namespace {
 struct PlanArgs {
     RunConfig cfg;
     std::string scale_path;
+    std::string quant;  // with --scale: the preset make-model --quant would write
     uint64_t cgroup_mib = 0;
     bool json = false;
 };
@@ -48,7 +50,13 @@ std::string what_would_fit(const ModelShape& shape, const RunConfig& cfg, bool c
 void plan(const PlanArgs& a) {
     RunConfig cfg = a.cfg;
     if (a.scale_path.empty() == cfg.model_path.empty()) fail("plan: give --model FILE or --scale FILE (one of them)");
-    const ModelShape shape = a.scale_path.empty() ? shape_of_file(cfg.model_path) : shape_of(load_scale(a.scale_path));
+    if (!a.quant.empty() && a.scale_path.empty()) fail("plan: --quant sizes a scale (--scale FILE); a file's types are its own");
+    auto scale_shape = [&] {
+        ModelScale s = load_scale(a.scale_path);
+        if (!a.quant.empty()) s.quant = parse_quant_preset(a.quant);
+        return shape_of(s);
+    };
+    const ModelShape shape = a.scale_path.empty() ? shape_of_file(cfg.model_path) : scale_shape();
     // S and H as the run would resolve them when not given.
     cfg.resolve_residency_defaults(shape.hp.n_expert, shape.hp.n_expert_used);
     // A plan is for the machine the run is meant for: the GPU unless --backend cpu.
@@ -66,13 +74,20 @@ void plan(const PlanArgs& a) {
     const uint64_t cgroup = a.cgroup_mib << 20;
     const MemoryPlan p = plan_memory(shape, cfg, cuda, n_prompt, cfg.slots, cfg.hot, cgroup);
     const std::string problems = p.problems();
+    const ExpertCapacity cap = expert_capacity(shape, cfg, cuda, n_prompt, cfg.slots, cfg.hot, cgroup);
     if (a.json) {
         nlohmann::json j = p.to_json();
         j["config"] = cfg.to_json();
+        nlohmann::json layers = nlohmann::json::array();
+        for (const ModelShape::ExpertLayer& e : shape.expert_layers())
+            layers.push_back({{"bytes", e.bytes},
+                              {"slot_bytes", ExpertSlots::round_up(e.bytes)},
+                              {"types", {type_name(e.gate), type_name(e.up), type_name(e.down)}}});
+        j["experts"] = {{"layers", layers}, {"max_hot", cap.max_hot}, {"max_slots", cap.max_slots}, {"with_hot", cap.hot}};
         j["would_fit"] = problems.empty() ? "" : what_would_fit(shape, cfg, cuda, n_prompt, cgroup);
         std::printf("%s\n", j.dump(2).c_str());
     } else {
-        std::printf("%s", p.table().c_str());
+        std::printf("%s%s", p.table().c_str(), expert_summary(shape, cap, shape.hp.n_layer).c_str());
     }
     if (!problems.empty())
         fail("plan: does not fit: %s; %s", problems.substr(0, problems.size() - 1).c_str(),
@@ -89,6 +104,9 @@ void register_plan(CLI::App& app) {
     add_model_prompt_flags(cmd, a.cfg, false);
     add_run_flags(cmd, a.cfg);
     cmd->add_option("--scale", a.scale_path, "Scale file (scenarios/models/*.json) in place of a model file");
+    cmd->add_option("--quant", a.quant,
+                    "With --scale: size the model make-model --quant would write (MXFP4_MOE, Q8_0, Q4_K_M, Q2_K, "
+                    "IQ2_XXS)");
     cmd->add_option("--cgroup-memory", a.cgroup_mib, "Memory cgroup limit to check the host side against, MiB (0: none)")
         ->capture_default_str();
     cmd->add_flag("--json", a.json, "Print the plan as JSON");

@@ -30,6 +30,16 @@ void run(RunConfig cfg) {
     std::fputs(cfg.describe().c_str(), stderr);
     Session s(cfg, device);
     std::fprintf(stderr, "prompt: %zu tokens\n", s.prompt().size());
+    const tok::EndOfGeneration& eog = s.end_of_generation();
+    if (eog.empty()) {
+        std::fprintf(stderr, "end of generation: the model names no end-of-generation tokens: %lld tokens are decoded\n",
+                     (long long)cfg.gen);
+    } else {
+        std::string list;
+        for (int32_t id : eog.ids) list += strf("%s%d", list.empty() ? "" : " ", id);
+        std::fprintf(stderr, "end of generation: tokens %s%s\n", list.c_str(),
+                     cfg.ignore_eos ? " (never chosen: --ignore-eos)" : "");
+    }
     // With a tokenizer the answer streams to stdout as text while it is generated (--show-ids
     // adds the ids after it); without one, the ids are the output.
     const tok::Tokenizer* tokenizer = s.tokenizer();
@@ -37,7 +47,9 @@ void run(RunConfig cfg) {
     std::unique_ptr<tok::StreamDecoder> text;
     if (tokenizer) text = std::make_unique<tok::StreamDecoder>(*tokenizer);
     auto on_token = [&](int32_t id) {
-        if (!text) return;
+        // The end-of-generation token ends the answer; it is not part of its text (its id is
+        // still in --show-ids and the metrics).
+        if (!text || (!cfg.ignore_eos && eog.contains(id))) return;
         const std::string part = text->push(id);
         std::fwrite(part.data(), 1, part.size(), stdout);
         std::fflush(stdout);
@@ -62,7 +74,7 @@ void run(RunConfig cfg) {
 
 // Flags shared by run, profile and plan (plan takes --scale in place of --model).
 void add_model_prompt_flags(CLI::App* cmd, RunConfig& cfg, bool model_required) {
-    auto* model = cmd->add_option("-m,--model", cfg.model_path, "GGUF model file");
+    auto* model = cmd->add_option("-m,--model", cfg.model_path, "GGUF model file (the first shard of a split model)");
     if (model_required) model->required();
     auto* text = cmd->add_option("-p,--prompt", cfg.prompt_text, "Prompt text (through the model's tokenizer)");
     auto* file = cmd->add_option("-f,--file", cfg.prompt_text_file, "File of prompt text")->excludes(text);
@@ -82,7 +94,13 @@ void add_model_prompt_flags(CLI::App* cmd, RunConfig& cfg, bool model_required) 
 
 // The flags of run beyond the model and prompt (shared with plan, which sizes the same run).
 void add_run_flags(CLI::App* cmd, RunConfig& cfg) {
-    cmd->add_option("-n,--gen", cfg.gen, "Tokens to generate (generation does not stop at end-of-sentence)")->capture_default_str();
+    cmd->add_option("-n,--gen", cfg.gen,
+                    "Tokens to generate at most: generation stops earlier at the model's end-of-generation tokens "
+                    "(tokenizer.ggml.eos/eot/eom_token_id and the texts llama.cpp recognises)")
+        ->capture_default_str();
+    cmd->add_flag("--ignore-eos", cfg.ignore_eos,
+                  "Never choose an end-of-generation token (as llama.cpp's --ignore-eos): exactly --gen tokens are "
+                  "generated (the harness passes it, so decode figures compare)");
     cmd->add_flag("--show-ids", cfg.show_ids, "Also print the generated token ids");
     cmd->add_option("--temp", cfg.sampling.temp, "Sampling temperature (0: greedy)")->capture_default_str();
     cmd->add_option("--top-k", cfg.sampling.top_k, "Keep the k most likely tokens (0: all; with --temp > 0)")->capture_default_str();
@@ -102,7 +120,11 @@ void add_run_flags(CLI::App* cmd, RunConfig& cfg) {
                     "fast (int8 activations, integer tensor cores) | precise (float path, for reference checks)")
         ->capture_default_str();
     cmd->add_option("--n-ctx", cfg.n_ctx, "Context length (0: prompt + gen)")->capture_default_str();
-    cmd->add_option("--routing", cfg.routing, "exact | pinned-top1 | resident-only")->capture_default_str();
+    cmd->add_option("--routing", cfg.routing,
+                    "exact | pinned-top1 (ours) | resident-only (the seed's) | hot-pool (ours, an INTERPRETATION of the "
+                    "seed, not its rule: rank 1 among the S resident experts, ranks 2..k among the H in VRAM, topped "
+                    "up from the resident ones when fewer than k-1 hot remain; depends on the tier)")
+        ->capture_default_str();
     cmd->add_option("--residency", cfg.residency, "Residency plan from 'betelgeuse profile' (default: highest router bias)");
     cmd->add_flag("--promote", cfg.promote, "Move the H most-used resident experts into VRAM at the end of each pass");
     cmd->add_option("--transient-slots", cfg.transient_slots, "Device transient slots for non-hot experts")->capture_default_str();

@@ -13,5 +13,6 @@ void register_probe_disk(CLI::App& app);
 void register_profile(CLI::App& app);
 void register_probe_pcie(CLI::App& app);
 void register_tokenize(CLI::App& app);
+void register_version(CLI::App& app);
 
 }  // namespace bg::cli

@@ -1,4 +1,5 @@
-// betelgeuse: the engine's command line (info, make-model, run, plan, tokenize, profile, probes).
+// betelgeuse: the engine's command line (info, make-model, run, plan, tokenize, profile, probes,
+// version).
 #include <unistd.h>
 
 #include <chrono>
@@ -23,6 +24,7 @@ int main(int argc, char** argv) {
     bg::cli::register_profile(app);
     bg::cli::register_probe_pcie(app);
     bg::cli::register_tokenize(app);
+    bg::cli::register_version(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

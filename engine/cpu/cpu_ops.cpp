@@ -10,6 +10,7 @@
 #include "cpu/int8_matmul.h"
 #include "cpu/ops.h"
 #include "cpu/routing.h"
+#include "tensor/fp8_rows.h"
 #include "util/check.h"
 
 namespace bg::cpu {
@@ -88,6 +89,9 @@ public:
         cpu::matmul(pool_, W, x, ldx, n_tok, y, ldy);
     }
     void dequantize(GgmlType t, const uint8_t* src, float* dst, int64_t n) override { dequantize_row(t, src, dst, n); }
+    void dequantize_fp8_rows(const uint8_t* src, float* dst, int64_t rows, int64_t dim) override {
+        fp8::dequantize_packed_rows(src, dst, rows, dim);
+    }
     void embed_rows(const float* rows, const int32_t* row_ids, int64_t n_tok, int64_t width, float* H) override {
         for (int64_t t = 0; t < n_tok; ++t)
             for (int c = 0; c < kHc; ++c)
@@ -210,12 +214,12 @@ public:
             }
         });
     }
-    void route(RoutingPolicy policy, const float* logits, const float* bias, const uint8_t* resident, int64_t n_tok,
-               int64_t ne, int k, RouteWeighting wt, int32_t* ids, float* weights) override {
+    void route(RoutingPolicy policy, const float* logits, const float* bias, const uint8_t* resident, const uint8_t* hot,
+               int64_t n_tok, int64_t ne, int k, RouteWeighting wt, int32_t* ids, float* weights) override {
         float* scratch = fits(route_scratch_, 2 * ne);
         int32_t* order = fits(route_order_, ne);
         for (int64_t t = 0; t < n_tok; ++t)
-            bg::route(policy, logits + t * ne, bias, resident, ne, k, wt, ids + t * k, weights + t * k, scratch, order);
+            bg::route(policy, logits + t * ne, bias, resident, hot, ne, k, wt, ids + t * k, weights + t * k, scratch, order);
     }
     void group_by_expert(const int32_t* ids, int64_t n_slots, int64_t k, int64_t pos0, int64_t n_expert, int32_t* counts,
                          int32_t* gather, int32_t* scatter) override {

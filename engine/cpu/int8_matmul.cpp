@@ -81,7 +81,7 @@ void int8_half_sums(const int8_t* q, int64_t n_tok, int64_t cols, int32_t* s) {
 
 void matmul_int8(ThreadPool& pool, Int8MatmulScratch& s, const MatView& W, const float* x, int64_t ldx, int64_t n_tok,
                  float* y, int64_t ldy) {
-    BG_CHECK_MSG(qtypes::int8_cpu_takes(W.type), "matmul_int8: a weight type without int8 traits");
+    BG_CHECK_MSG(qtypes::int8_path_takes(W.type), "matmul_int8: a weight type without int8 traits");
     BG_CHECK(W.cols > 0 && W.cols % 32 == 0);
     BG_CHECK(W.data != nullptr || W.rows == 0);
     BG_CHECK(W.row_stride >= row_bytes(W.type, W.cols));

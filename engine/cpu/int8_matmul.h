@@ -21,7 +21,7 @@ struct Int8MatmulScratch {
 };
 
 // y[t*ldy + r] = sum over 32-chunks b of chunk_partial(W's chunk b of row r, x's block b of token t).
-// W: a type qtypes::int8_cpu_takes accepts, cols a multiple of its block.
+// W: a type qtypes::int8_path_takes accepts, cols a multiple of its block.
 void matmul_int8(ThreadPool& pool, Int8MatmulScratch& scratch, const MatView& W, const float* x, int64_t ldx,
                  int64_t n_tok, float* y, int64_t ldy);
 

@@ -9,14 +9,14 @@
 
 namespace bg {
 
-void route(RoutingPolicy policy, const float* logits, const float* bias, const uint8_t* resident,
+void route(RoutingPolicy policy, const float* logits, const float* bias, const uint8_t* resident, const uint8_t* hot,
            int64_t n_expert, int k, bg::RouteWeighting wt, int32_t* ids, float* weights, float* scratch,
            int32_t* order) {
     if (policy == RoutingPolicy::kExact) {
         cpu::router_exact(logits, bias, n_expert, k, wt, ids, weights, nullptr);
         return;
     }
-    BG_CHECK(resident != nullptr);
+    BG_CHECK(resident != nullptr && (policy != RoutingPolicy::kHotPool || hot != nullptr));
     float* p = scratch;               // [n_expert]
     float* key = scratch + n_expert;  // [n_expert] selection key p + bias
     for (int64_t e = 0; e < n_expert; ++e) {
@@ -25,9 +25,20 @@ void route(RoutingPolicy policy, const float* logits, const float* bias, const u
     }
     cpu::top_k(key, n_expert, n_expert, order);  // the exact ranking, ties by lower id
     int n = 0;
-    if (policy == RoutingPolicy::kPinnedTop1) ids[n++] = order[0];
-    for (int64_t r = policy == RoutingPolicy::kPinnedTop1 ? 1 : 0; r < n_expert && n < k; ++r)
-        if (resident[order[r]]) ids[n++] = order[r];
+    if (policy == RoutingPolicy::kHotPool) {
+        // Rank 1 the best resident, then the hot ones, then (hot ones used up) the best residents
+        // left; header's definition.
+        for (int64_t r = 0; r < n_expert && n == 0; ++r)
+            if (resident[order[r]]) ids[n++] = order[r];
+        for (int64_t r = 0; r < n_expert && n > 0 && n < k; ++r)
+            if (hot[order[r]] && order[r] != ids[0]) ids[n++] = order[r];
+        for (int64_t r = 0; r < n_expert && n > 0 && n < k; ++r)
+            if (resident[order[r]] && !hot[order[r]] && order[r] != ids[0]) ids[n++] = order[r];
+    } else {
+        if (policy == RoutingPolicy::kPinnedTop1) ids[n++] = order[0];
+        for (int64_t r = policy == RoutingPolicy::kPinnedTop1 ? 1 : 0; r < n_expert && n < k; ++r)
+            if (resident[order[r]]) ids[n++] = order[r];
+    }
     BG_CHECK_MSG(n == k, "fewer resident experts than experts per token");
     float sum = 0.0f;
     for (int j = 0; j < k; ++j) sum += p[ids[j]];

@@ -194,6 +194,9 @@ public:
     void dequantize(GgmlType t, const uint8_t* src, float* dst, int64_t n) override {
         BG_CUDA_CHECK(cuda::dequantize(t, src, dst, n, stream_));
     }
+    void dequantize_fp8_rows(const uint8_t* src, float* dst, int64_t rows, int64_t dim) override {
+        BG_CUDA_CHECK(cuda::dequantize_fp8_rows(src, dst, rows, dim, stream_));
+    }
     void embed_rows(const float* rows, const int32_t* row_ids, int64_t n_tok, int64_t width, float* H) override {
         DeviceMat m;
         m.data = reinterpret_cast<const uint8_t*>(rows);
@@ -241,9 +244,9 @@ public:
     }
     void attention(const AttentionArgs& a) override { cuda::attention(a, stream_); }
     void indexer(const IndexerArgs& a) override { cuda::indexer(a, stream_); }
-    void route(RoutingPolicy policy, const float* logits, const float* bias, const uint8_t* resident, int64_t n_tok,
-               int64_t n_expert, int k, RouteWeighting wt, int32_t* ids, float* weights) override {
-        cuda::route(policy, logits, bias, resident, n_tok, n_expert, k, wt, ids, weights, stream_);
+    void route(RoutingPolicy policy, const float* logits, const float* bias, const uint8_t* resident, const uint8_t* hot,
+               int64_t n_tok, int64_t n_expert, int k, RouteWeighting wt, int32_t* ids, float* weights) override {
+        cuda::route(policy, logits, bias, resident, hot, n_tok, n_expert, k, wt, ids, weights, stream_);
     }
     void moe_gather(const float* x, int64_t ldx, const int32_t* rows, int64_t m, int64_t width, float* out) override {
         cuda::moe_gather(x, ldx, rows, m, width, out, stream_);

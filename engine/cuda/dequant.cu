@@ -2,6 +2,7 @@
 
 #include <cuda_fp16.h>
 
+#include "tensor/fp8_rows.h"
 #include "tensor/qtypes/iq2_xxs.h"
 #include "tensor/qtypes/q2_k.h"
 #include "tensor/qtypes/q3_k.h"
@@ -59,14 +60,52 @@ __global__ void dequant_kernel(uint32_t type, const uint8_t* src, float* dst, in
     }
 }
 
+// Element i of rows x dim: value i % dim of packed row i / dim, decoded by the function the CPU
+// uses (fp8::packed_value).
+__global__ void dequant_fp8_rows_kernel(const uint8_t* src, float* dst, int64_t rows, int64_t dim) {
+    const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    if (i >= rows * dim) return;
+    const int64_t r = i / dim, j = i % dim;
+    dst[i] = fp8::packed_value(src + r * fp8::packed_row_bytes(dim), dim, j);
+}
+
+bool kernel_decodes(GgmlType t) {
+    switch (t) {
+        case GgmlType::F32:
+        case GgmlType::F16:
+        case GgmlType::BF16:
+        case GgmlType::Q8_0:
+        case GgmlType::MXFP4:
+        case GgmlType::Q2_K:
+        case GgmlType::Q3_K:
+        case GgmlType::Q4_K:
+        case GgmlType::Q5_K:
+        case GgmlType::Q6_K:
+        case GgmlType::IQ2_XXS: return true;
+        default: return false;
+    }
+}
+
 }  // namespace
 
 cudaError_t dequantize(GgmlType t, const void* src, float* dst, int64_t n, cudaStream_t stream) {
+    // A type the kernel has no case for would leave dst unwritten: refuse it instead.
+    if (!kernel_decodes(t)) return cudaErrorInvalidValue;
     if (n <= 0) return cudaSuccess;
     const int threads = 256;
     const int64_t blocks = (n + threads - 1) / threads;
     dequant_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(static_cast<uint32_t>(t),
                                                                            static_cast<const uint8_t*>(src), dst, n);
+    return cudaGetLastError();
+}
+
+cudaError_t dequantize_fp8_rows(const void* src, float* dst, int64_t rows, int64_t dim, cudaStream_t stream) {
+    if (dim <= 0 || dim % fp8::kGroup != 0 || rows < 0) return cudaErrorInvalidValue;
+    if (rows == 0) return cudaSuccess;
+    const int threads = 256;
+    const int64_t blocks = (rows * dim + threads - 1) / threads;
+    dequant_fp8_rows_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(static_cast<const uint8_t*>(src), dst,
+                                                                                  rows, dim);
     return cudaGetLastError();
 }
 

@@ -25,7 +25,7 @@ constexpr int kQuantWarps = 8;
 
 // x rows (rows[j] or j for j < m) of cols values -> int8 fragments for n_tiles tiles.
 __global__ void quantize_x_kernel(const float* x, int64_t ldx, const int32_t* rows, int m, int nkb, int n_tiles,
-                                  int8_t* q, float* d) {
+                                  int8_t* q, float* d, float2* s) {
     const int w = blockIdx.x * kQuantWarps + (threadIdx.x >> 5);
     const int tok_pass = n_tiles * kTileTok;
     if (w >= nkb * tok_pass) return;
@@ -35,7 +35,7 @@ __global__ void quantize_x_kernel(const float* x, int64_t ldx, const int32_t* ro
         const int64_t r = rows ? rows[tok] : tok;
         v = x[r * ldx + static_cast<int64_t>(kb) * 32 + (threadIdx.x & 31)];
     }
-    quantize_lane(v, kb, tok, n_tiles, q, d);
+    quantize_lane(v, kb, tok, n_tiles, q, d, s);
 }
 
 void check_int8_weights(const DeviceMat& W, int64_t max_cols) {
@@ -48,35 +48,46 @@ void check_int8_weights(const DeviceMat& W, int64_t max_cols) {
 
 int tiles_for(int m) { return (m + kTileTok - 1) / kTileTok; }
 
+// Tokens of one pass through matrices of these types (gate and up together when mats is 2): 64,
+// or fewer where a K-quant's super-blocks leave shared memory for fewer n-tiles.
+int pass_tokens(GgmlType t, int mats) {
+    return qtypes::visit(t, [&](auto tr) {
+        using T = decltype(tr);
+        return (mats == 2 ? int8mm::max_tiles<T, 2>() : int8mm::max_tiles<T, 1>()) * kTileTok;
+    });
+}
+
 void quantize_x(Int8Workspace& ws, const float* x, int64_t ldx, const int32_t* rows, int m, int64_t cols,
                 cudaStream_t stream) {
     const int n_tiles = tiles_for(m), nkb = static_cast<int>(cols / 32);
     const int warps = nkb * n_tiles * kTileTok;
     quantize_x_kernel<<<(warps + kQuantWarps - 1) / kQuantWarps, kQuantWarps * 32, 0, stream>>>(
-        x, ldx, rows, m, nkb, n_tiles, ws.xq(), ws.xd());
+        x, ldx, rows, m, nkb, n_tiles, ws.xq(), ws.xd(), ws.xs());
     BG_CUDA_CHECK_LAUNCH();
 }
 
 // Splits of K so that the grid fills the GPU (about 4 CTAs per SM), each at least two pipeline
-// steps long, within the partial-sum buffer. Depends on the SM count and the call's shape only.
-int splits_for(const Int8Workspace& ws, int rows, int nkb, int n_tiles, int mats, int* kb_split) {
+// steps (of step_chunks chunks) long and a whole number of the type's blocks (cpb chunks), within
+// the partial-sum buffer. Depends on the SM count and the call's shape only.
+int splits_for(const Int8Workspace& ws, int rows, int nkb, int n_tiles, int mats, int cpb, int step_chunks,
+               int* kb_split) {
     const int row_ctas = (rows + int8mm::kCtaRows - 1) / int8mm::kCtaRows;
     int splits = ws.forced_split() > 0 ? ws.forced_split()
                                        : std::max(1, (4 * ws.sm_count() + row_ctas - 1) / row_ctas);
     // At least two pipeline steps a split: shorter ones are mostly pipeline fill.
-    splits = std::min(splits, std::max(1, nkb / (2 * int8mm::kStep)));
+    splits = std::min(splits, std::max(1, nkb / (2 * step_chunks)));
     const int64_t per_split = static_cast<int64_t>(mats) * n_tiles * kTileTok * rows;
     BG_CHECK(per_split <= static_cast<int64_t>(kInt8PartialFloats));
     splits = static_cast<int>(std::min<int64_t>(splits, static_cast<int64_t>(kInt8PartialFloats) / per_split));
-    splits = std::max(1, std::min(splits, nkb));
-    *kb_split = (nkb + splits - 1) / splits;
+    splits = std::max(1, std::min(splits, nkb / cpb));
+    *kb_split = ((nkb + splits - 1) / splits + cpb - 1) / cpb * cpb;
     return (nkb + *kb_split - 1) / *kb_split;
 }
 
 // The parameters every launch shares: the matrix (and up, for gate/up: one pass over both), its
 // rows and K blocks, the pass's tokens and int8 activations, the workspace's partials.
 int8mm::MmaParams mma_params(const Int8Workspace& ws, const uint8_t* w, uint64_t stride, const DeviceMat* up, int rows,
-                             int64_t cols, int m, const int8_t* xq, const float* xd) {
+                             int64_t cols, int m, const int8_t* xq, const float* xd, const float2* xs) {
     int8mm::MmaParams p{};
     p.w[0] = w;
     p.stride[0] = stride;
@@ -87,6 +98,7 @@ int8mm::MmaParams mma_params(const Int8Workspace& ws, const uint8_t* w, uint64_t
     p.m = m;
     p.xq = xq;
     p.xd = xd;
+    p.xs = xs;
     p.part = ws.partials();
     p.counters = ws.counters();
     return p;
@@ -95,8 +107,12 @@ int8mm::MmaParams mma_params(const Int8Workspace& ws, const uint8_t* w, uint64_t
 // Splits K for the call (splits_for) and launches the type's kernel.
 void launch_mma(const Int8Workspace& ws, GgmlType type, int8mm::MmaParams& p, int n_tiles, int mats,
                 cudaStream_t stream) {
-    const int splits = splits_for(ws, p.rows, p.nkb, n_tiles, mats, &p.kb_split);
-    qtypes::visit_int8_path(type, [&](auto traits) { int8mm::launch_mma<decltype(traits)>(p, n_tiles, mats, splits, stream); });
+    qtypes::visit(type, [&](auto traits) {
+        using T = decltype(traits);
+        const int splits = splits_for(ws, p.rows, p.nkb, n_tiles, mats, int8mm::chunks_per_block<T>(),
+                                      int8mm::step_chunks<T>(), &p.kb_split);
+        int8mm::launch_mma<T>(p, n_tiles, mats, splits, stream);
+    });
     BG_CUDA_CHECK_LAUNCH();
 }
 
@@ -115,9 +131,11 @@ Int8Workspace::Int8Workspace(int64_t max_cols, int64_t max_ff) : max_cols_(max_c
     };
     xq_ = static_cast<int8_t*>(take(tok * max_cols));
     xd_ = static_cast<float*>(take(tok * (max_cols / 32) * sizeof(float)));
+    xs_ = static_cast<float2*>(take(tok * (max_cols / 32) * sizeof(float2)));
     if (max_ff > 0) {
         hq_ = static_cast<int8_t*>(take(tok * max_ff));
         hd_ = static_cast<float*>(take(tok * (max_ff / 32) * sizeof(float)));
+        hs_ = static_cast<float2*>(take(tok * (max_ff / 32) * sizeof(float2)));
     }
     part_ = static_cast<float*>(take(kInt8PartialFloats * sizeof(float)));
     counters_ = static_cast<int*>(take(kInt8Counters * sizeof(int)));
@@ -125,8 +143,9 @@ Int8Workspace::Int8Workspace(int64_t max_cols, int64_t max_ff) : max_cols_(max_c
 }
 
 Int8Workspace::~Int8Workspace() {
-    for (void* p : {static_cast<void*>(xq_), static_cast<void*>(xd_), static_cast<void*>(hq_), static_cast<void*>(hd_),
-                    static_cast<void*>(part_), static_cast<void*>(counters_)})
+    for (void* p : {static_cast<void*>(xq_), static_cast<void*>(xd_), static_cast<void*>(xs_), static_cast<void*>(hq_),
+                    static_cast<void*>(hd_), static_cast<void*>(hs_), static_cast<void*>(part_),
+                    static_cast<void*>(counters_)})
         if (p) cudaFree(p);
 }
 
@@ -136,8 +155,9 @@ void int8_matmul(Int8Workspace& ws, const DeviceMat& W, const float* x, int64_t 
     BG_CHECK(n_tok <= 1 || (ldx >= W.cols && ldy >= W.rows));
     if (W.rows == 0 || n_tok <= 0) return;
     ldy = std::max<int64_t>(ldy, W.rows);
-    for (int64_t j0 = 0; j0 < n_tok; j0 += kMaxTiles * kTileTok) {
-        const int m = static_cast<int>(std::min<int64_t>(kMaxTiles * kTileTok, n_tok - j0));
+    const int pass = pass_tokens(W.type, 1);
+    for (int64_t j0 = 0; j0 < n_tok; j0 += pass) {
+        const int m = static_cast<int>(std::min<int64_t>(pass, n_tok - j0));
         const int n_tiles = tiles_for(m);
         quantize_x(ws, x + j0 * ldx, ldx, nullptr, m, W.cols, stream);
         // Rows in chunks whose partials (one split's at least) and row-tile counters fit the
@@ -148,7 +168,7 @@ void int8_matmul(Int8Workspace& ws, const DeviceMat& W, const float* x, int64_t 
         for (int64_t r0 = 0; r0 < W.rows; r0 += chunk_rows) {
             const int rows = static_cast<int>(std::min<int64_t>(chunk_rows, W.rows - r0));
             int8mm::MmaParams p = mma_params(ws, W.data + static_cast<uint64_t>(r0) * W.row_stride, W.row_stride,
-                                             nullptr, rows, W.cols, m, ws.xq(), ws.xd());
+                                             nullptr, rows, W.cols, m, ws.xq(), ws.xd(), ws.xs());
             p.epilogue = int8mm::kStore;
             p.y = y + j0 * ldy + r0;
             p.ldy = ldy;
@@ -172,21 +192,26 @@ void int8_expert_ffn(Int8Workspace& ws, const ExpertMats& e, const float* x, int
     BG_CHECK(ldy >= n_embd || (n_tok <= 1 && !out_rows));
     if (n_tok <= 0) return;
     const int ff = static_cast<int>(n_ff), E = static_cast<int>(n_embd);
-    for (int64_t j0 = 0; j0 < n_tok; j0 += kMaxTiles * kTileTok) {
-        const int m = static_cast<int>(std::min<int64_t>(kMaxTiles * kTileTok, n_tok - j0));
+    // h is quantised in the gate/up pass's fragment order, so both launches take the same tokens.
+    const int pass = std::min(pass_tokens(e.gate.type, 2), pass_tokens(e.down.type, 1));
+    for (int64_t j0 = 0; j0 < n_tok; j0 += pass) {
+        const int m = static_cast<int>(std::min<int64_t>(pass, n_tok - j0));
         const int n_tiles = tiles_for(m);
         if (rows) quantize_x(ws, x, ldx, rows + j0, m, n_embd, stream);
         else quantize_x(ws, x + j0 * ldx, ldx, nullptr, m, n_embd, stream);
 
-        int8mm::MmaParams gu = mma_params(ws, e.gate.data, e.gate.row_stride, &e.up, ff, E, m, ws.xq(), ws.xd());
+        int8mm::MmaParams gu =
+            mma_params(ws, e.gate.data, e.gate.row_stride, &e.up, ff, E, m, ws.xq(), ws.xd(), ws.xs());
         gu.epilogue = int8mm::kGateUpQuant;
         gu.limit = limit;
         gu.llama = form == bg::SwigluClamp::kLlamaCpp ? 1 : 0;
         gu.hq = ws.hq();
         gu.hd = ws.hd();
+        gu.hs = ws.hs();
         launch_mma(ws, e.gate.type, gu, n_tiles, 2, stream);
 
-        int8mm::MmaParams dn = mma_params(ws, e.down.data, e.down.row_stride, nullptr, E, ff, m, ws.hq(), ws.hd());
+        int8mm::MmaParams dn =
+            mma_params(ws, e.down.data, e.down.row_stride, nullptr, E, ff, m, ws.hq(), ws.hd(), ws.hs());
         dn.epilogue = int8mm::kStore;
         dn.y = out_rows ? y : y + j0 * ldy;
         dn.ldy = std::max<int64_t>(ldy, n_embd);

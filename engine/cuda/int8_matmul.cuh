@@ -36,8 +36,9 @@ namespace bg::cuda {
 
 // Device memory of the integer path, allocated once: exactly bg::int8_workspace_bytes(max_cols,
 // max_ff). One workspace serves one stream at a time.
-//  - x as int8 in fragment order [max_cols/32][8 tiles][32 lanes][8 bytes], and its block scales
-//    [max_cols/32][64 tokens];
+//  - x as int8 in fragment order [max_cols/32][8 tiles][32 lanes][8 bytes], its block scales
+//    [max_cols/32][64 tokens] and its half-block sums times the scale [max_cols/32][64 tokens]
+//    (float2: the min term of the K-quants that have one);
 //  - the expert FFN's h, the same way for max_ff;
 //  - split-K partial sums: kInt8PartialFloats FP32, and kInt8Counters row-tile counters (zero
 //    between calls: each call leaves them zero again).
@@ -58,8 +59,10 @@ public:
 
     int8_t* xq() const { return xq_; }
     float* xd() const { return xd_; }
+    float2* xs() const { return xs_; }
     int8_t* hq() const { return hq_; }
     float* hd() const { return hd_; }
+    float2* hs() const { return hs_; }
     float* partials() const { return part_; }
     int* counters() const { return counters_; }
 
@@ -69,8 +72,10 @@ private:
     int force_split_ = 0;
     int8_t* xq_ = nullptr;
     float* xd_ = nullptr;
+    float2* xs_ = nullptr;
     int8_t* hq_ = nullptr;
     float* hd_ = nullptr;
+    float2* hs_ = nullptr;
     float* part_ = nullptr;
     int* counters_ = nullptr;
     uint64_t bytes_ = 0;

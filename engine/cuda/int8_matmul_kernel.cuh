@@ -3,12 +3,15 @@
 // and up together). Included by int8_matmul_<type>.cu, one file a type, so the instantiations
 // compile in parallel.
 //
-// A CTA: 4 warps x 16 weight rows = 64 rows of each matrix, all tokens of the pass, the K blocks
-// [kb0, kb1) of its split (blockIdx.y). The K range goes through shared memory in steps of 4
-// blocks, kStages steps in flight (cp.async, 16-byte copies): per step the raw bytes of the 64
-// rows' 4 blocks (each row's window aligned down to 16 bytes, so any row stride and address
-// works), the activations' B fragments and their scales. Each warp decodes its A fragments from
-// there (the traits' load_a over shared memory), one m16n8k32 MMA per (block, n-tile, matrix).
+// A CTA: 4 warps x 16 weight rows = 64 rows of each matrix, all tokens of the pass, the K chunks
+// (32 weights each) [kb0, kb1) of its split (blockIdx.y). The K range goes through shared memory
+// in steps of step_chunks<T>() chunks (4 blocks of a 32-weight type, one super-block of a
+// 256-weight K-quant), stages<T>() steps in flight (cp.async, 16-byte copies): per step the raw
+// bytes of the 64 rows' blocks (each row's window aligned down to 16 bytes, so any row stride and
+// address works), the activations' B fragments, their scales and, for types with a min term,
+// their half-block sums. Each warp decodes its A fragments from there (the traits' load_a over
+// shared memory): one m16n8k32 MMA per (chunk, n-tile, matrix) where a chunk has one scale, two
+// m16n8k16 (one per 16-weight half, each with its scale) where the type's sub-blocks are 16.
 // Each split stores its FP32 partials; the last CTA of a row tile to finish (a self-cleaning
 // counter per tile) adds the splits in order 0, 1, .. and runs the epilogue: store (or scatter to
 // output rows), or for gate/up SwiGLU and the int8 quantisation of h for the down projection.
@@ -25,10 +28,12 @@ namespace bg::cuda::int8mm {
 
 constexpr int kWarps = 4;                 // warps of a CTA, each owning 16 weight rows
 constexpr int kCtaRows = 16 * kWarps;
-constexpr int kStep = 4;                  // K blocks (of 32) per pipeline step
-constexpr int kStages = 3;                // steps in flight
+constexpr int kStep = 4;                  // K chunks (of 32) per pipeline step, at least
 constexpr int kTileTok = 8;               // tokens of one MMA n-tile
 constexpr int kMaxTiles = 8;              // n-tiles of one pass: 64 tokens
+// Dynamic shared memory a CTA may use on every GPU we build for: the RTX 3060's sm_86 opts in to
+// 99 KB a block (the H200's sm_90 to 227 KB), less the kernel's static word.
+constexpr int kSmemLimit = 99 * 1024 - 16;
 
 enum Epilogue : int { kStore = 0, kGateUpQuant = 1 };
 
@@ -37,10 +42,11 @@ struct MmaParams {
     uint64_t stride[2];       // bytes between rows
     int rows;                 // weight rows (outputs), the same for both matrices
     int nkb;                  // K / 32
-    int kb_split;             // K blocks per split (gridDim.y splits)
+    int kb_split;             // K chunks per split (gridDim.y splits), a multiple of step_chunks<T>()
     int m;                    // tokens of this pass (<= n-tiles * 8)
     const int8_t* xq;         // [nkb][n-tiles][32 lanes][8 bytes] fragment order (int8_matmul.cu)
     const float* xd;          // [nkb][n-tiles * 8] block scales
+    const float2* xs;         // [nkb][n-tiles * 8] scale * sum of q per 16-half (types with a min)
     float* part;              // [split][matrix][n-tiles * 8][rows]
     int* counters;            // [row tiles] zero between calls
     int epilogue;             // Epilogue
@@ -53,23 +59,46 @@ struct MmaParams {
     int llama;
     int8_t* hq;
     float* hd;
+    float2* hs;
 };
 
-// Bytes of a row's window of one step in shared memory: 4 blocks plus up to 15 bytes of
+// 32-weight chunks of one block of the type (1, or 8 for a 256-weight super-block), and of one
+// pipeline step (whole blocks, at least kStep chunks).
+template <class T>
+__host__ __device__ constexpr int chunks_per_block() { return T::kBlockWeights / 32; }
+template <class T>
+__host__ __device__ constexpr int step_chunks() { return chunks_per_block<T>() > kStep ? chunks_per_block<T>() : kStep; }
+// Bytes of a row's window of one step in shared memory: its blocks plus up to 15 bytes of
 // alignment, rounded up to whole 16-byte copies.
 template <class T>
-__host__ __device__ constexpr int row_window() { return (kStep * T::kBlockBytes + 15 + 15) / 16 * 16; }
+__host__ __device__ constexpr int row_window() {
+    return (step_chunks<T>() / chunks_per_block<T>() * T::kBlockBytes + 15 + 15) / 16 * 16;
+}
 
 template <class T, int NT, int MATS>
 __host__ __device__ constexpr int stage_bytes() {
-    return MATS * kCtaRows * row_window<T>() + kStep * NT * 32 * 8 + kStep * NT * kTileTok * 4;
+    return MATS * kCtaRows * row_window<T>() + step_chunks<T>() * NT * 32 * 8 + step_chunks<T>() * NT * kTileTok * 4 +
+           (T::kHasMin ? step_chunks<T>() * NT * kTileTok * 8 : 0);
 }
+// Steps in flight: three where they fit the shared memory every GPU allows, else two.
+template <class T, int NT, int MATS>
+__host__ __device__ constexpr int stages() { return 3 * stage_bytes<T, NT, MATS>() <= kSmemLimit ? 3 : 2; }
 // The pipeline's stages, which the last CTA of a tile reuses for the split sums.
 template <class T, int NT, int MATS>
 __host__ __device__ constexpr int smem_bytes() {
-    return kStages * stage_bytes<T, NT, MATS>() > MATS * NT * kTileTok * kCtaRows * 4
-               ? kStages * stage_bytes<T, NT, MATS>()
+    return stages<T, NT, MATS>() * stage_bytes<T, NT, MATS>() > MATS * NT * kTileTok * kCtaRows * 4
+               ? stages<T, NT, MATS>() * stage_bytes<T, NT, MATS>()
                : MATS * NT * kTileTok * kCtaRows * 4;
+}
+// The most n-tiles a pass of this type and matrix count takes within kSmemLimit (8 for 32-weight
+// types; fewer for the widest K-quant super-blocks, whose passes then hold fewer tokens).
+template <class T, int MATS>
+__host__ __device__ constexpr int max_tiles() {
+    return smem_bytes<T, 8, MATS>() <= kSmemLimit   ? 8
+           : smem_bytes<T, 7, MATS>() <= kSmemLimit ? 7
+           : smem_bytes<T, 6, MATS>() <= kSmemLimit ? 6
+           : smem_bytes<T, 5, MATS>() <= kSmemLimit ? 5
+                                                    : 4;
 }
 
 // Byte of element k (0..31) of token tok's K block kb, in fragment order for a pass of n_tiles
@@ -81,7 +110,8 @@ __host__ __device__ __forceinline__ int64_t frag_byte(int kb, int tok, int k, in
 }
 
 // One warp quantises one (token, K block), its 32 values one per lane: qtypes::quantize_act_block.
-__device__ __forceinline__ void quantize_lane(float v, int kb, int tok, int n_tiles, int8_t* q, float* d) {
+// s gets d * (sum of q over each 16-value half), what a weight type's min term multiplies.
+__device__ __forceinline__ void quantize_lane(float v, int kb, int tok, int n_tiles, int8_t* q, float* d, float2* s) {
     const int k = threadIdx.x & 31;
     float amax = fabsf(v);
 #pragma unroll
@@ -89,7 +119,15 @@ __device__ __forceinline__ void quantize_lane(float v, int kb, int tok, int n_ti
     const float dd = amax / 127.0f;
     const int qi = amax == 0.0f ? 0 : static_cast<int>(roundf(v / dd));
     q[frag_byte(kb, tok, k, n_tiles)] = static_cast<int8_t>(qi);
-    if (k == 0) d[static_cast<int64_t>(kb) * n_tiles * kTileTok + tok] = dd;
+    int half = qi;
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) half += __shfl_xor_sync(0xffffffffu, half, o);  // within each half
+    const int hi = __shfl_sync(0xffffffffu, half, 16);
+    const int64_t at = static_cast<int64_t>(kb) * n_tiles * kTileTok + tok;
+    if (k == 0) {
+        d[at] = dd;
+        s[at] = make_float2(dd * static_cast<float>(half), dd * static_cast<float>(hi));
+    }
 }
 
 // Unaligned 32-bit reads of shared memory (a row window starts at any byte).
@@ -120,20 +158,29 @@ __device__ __forceinline__ void mma_s8(int (&d)[4], const int (&a)[4], int2 b) {
         : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y), "r"(0));
 }
+// The same over one 16-wide half of K: a0 (row g), a1 (row g+8) and b0 hold k 4t..4t+3 of the
+// half, the layout of m16n8k32's a0/a1/b0 (first half) and a2/a3/b1 (second half).
+__device__ __forceinline__ void mma_s8_k16(int (&d)[4], int a0, int a1, int b) {
+    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%7,%7,%7};\n"
+        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+        : "r"(a0), "r"(a1), "r"(b), "r"(0));
+}
 
 template <class T, int NT, int MATS>
 __global__ void __launch_bounds__(kWarps * 32) mma_kernel(MmaParams p) {
-    static_assert(!T::kHasMin, "types with a min term need the activation block sums");
+    static_assert(T::kSubK == 16 || T::kSubK == 32, "a scale covers 16 or 32 weights");
+    constexpr int kCpb = chunks_per_block<T>(), kSC = step_chunks<T>(), kStages = stages<T, NT, MATS>();
     constexpr int kWin = row_window<T>();
     constexpr int kABytes = MATS * kCtaRows * kWin;
-    constexpr int kBBytes = kStep * NT * 32 * 8;
+    constexpr int kBBytes = kSC * NT * 32 * 8;
+    constexpr int kDBytes = kSC * NT * kTileTok * 4;
     extern __shared__ __align__(16) uint8_t smem[];
     __shared__ int s_last;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int tile_r0 = blockIdx.x * kCtaRows;
     const int r0 = tile_r0 + warp * 16;
     const int kb0 = blockIdx.y * p.kb_split, kb1 = min(p.nkb, kb0 + p.kb_split);
-    const int steps = (kb1 - kb0 + kStep - 1) / kStep;
+    const int steps = (kb1 - kb0 + kSC - 1) / kSC;
 
     // The weight chunks this thread copies, the same every step: (matrix, row, 16-byte chunk of
     // the row's window) for i = threadIdx.x + j * 128; their row starts found once.
@@ -146,26 +193,31 @@ __global__ void __launch_bounds__(kWarps * 32) mma_kernel(MmaParams p) {
         const int rr = (i / kChunks) % kCtaRows, m = min(i / (kChunks * kCtaRows), MATS - 1);
         chunk_row[j] = p.w[m] + static_cast<uint64_t>(min(tile_r0 + rr, p.rows - 1)) * p.stride[m];
     }
-    // Issues the copies of step s (blocks kb0 + 4s ..) into stage buffer s % kStages.
+    // Issues the copies of step s (chunks kb0 + s * kSC ..) into stage buffer s % kStages.
     auto issue = [&](int s) {
         uint8_t* st = smem + (s % kStages) * stage_bytes<T, NT, MATS>();
-        const int kb = kb0 + s * kStep, n = min(kStep, kb1 - kb);
-        // Weights: per (matrix, row) the 16-byte aligned window holding the n blocks.
+        const int kb = kb0 + s * kSC, n = min(kSC, kb1 - kb);  // kb and n: whole blocks
+        // Weights: per (matrix, row) the 16-byte aligned window holding the n chunks' blocks.
 #pragma unroll
         for (int j = 0; j < kPerThread; ++j) {
             const int i = threadIdx.x + j * kWarps * 32;
             if (i >= MATS * kCtaRows * kChunks) break;
             const int c = i % kChunks;
-            const uint8_t* start = chunk_row[j] + static_cast<int64_t>(kb) * T::kBlockBytes;
+            const uint8_t* start = chunk_row[j] + static_cast<int64_t>(kb / kCpb) * T::kBlockBytes;
             const uintptr_t base = reinterpret_cast<uintptr_t>(start) & ~uintptr_t{15};
-            const int need = static_cast<int>(reinterpret_cast<uintptr_t>(start) - base) + n * T::kBlockBytes;
+            const int need = static_cast<int>(reinterpret_cast<uintptr_t>(start) - base) + n / kCpb * T::kBlockBytes;
             if (c * 16 < need) cp_async16(st + (i / kChunks) * kWin + c * 16, reinterpret_cast<const uint8_t*>(base) + c * 16);
         }
-        // Activations: n blocks of B fragments (contiguous), then their scales (contiguous).
+        // Activations: n chunks of B fragments (contiguous), their scales, and their half sums.
         const uint8_t* xb = reinterpret_cast<const uint8_t*>(p.xq) + static_cast<int64_t>(kb) * NT * 256;
         for (int i = threadIdx.x; i < n * NT * 16; i += kWarps * 32) cp_async16(st + kABytes + i * 16, xb + i * 16);
         const uint8_t* db = reinterpret_cast<const uint8_t*>(p.xd + static_cast<int64_t>(kb) * NT * kTileTok);
         for (int i = threadIdx.x; i < n * NT * 2; i += kWarps * 32) cp_async16(st + kABytes + kBBytes + i * 16, db + i * 16);
+        if constexpr (T::kHasMin) {
+            const uint8_t* sb = reinterpret_cast<const uint8_t*>(p.xs + static_cast<int64_t>(kb) * NT * kTileTok);
+            for (int i = threadIdx.x; i < n * NT * 4; i += kWarps * 32)
+                cp_async16(st + kABytes + kBBytes + kDBytes + i * 16, sb + i * 16);
+        }
     };
 
     float acc[MATS][NT][4];
@@ -190,7 +242,7 @@ __global__ void __launch_bounds__(kWarps * 32) mma_kernel(MmaParams p) {
         cp_async_commit();
         if (!active) continue;
         const uint8_t* st = smem + (s % kStages) * stage_bytes<T, NT, MATS>();
-        const int kb = kb0 + s * kStep, n = min(kStep, kb1 - kb);
+        const int kb = kb0 + s * kSC, n = min(kSC, kb1 - kb);
         const uint8_t* row_a[MATS];
         const uint8_t* row_b[MATS];
 #pragma unroll
@@ -198,24 +250,25 @@ __global__ void __launch_bounds__(kWarps * 32) mma_kernel(MmaParams p) {
             // The window of a row starts at its first block's address aligned down to 16.
             const int ra = min(r0 + g, p.rows - 1), rb = min(r0 + g + 8, p.rows - 1);
             const uint64_t oa = (reinterpret_cast<uintptr_t>(p.w[m]) + static_cast<uint64_t>(ra) * p.stride[m] +
-                                 static_cast<uint64_t>(kb) * T::kBlockBytes) & 15;
+                                 static_cast<uint64_t>(kb / kCpb) * T::kBlockBytes) & 15;
             const uint64_t ob = (reinterpret_cast<uintptr_t>(p.w[m]) + static_cast<uint64_t>(rb) * p.stride[m] +
-                                 static_cast<uint64_t>(kb) * T::kBlockBytes) & 15;
+                                 static_cast<uint64_t>(kb / kCpb) * T::kBlockBytes) & 15;
             row_a[m] = st + (m * kCtaRows + warp * 16 + g) * kWin + oa;
             row_b[m] = st + (m * kCtaRows + warp * 16 + g + 8) * kWin + ob;
         }
         const int2* sb = reinterpret_cast<const int2*>(st + kABytes);
         const float* sd = reinterpret_cast<const float*>(st + kABytes + kBBytes);
+        const float4* ss = reinterpret_cast<const float4*>(st + kABytes + kBBytes + kDBytes);
 #pragma unroll
-        for (int c = 0; c < kStep; ++c) {
+        for (int c = 0; c < kSC; ++c) {
             if (c >= n) break;
+            // Per matrix: rows g and g+8's fragments, and per 16-half their scale and min.
             int a[MATS][4];
-            float da[MATS], db[MATS];
+            float da[MATS][2], db[MATS][2], ma[MATS][2], mb[MATS][2];
 #pragma unroll
             for (int m = 0; m < MATS; ++m) {
-                float ma, mb;
-                T::load_a(row_a[m], c, t, ld, a[m][0], a[m][2], da[m], ma);
-                T::load_a(row_b[m], c, t, ld, a[m][1], a[m][3], db[m], mb);
+                T::load_a(row_a[m], c, t, ld, a[m][0], a[m][2], da[m], ma[m]);
+                T::load_a(row_b[m], c, t, ld, a[m][1], a[m][3], db[m], mb[m]);
             }
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {
@@ -223,12 +276,34 @@ __global__ void __launch_bounds__(kWarps * 32) mma_kernel(MmaParams p) {
                 const float2 dx = *reinterpret_cast<const float2*>(&sd[c * NT * kTileTok + nt * kTileTok + 2 * t]);
 #pragma unroll
                 for (int m = 0; m < MATS; ++m) {
-                    int r[4];
-                    mma_s8(r, a[m], b);
-                    acc[m][nt][0] = fmaf(static_cast<float>(r[0]), da[m] * dx.x, acc[m][nt][0]);
-                    acc[m][nt][1] = fmaf(static_cast<float>(r[1]), da[m] * dx.y, acc[m][nt][1]);
-                    acc[m][nt][2] = fmaf(static_cast<float>(r[2]), db[m] * dx.x, acc[m][nt][2]);
-                    acc[m][nt][3] = fmaf(static_cast<float>(r[3]), db[m] * dx.y, acc[m][nt][3]);
+                    if constexpr (T::kSubK == 32) {
+                        int r[4];
+                        mma_s8(r, a[m], b);
+                        acc[m][nt][0] = fmaf(static_cast<float>(r[0]), da[m][0] * dx.x, acc[m][nt][0]);
+                        acc[m][nt][1] = fmaf(static_cast<float>(r[1]), da[m][0] * dx.y, acc[m][nt][1]);
+                        acc[m][nt][2] = fmaf(static_cast<float>(r[2]), db[m][0] * dx.x, acc[m][nt][2]);
+                        acc[m][nt][3] = fmaf(static_cast<float>(r[3]), db[m][0] * dx.y, acc[m][nt][3]);
+                    } else {
+                        int lo[4], hi[4];
+                        mma_s8_k16(lo, a[m][0], a[m][1], b.x);
+                        mma_s8_k16(hi, a[m][2], a[m][3], b.y);
+                        acc[m][nt][0] = fmaf(static_cast<float>(lo[0]), da[m][0] * dx.x,
+                                             fmaf(static_cast<float>(hi[0]), da[m][1] * dx.x, acc[m][nt][0]));
+                        acc[m][nt][1] = fmaf(static_cast<float>(lo[1]), da[m][0] * dx.y,
+                                             fmaf(static_cast<float>(hi[1]), da[m][1] * dx.y, acc[m][nt][1]));
+                        acc[m][nt][2] = fmaf(static_cast<float>(lo[2]), db[m][0] * dx.x,
+                                             fmaf(static_cast<float>(hi[2]), db[m][1] * dx.x, acc[m][nt][2]));
+                        acc[m][nt][3] = fmaf(static_cast<float>(lo[3]), db[m][0] * dx.y,
+                                             fmaf(static_cast<float>(hi[3]), db[m][1] * dx.y, acc[m][nt][3]));
+                    }
+                    if constexpr (T::kHasMin) {
+                        // value = d_h * q - m_h: minus m_h times the half's activation sum (d_x * sum q).
+                        const float4 s = ss[(c * NT * kTileTok + nt * kTileTok) / 2 + t];  // tokens 2t, 2t+1
+                        acc[m][nt][0] -= fmaf(ma[m][0], s.x, ma[m][1] * s.y);
+                        acc[m][nt][1] -= fmaf(ma[m][0], s.z, ma[m][1] * s.w);
+                        acc[m][nt][2] -= fmaf(mb[m][0], s.x, mb[m][1] * s.y);
+                        acc[m][nt][3] -= fmaf(mb[m][0], s.z, mb[m][1] * s.w);
+                    }
                 }
             }
         }
@@ -308,7 +383,7 @@ __global__ void __launch_bounds__(kWarps * 32) mma_kernel(MmaParams p) {
             const float v = tok < p.m ? swiglu_dev(sum[tok * kCtaRows + rr], sum[(tok_pass + tok) * kCtaRows + rr],
                                                    p.limit, p.llama)
                                       : 0.0f;
-            quantize_lane(v, (tile_r0 + rr) / 32, tok, NT, p.hq, p.hd);
+            quantize_lane(v, (tile_r0 + rr) / 32, tok, NT, p.hq, p.hd, p.hs);
         }
     }
 }
@@ -333,8 +408,14 @@ void launch_one(const MmaParams& p, dim3 grid, cudaStream_t stream) {
 }
 template <class T, int NT>
 void launch_nt(const MmaParams& p, int mats, dim3 grid, cudaStream_t stream) {
-    if (mats == 2) launch_one<T, NT, 2>(p, grid, stream);
-    else launch_one<T, NT, 1>(p, grid, stream);
+    // Passes wider than the type's max_tiles are split by the callers (int8_matmul.cu).
+    if (mats == 2) {
+        if constexpr (NT <= max_tiles<T, 2>()) launch_one<T, NT, 2>(p, grid, stream);
+        else BG_CHECK_MSG(false, "int8 matmul: a pass wider than the weight type's max_tiles");
+    } else {
+        if constexpr (NT <= max_tiles<T, 1>()) launch_one<T, NT, 1>(p, grid, stream);
+        else BG_CHECK_MSG(false, "int8 matmul: a pass wider than the weight type's max_tiles");
+    }
 }
 template <class T>
 void launch_mma_impl(const MmaParams& p, int nt, int mats, int splits, cudaStream_t stream) {

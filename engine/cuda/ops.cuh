@@ -109,8 +109,8 @@ void attention(const AttentionArgs& a, cudaStream_t stream);
 // ld_scores too small traps a kernel.
 void indexer(const IndexerArgs& a, cudaStream_t stream);
 // Where fewer than k experts are resident, the missing ranks get id -1 and weight 0 (the host's
-// route would abort; residency plans hold at least k experts per layer).
-void route(RoutingPolicy policy, const float* logits, const float* bias, const uint8_t* resident,
+// route would abort; residency plans hold at least k experts per layer). hot: hot-pool only.
+void route(RoutingPolicy policy, const float* logits, const float* bias, const uint8_t* resident, const uint8_t* hot,
            int64_t n_tok, int64_t n_expert, int k, RouteWeighting wt, int32_t* ids, float* weights,
            cudaStream_t stream);
 // Ops::group_by_expert on the device (engine/cuda/moe_group.cu).

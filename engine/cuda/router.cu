@@ -1,5 +1,6 @@
 // The MoE router (bg::route, cpu/routing.h) under every RoutingPolicy: p = sqrt(softplus(logit)),
-// the k experts of highest p + bias that the policy allows, and their weights; one warp per token.
+// the k experts of highest p + bias that the policy allows, in its rank order, and their weights;
+// one warp per token.
 #include <climits>
 #include <cmath>
 #include <cstddef>
@@ -12,11 +13,16 @@ namespace bg::cuda {
 
 namespace {
 
+// Which experts a rank may take: any, the resident ones, or the hot ones (hot-pool).
+enum Eligible : int { kAny = 0, kResident = 1, kHot = 2 };
+
 // One warp per token. Each rank is one arg-max over the experts still eligible under the total
 // order (p + bias descending, id ascending); taking ranks one by one in that order is what
-// bg::route's walk down the exact ranking does, for all three policies.
+// bg::route's walk down the exact ranking does, for every policy. Hot-pool's ranks 2.. take hot
+// experts until none is left, then resident ones (cpu/routing.h).
 __global__ void route_kernel(int policy, const float* logits, const float* bias, const uint8_t* resident,
-                             int64_t n_expert, int k, int norm, float scale, int32_t* ids, float* weights) {
+                             const uint8_t* hot, int64_t n_expert, int k, int norm, float scale, int32_t* ids,
+                             float* weights) {
     extern __shared__ float route_smem[];
     float* p = route_smem;                                             // [n_expert]
     float* key = p + n_expert;                                         // [n_expert] p + bias
@@ -35,25 +41,35 @@ __global__ void route_kernel(int policy, const float* logits, const float* bias,
     __syncwarp();
     int n_found = 0;
     float sum = 0.0f;
+    bool hot_left = true;  // hot-pool: some hot expert may still be untaken
     for (int j = 0; j < k; ++j) {
-        const bool need_resident = policy == static_cast<int>(RoutingPolicy::kResidentOnly) ||
-                                   (policy == static_cast<int>(RoutingPolicy::kPinnedTop1) && j > 0);
+        int need = kAny;
+        if (policy == static_cast<int>(RoutingPolicy::kResidentOnly) ||
+            (policy == static_cast<int>(RoutingPolicy::kPinnedTop1) && j > 0))
+            need = kResident;
+        if (policy == static_cast<int>(RoutingPolicy::kHotPool)) need = j > 0 && hot_left ? kHot : kResident;
         float bk = 0.0f;
         int be = -1;  // -1: none yet
-        for (int64_t e = lane; e < n_expert; e += 32) {
-            if (taken[e] || (need_resident && !resident[e])) continue;
-            if (be < 0 || key[e] > bk) {  // ids rise along a lane, so ">" keeps the lower id on ties
-                bk = key[e];
-                be = static_cast<int>(e);
+        for (;;) {
+            for (int64_t e = lane; e < n_expert; e += 32) {
+                if (taken[e] || (need == kResident && !resident[e]) || (need == kHot && !hot[e])) continue;
+                if (be < 0 || key[e] > bk) {  // ids rise along a lane, so ">" keeps the lower id on ties
+                    bk = key[e];
+                    be = static_cast<int>(e);
+                }
             }
-        }
-        for (int o = 16; o > 0; o >>= 1) {
-            const float ok = __shfl_xor_sync(0xffffffffu, bk, o);
-            const int oe = __shfl_xor_sync(0xffffffffu, be, o);
-            if (oe >= 0 && (be < 0 || ok > bk || (ok == bk && oe < be))) {
-                bk = ok;
-                be = oe;
+            // The butterfly leaves every lane with the same winner, so the warp decides alike.
+            for (int o = 16; o > 0; o >>= 1) {
+                const float ok = __shfl_xor_sync(0xffffffffu, bk, o);
+                const int oe = __shfl_xor_sync(0xffffffffu, be, o);
+                if (oe >= 0 && (be < 0 || ok > bk || (ok == bk && oe < be))) {
+                    bk = ok;
+                    be = oe;
+                }
             }
+            if (be >= 0 || need != kHot) break;
+            hot_left = false;  // every hot expert is taken: this rank and the rest among the resident ones
+            need = kResident;
         }
         if (be < 0) break;  // fewer eligible experts than k
         if (lane == 0) {
@@ -73,16 +89,17 @@ __global__ void route_kernel(int policy, const float* logits, const float* bias,
 
 }  // namespace
 
-void route(RoutingPolicy policy, const float* logits, const float* bias, const uint8_t* resident, int64_t n_tok,
-           int64_t n_expert, int k, RouteWeighting wt, int32_t* ids, float* weights, cudaStream_t stream) {
+void route(RoutingPolicy policy, const float* logits, const float* bias, const uint8_t* resident, const uint8_t* hot,
+           int64_t n_tok, int64_t n_expert, int k, RouteWeighting wt, int32_t* ids, float* weights, cudaStream_t stream) {
     BG_CHECK(k >= 1 && k <= n_expert);
     BG_CHECK(policy == RoutingPolicy::kExact || resident != nullptr);
+    BG_CHECK(policy != RoutingPolicy::kHotPool || hot != nullptr);
     if (n_tok <= 0) return;
     BG_CHECK(n_tok <= INT_MAX);
     const size_t smem = (2 * static_cast<size_t>(n_expert) + static_cast<size_t>(k)) * 4 + static_cast<size_t>(n_expert);
     BG_CHECK_MSG(smem <= 48 * 1024, "router: too many experts for one block's shared memory");
     route_kernel<<<static_cast<unsigned>(n_tok), 32, smem, stream>>>(static_cast<int>(policy), logits, bias, resident,
-                                                                     n_expert, k, wt.norm ? 1 : 0, wt.scale, ids,
+                                                                     hot, n_expert, k, wt.norm ? 1 : 0, wt.scale, ids,
                                                                      weights);
     BG_CUDA_CHECK_LAUNCH();
 }

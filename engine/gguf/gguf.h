@@ -5,6 +5,10 @@
 // every tensor must lie inside the file's data section. Any violation is a bg::Error whose
 // message is one line naming the problem (e.g. "gguf: tensor 'blk.0.attn_q_a.weight' data
 // [offset 123, size 456] ends past end of file (size 400)").
+//
+// A model split by llama.cpp's gguf-split is read as one: Reader::open takes the first shard,
+// finds the others by llama.cpp's naming (gguf_split.h) and checks that they belong together;
+// each tensor records the shard that holds its bytes.
 #pragma once
 
 #include <atomic>
@@ -69,7 +73,18 @@ struct TensorInfo {
     uint64_t offset = 0;       // relative to the data section, as stored in the file
     uint64_t n_elems = 0;
     uint64_t n_bytes = 0;
-    uint64_t file_offset = 0;  // absolute: data_offset + offset
+    uint64_t file_offset = 0;  // absolute in its shard's file: that shard's data_offset + offset
+    uint32_t shard = 0;        // the file holding the bytes: an index into Reader::shards()
+};
+
+// One file of a model: the whole model, or one shard of a split one.
+struct Shard {
+    std::string path;           // empty for an in-memory image
+    uint64_t file_size = 0;
+    uint64_t data_offset = 0;
+    uint64_t alignment = kDefaultAlignment;
+    uint64_t tensor_count = 0;  // tensors whose bytes this file holds
+    uint64_t tensor_bytes = 0;  // their bytes, padding excluded
 };
 
 // Limits applied while parsing untrusted files; the defaults are generous for real models
@@ -85,19 +100,38 @@ struct ReaderLimits {
     uint32_t max_array_depth = 4;
 };
 
+// An in-memory image of one file.
+struct Image {
+    const uint8_t* data = nullptr;
+    uint64_t size = 0;
+};
+
 class Reader {
 public:
-    // Parses the header of the file at `path`. Throws bg::Error (one line) on any problem.
+    // Parses the header of the file at `path`: a whole model, or the first shard of a split one
+    // (split.count > 1), whose other shards are then found by llama.cpp's naming, parsed and
+    // checked to belong together (gguf_split.h). Throws bg::Error (one line, naming the file)
+    // on any problem.
     static Reader open(const std::string& path, const ReaderLimits& limits = {});
-    // Parses an in-memory image of a whole file (used by tests and the fuzzer).
+    // Parses an in-memory image of a whole file (used by tests and the fuzzer); one holding the
+    // keys of a first shard of several fails as a split model whose other shards are missing.
     static Reader parse(const uint8_t* data, uint64_t size, const ReaderLimits& limits = {});
+    // Parses in-memory images of a split model's shards, first shard first (tests, the fuzzer).
+    static Reader parse_shards(const std::vector<Image>& shards, const ReaderLimits& limits = {});
 
+    // Of the file at path(): the whole model, or the first shard of a split one.
     uint32_t version() const { return version_; }
     uint64_t alignment() const { return alignment_; }
     uint64_t data_offset() const { return data_offset_; }
     uint64_t file_size() const { return file_size_; }
     const std::string& path() const { return path_; }
 
+    // Every file of the model, in split.no order (one for an unsplit model), and their bytes.
+    const std::vector<Shard>& shards() const { return shards_; }
+    bool is_split() const { return shards_.size() > 1; }
+    uint64_t total_file_size() const;
+
+    // The model's metadata (the first shard's) and the tensors of every shard, shard by shard.
     const std::vector<KeyValue>& kvs() const { return kvs_; }
     const std::vector<TensorInfo>& tensors() const { return tensors_; }
 
@@ -124,17 +158,24 @@ public:
     std::vector<std::string> get_arr_str(const std::string& key) const;
 
 private:
+    // One file on its own, split keys not followed (gguf_reader.cpp).
+    static Reader open_file(const std::string& path, const ReaderLimits& limits);
+    static Reader parse_image(const Image& image, const ReaderLimits& limits);
+
     std::string path_;
     uint32_t version_ = 0;
     uint64_t alignment_ = kDefaultAlignment;
     uint64_t data_offset_ = 0;
     uint64_t file_size_ = 0;
+    uint64_t metadata_bytes_ = 0;  // charged against ReaderLimits::max_metadata_bytes
+    std::vector<Shard> shards_;
     std::vector<KeyValue> kvs_;
     std::vector<TensorInfo> tensors_;
     // Name -> index, so lookups stay cheap for files with tens of thousands of tensors.
     std::unordered_map<std::string, size_t> kv_index_;
     std::unordered_map<std::string, size_t> tensor_index_;
     friend class ReaderImpl;
+    friend class ShardJoiner;
 };
 
 // Builds a GGUF v3 header. Tensor data is laid out in the order tensors are added, each

@@ -58,9 +58,20 @@ json header_json(const Reader& r, bool with_tensors) {
                 {"data_offset", r.data_offset()},
                 {"file_size", r.file_size()},
                 {"metadata", std::move(metadata)}};
+    if (r.is_split()) {
+        json shards = json::array();
+        for (const Shard& s : r.shards())
+            shards.push_back({{"path", s.path},
+                              {"file_size", s.file_size},
+                              {"data_offset", s.data_offset},
+                              {"alignment", s.alignment},
+                              {"tensor_count", s.tensor_count},
+                              {"tensor_bytes", s.tensor_bytes}});
+        out["shards"] = std::move(shards);
+    }
     if (!with_tensors) return out;
     json tensors = json::array();
-    for (const TensorInfo& t : r.tensors())
+    for (const TensorInfo& t : r.tensors()) {
         tensors.push_back({{"name", t.name},
                            {"shape", t.ne},
                            {"type", type_name(t.type)},
@@ -68,6 +79,8 @@ json header_json(const Reader& r, bool with_tensors) {
                            {"offset", t.offset},
                            {"file_offset", t.file_offset},
                            {"bytes", t.n_bytes}});
+        if (r.is_split()) tensors.back()["shard"] = t.shard;
+    }
     out["tensors"] = std::move(tensors);
     return out;
 }

@@ -8,6 +8,10 @@
 //    "tensors": [{"name", "shape" (ggml order, ne0 first), "type", "type_id",
 //                 "offset" (from the data section, as stored), "file_offset", "bytes"}]}
 //
+// For a split model: the first shard's header fields and metadata, every shard's tensors, each
+// with "shard" (its index in "shards", "file_offset" within that shard's file), and
+// "shards": [{"path", "file_size", "data_offset", "alignment", "tensor_count", "tensor_bytes"}].
+//
 // Metadata and tensors keep the file's order. Elements of nested arrays are themselves
 // {"elem_type", "count", "value" | "first"} objects.
 #pragma once

@@ -12,6 +12,7 @@
 #include <numeric>
 
 #include "gguf/gguf.h"
+#include "gguf/printable.h"
 #include "util/check.h"
 
 namespace bg::gguf {
@@ -42,21 +43,6 @@ uint64_t saturating_mul(uint64_t a, uint64_t b) {
     return __builtin_mul_overflow(a, b, &p) ? UINT64_MAX : p;
 }
 
-// Names and keys come from the file: escape anything that could break the one-line message.
-std::string printable(const std::string& s) {
-    constexpr size_t kMaxShown = 120;
-    std::string out;
-    for (size_t i = 0; i < s.size() && i < kMaxShown; ++i) {
-        unsigned char c = static_cast<unsigned char>(s[i]);
-        if (c < 0x20 || c == 0x7f || c == '\'' || c == '\\') {
-            out += strf("\\x%02x", c);
-        } else {
-            out += static_cast<char>(c);
-        }
-    }
-    if (s.size() > kMaxShown) out += "...";
-    return out;
-}
 
 std::string shape_text(const std::vector<int64_t>& ne) {
     std::string s = "[";
@@ -170,6 +156,21 @@ private:
 
 }  // namespace
 
+std::string printable(const std::string& s) {
+    constexpr size_t kMaxShown = 120;
+    std::string out;
+    for (size_t i = 0; i < s.size() && i < kMaxShown; ++i) {
+        unsigned char c = static_cast<unsigned char>(s[i]);
+        if (c < 0x20 || c == 0x7f || c == '\'' || c == '\\') {
+            out += strf("\\x%02x", c);
+        } else {
+            out += static_cast<char>(c);
+        }
+    }
+    if (s.size() > kMaxShown) out += "...";
+    return out;
+}
+
 class ReaderImpl {
 public:
     ReaderImpl(Cursor& cur, const ReaderLimits& limits, Reader& out)
@@ -182,6 +183,15 @@ public:
         take_alignment();
         read_tensor_infos();
         place_data();
+        r_.metadata_bytes_ = metadata_bytes_;
+        Shard one;
+        one.path = r_.path_;
+        one.file_size = r_.file_size_;
+        one.data_offset = r_.data_offset_;
+        one.alignment = r_.alignment_;
+        one.tensor_count = r_.tensors_.size();
+        for (const TensorInfo& t : r_.tensors_) one.tensor_bytes += t.n_bytes;
+        r_.shards_ = {std::move(one)};
     }
 
 private:
@@ -500,14 +510,14 @@ private:
     uint64_t metadata_bytes_ = 0;
 };
 
-Reader Reader::parse(const uint8_t* data, uint64_t size, const ReaderLimits& limits) {
-    Cursor cur(data, data ? size : 0);
+Reader Reader::parse_image(const Image& image, const ReaderLimits& limits) {
+    Cursor cur(image.data, image.data ? image.size : 0);
     Reader r;
     ReaderImpl(cur, limits, r).run();
     return r;
 }
 
-Reader Reader::open(const std::string& path, const ReaderLimits& limits) {
+Reader Reader::open_file(const std::string& path, const ReaderLimits& limits) {
     std::string shown = printable(path);
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) fail("gguf: cannot open '%s': %s", shown.c_str(), std::strerror(errno));

@@ -56,7 +56,7 @@ ProbeResult probe_disk(const std::string& path, const ProbeConfig& cfg) {
     auto reader = Reader::open(path, cfg.io);
     ProbeResult res;
     res.engine = reader->engine_name();
-    const uint64_t file_bytes = reader->file_size();
+    const uint64_t file_bytes = reader->file_size(0);
     const uint64_t read_bytes = cfg.io.read_bytes;
 
     // Every op writes into the same scratch: the contents are thrown away, and per-op

@@ -15,26 +15,31 @@ namespace {
 
 class PreadReader final : public Reader {
 public:
-    PreadReader(const std::string& path, const IoConfig& cfg, const FaultPlan& faults)
-        : path_(path), cfg_(cfg), faults_(faults) {
+    PreadReader(const std::vector<std::string>& paths, const IoConfig& cfg, const FaultPlan& faults)
+        : cfg_(cfg), faults_(faults) {
         // The page cache does the alignment work here, so there are no bounce buffers.
         cfg_.direct = false;
-        fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd_ < 0) fail("cannot open %s: %s", path.c_str(), std::strerror(errno));
-        const off_t end = ::lseek(fd_, 0, SEEK_END);
-        if (end < 0) {
-            const int err = errno;
-            ::close(fd_);
-            fail("cannot size %s: %s", path.c_str(), std::strerror(err));
+        files_.reserve(paths.size());
+        try {
+            for (const std::string& path : paths) {
+                OpenFile f;
+                f.path = path;
+                f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+                if (f.fd < 0) fail("cannot open %s: %s", path.c_str(), std::strerror(errno));
+                files_.push_back(f);
+                files_.back().bytes = file_bytes_of(f.fd, path);
+            }
+        } catch (...) {
+            close_all();
+            throw;
         }
-        file_bytes_ = static_cast<uint64_t>(end);
     }
-    ~PreadReader() override { ::close(fd_); }
+    ~PreadReader() override { close_all(); }
     PreadReader(const PreadReader&) = delete;
     PreadReader& operator=(const PreadReader&) = delete;
 
     void submit(ReadOp* op) override {
-        check_range(op, file_bytes_, path_);
+        check_range(op, files_);
         reset_op(op);
         ++pending_;
         waiting_.push(op);
@@ -58,16 +63,25 @@ public:
 
     uint64_t pending() const override { return pending_; }
     ReaderStats stats() const override { return stats_; }
-    uint64_t file_size() const override { return file_bytes_; }
+    uint32_t file_count() const override { return static_cast<uint32_t>(files_.size()); }
+    uint64_t file_size(uint32_t file) const override { return files_.at(file).bytes; }
+    const std::string& path(uint32_t file) const override { return files_.at(file).path; }
     const IoConfig& config() const override { return cfg_; }
     const char* engine_name() const override { return "pread (buffered)"; }
 
 private:
+    void close_all() {
+        for (OpenFile& f : files_)
+            if (f.fd >= 0) ::close(f.fd);
+        files_.clear();
+    }
+
     void read_op(ReadOp* op) {
+        const int fd = files_[op->file].fd;
         while (op->done < op->bytes) {
             const uint64_t want = std::min<uint64_t>(op->bytes - op->done, cfg_.read_bytes);
             if (faults_.delay_us()) ::usleep(faults_.delay_us());
-            const ssize_t got = ::pread(fd_, op->dst + op->done, want, static_cast<off_t>(op->offset + op->done));
+            const ssize_t got = ::pread(fd, op->dst + op->done, want, static_cast<off_t>(op->offset + op->done));
             ++stats_.pieces;
             const int64_t res = faults_.apply(got < 0 ? -static_cast<int64_t>(errno) : got);
             if (res == -EINTR || res == -EAGAIN) {
@@ -89,11 +103,9 @@ private:
         }
     }
 
-    std::string path_;
     IoConfig cfg_;
     FaultInjector faults_;
-    int fd_ = -1;
-    uint64_t file_bytes_ = 0;
+    std::vector<OpenFile> files_;
     OpFifo waiting_;
     uint64_t pending_ = 0;
     ReaderStats stats_;
@@ -101,8 +113,9 @@ private:
 
 }  // namespace
 
-std::unique_ptr<Reader> make_pread_reader(const std::string& path, const IoConfig& cfg, const FaultPlan& faults) {
-    return std::make_unique<PreadReader>(path, cfg, faults);
+std::unique_ptr<Reader> make_pread_reader(const std::vector<std::string>& paths, const IoConfig& cfg,
+                                          const FaultPlan& faults) {
+    return std::make_unique<PreadReader>(paths, cfg, faults);
 }
 
 }  // namespace bg::io::detail

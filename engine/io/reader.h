@@ -1,5 +1,6 @@
-// Disk tier: reads of exact byte ranges of the model file, through io_uring with O_DIRECT
-// (default) or plain pread (`--io pread`, for comparison).
+// Disk tier: reads of exact byte ranges of the model's files, through io_uring with O_DIRECT
+// (default) or plain pread (`--io pread`, for comparison). A reader opens each file of the
+// model once (every shard of a split model) and a read names its file by index.
 //
 // Real GGUF data is not 4 KiB aligned, so each request is served by reading its aligned cover
 // into the reader's own aligned bounce buffers (registered with the ring) and copying out the
@@ -15,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace bg::io {
 
@@ -37,7 +39,8 @@ struct FaultPlan {
 // One read, owned by the caller for as long as it is in flight.
 struct ReadOp {
     // in
-    uint64_t offset = 0;      // exact file offset
+    uint32_t file = 0;        // which of the reader's files: an index into the paths it opened
+    uint64_t offset = 0;      // exact offset in that file
     uint64_t bytes = 0;
     uint8_t* dst = nullptr;   // receives exactly `bytes` (any alignment)
     uint64_t tag = 0;         // for the caller
@@ -62,12 +65,17 @@ struct ReaderStats {
 
 class Reader {
 public:
-    // Opens `path` for reading as the config says. Throws bg::Error with the reason.
-    static std::unique_ptr<Reader> open(const std::string& path, const IoConfig& cfg,
+    // Opens every file of `paths` (at least one) for reading as the config says. Throws
+    // bg::Error with the reason, naming the file.
+    static std::unique_ptr<Reader> open(const std::vector<std::string>& paths, const IoConfig& cfg,
                                         const FaultPlan& faults = {});
+    static std::unique_ptr<Reader> open(const std::string& path, const IoConfig& cfg, const FaultPlan& faults = {}) {
+        return open(std::vector<std::string>{path}, cfg, faults);
+    }
     virtual ~Reader() = default;
 
-    // Queues op (its range must lie inside the file: else bg::Error). Never blocks.
+    // Queues op (its file must be one of the reader's and its range inside that file: else
+    // bg::Error). Never blocks.
     virtual void submit(ReadOp* op) = 0;
     // Returns up to `max` ops completed since the last call, in completion order. With
     // wait = true and ops pending, blocks until at least one completes.
@@ -75,15 +83,17 @@ public:
     // Ops submitted and not yet returned by poll.
     virtual uint64_t pending() const = 0;
     virtual ReaderStats stats() const = 0;
-    virtual uint64_t file_size() const = 0;
+    virtual uint32_t file_count() const = 0;
+    virtual uint64_t file_size(uint32_t file) const = 0;
+    virtual const std::string& path(uint32_t file) const = 0;
     virtual const IoConfig& config() const = 0;
     virtual const char* engine_name() const = 0;  // "io_uring+O_DIRECT", "pread", ...
 };
 
-// Convenience for one blocking read through a reader: throws bg::Error naming the offset
-// and the errno on failure. The reader must have nothing else pending (poll could hand back
-// another caller's op), else bg::Error.
-void read_blocking(Reader& r, uint8_t* dst, uint64_t bytes, uint64_t offset);
+// Convenience for one blocking read of `bytes` at `offset` of file `file` through a reader:
+// throws bg::Error naming the file, the offset and the errno on failure. The reader must have
+// nothing else pending (poll could hand back another caller's op), else bg::Error.
+void read_blocking(Reader& r, uint32_t file, uint8_t* dst, uint64_t bytes, uint64_t offset);
 
 // Raw disk bandwidth with the same reader settings, for the harness's ratios (SPEC §5).
 struct ProbeConfig {

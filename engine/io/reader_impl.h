@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "io/reader.h"
 
@@ -68,8 +69,19 @@ private:
     uint64_t completions_ = 0;
 };
 
-// Throws bg::Error unless [offset, offset + bytes) lies inside a file of file_bytes.
-void check_range(const ReadOp* op, uint64_t file_bytes, const std::string& path);
+// One file a reader opened.
+struct OpenFile {
+    std::string path;
+    int fd = -1;
+    uint64_t bytes = 0;
+    bool direct = false;  // opened with O_DIRECT (uring engine)
+};
+
+// Throws bg::Error unless op's file is one of `files` and [offset, offset + bytes) lies inside it.
+void check_range(const ReadOp* op, const std::vector<OpenFile>& files);
+
+// The size of an open file; throws bg::Error naming it.
+uint64_t file_bytes_of(int fd, const std::string& path);
 
 // Resets the reader-private and output fields before an op enters a reader.
 inline void reset_op(ReadOp* op) {
@@ -80,7 +92,9 @@ inline void reset_op(ReadOp* op) {
     op->link = nullptr;
 }
 
-std::unique_ptr<Reader> make_uring_reader(const std::string& path, const IoConfig& cfg, const FaultPlan& faults);
-std::unique_ptr<Reader> make_pread_reader(const std::string& path, const IoConfig& cfg, const FaultPlan& faults);
+std::unique_ptr<Reader> make_uring_reader(const std::vector<std::string>& paths, const IoConfig& cfg,
+                                          const FaultPlan& faults);
+std::unique_ptr<Reader> make_pread_reader(const std::vector<std::string>& paths, const IoConfig& cfg,
+                                          const FaultPlan& faults);
 
 }  // namespace bg::io::detail

@@ -19,7 +19,7 @@ namespace {
 
 class UringReader final : public Reader {
 public:
-    UringReader(const std::string& path, const IoConfig& cfg, const FaultPlan& faults);
+    UringReader(const std::vector<std::string>& paths, const IoConfig& cfg, const FaultPlan& faults);
     ~UringReader() override { close_all(); }
     UringReader(const UringReader&) = delete;
     UringReader& operator=(const UringReader&) = delete;
@@ -28,7 +28,9 @@ public:
     size_t poll(ReadOp** out, size_t max, bool wait) override;
     uint64_t pending() const override { return pending_; }
     ReaderStats stats() const override { return stats_; }
-    uint64_t file_size() const override { return file_bytes_; }
+    uint32_t file_count() const override { return static_cast<uint32_t>(files_.size()); }
+    uint64_t file_size(uint32_t file) const override { return files_.at(file).bytes; }
+    const std::string& path(uint32_t file) const override { return files_.at(file).path; }
     const IoConfig& config() const override { return cfg_; }
     const char* engine_name() const override { return name_.c_str(); }
 
@@ -37,6 +39,7 @@ private:
     // buffer bookkeeping of its own.
     struct Piece {
         ReadOp* op = nullptr;
+        int fd = -1;               // of op's file
         uint64_t cover_start = 0;  // file offset held by the buffer's first byte (aligned)
         uint64_t cover_end = 0;    // aligned, clipped to the file's aligned end
         uint64_t want_start = 0;   // the exact bytes this piece owes its op
@@ -44,7 +47,8 @@ private:
         uint64_t read_pos = 0;     // where the next device read for this piece starts (aligned)
     };
 
-    void open_file(bool direct);
+    // Opens one file, with O_DIRECT if `direct` and its filesystem takes it (f.direct says).
+    void open_file(OpenFile& f, bool direct);
     void close_all();
     void start_pieces();
     void prep(uint32_t slot);
@@ -57,13 +61,10 @@ private:
     uint32_t kernel_in_flight() const { return in_flight_ - io_uring_sq_ready(&ring_); }
     uint8_t* buffer(uint32_t slot) const { return buffers_ + static_cast<size_t>(slot) * cfg_.read_bytes; }
 
-    std::string path_;
     IoConfig cfg_;
     FaultInjector faults_;
     std::string name_;
-    int fd_ = -1;
-    uint64_t file_bytes_ = 0;
-    uint64_t file_end_aligned_ = 0;
+    std::vector<OpenFile> files_;
     io_uring ring_{};
     bool ring_ready_ = false;
     bool fixed_ = false;
@@ -79,35 +80,25 @@ private:
     ReaderStats stats_;
 };
 
-UringReader::UringReader(const std::string& path, const IoConfig& cfg, const FaultPlan& faults)
-    : path_(path), cfg_(cfg), faults_(faults) {
+UringReader::UringReader(const std::vector<std::string>& paths, const IoConfig& cfg, const FaultPlan& faults)
+    : cfg_(cfg), faults_(faults) {
     try {
         std::string notes;
-        open_file(cfg.direct);
-        if (cfg.direct && fd_ >= 0) {
-            // Some filesystems accept O_DIRECT at open and refuse it only at the first read,
-            // so one aligned read decides before any caller's op can fail with EINVAL.
-            void* probe = std::aligned_alloc(kAlign, kAlign);
-            if (!probe) fail("%s: out of memory", path.c_str());
-            const ssize_t n = ::pread(fd_, probe, kAlign, 0);
-            const int err = errno;
-            std::free(probe);
-            if (n < 0 && err == EINVAL) {
-                ::close(fd_);
-                fd_ = -1;
-                cfg_.direct = false;
-                notes = " (O_DIRECT refused by the filesystem)";
-                open_file(false);
-            }
-        } else if (cfg.direct) {
-            cfg_.direct = false;
-            notes = " (O_DIRECT refused by the filesystem)";
-            open_file(false);
+        files_.reserve(paths.size());
+        uint32_t refused = 0;
+        for (const std::string& path : paths) {
+            files_.push_back(OpenFile{path, -1, 0, false});
+            open_file(files_.back(), cfg.direct);
+            refused += cfg.direct && !files_.back().direct;
+            files_.back().bytes = file_bytes_of(files_.back().fd, path);
         }
-        const off_t end = ::lseek(fd_, 0, SEEK_END);
-        if (end < 0) fail("cannot size %s: %s", path.c_str(), std::strerror(errno));
-        file_bytes_ = static_cast<uint64_t>(end);
-        file_end_aligned_ = align_up(file_bytes_);
+        if (refused > 0) {
+            cfg_.direct = false;
+            notes = files_.size() == 1 ? " (O_DIRECT refused by the filesystem)"
+                                       : strf(" (O_DIRECT refused by the filesystem for %u of %zu files)", refused,
+                                              files_.size());
+        }
+        const std::string& path = files_[0].path;  // names the reader in start-up errors
 
         const uint32_t qd = cfg_.queue_depth;
         const size_t total = static_cast<size_t>(qd) * cfg_.read_bytes;
@@ -138,9 +129,29 @@ UringReader::UringReader(const std::string& path, const IoConfig& cfg, const Fau
     }
 }
 
-void UringReader::open_file(bool direct) {
-    fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | (direct ? O_DIRECT : 0));
-    if (fd_ < 0 && !(direct && errno == EINVAL)) fail("cannot open %s: %s", path_.c_str(), std::strerror(errno));
+void UringReader::open_file(OpenFile& f, bool direct) {
+    if (direct) {
+        f.fd = ::open(f.path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+        if (f.fd < 0 && errno != EINVAL) fail("cannot open %s: %s", f.path.c_str(), std::strerror(errno));
+        if (f.fd >= 0) {
+            // Some filesystems accept O_DIRECT at open and refuse it only at the first read,
+            // so one aligned read decides before any caller's op can fail with EINVAL.
+            void* probe = std::aligned_alloc(kAlign, kAlign);
+            if (!probe) fail("%s: out of memory", f.path.c_str());
+            const ssize_t n = ::pread(f.fd, probe, kAlign, 0);
+            const int err = errno;
+            std::free(probe);
+            if (!(n < 0 && err == EINVAL)) {
+                f.direct = true;
+                return;
+            }
+            ::close(f.fd);
+            f.fd = -1;
+        }
+    }
+    f.fd = ::open(f.path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (f.fd < 0) fail("cannot open %s: %s", f.path.c_str(), std::strerror(errno));
+    f.direct = false;
 }
 
 void UringReader::close_all() {
@@ -161,12 +172,13 @@ void UringReader::close_all() {
     }
     std::free(buffers_);
     buffers_ = nullptr;
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
+    for (OpenFile& f : files_)
+        if (f.fd >= 0) ::close(f.fd);
+    files_.clear();
 }
 
 void UringReader::submit(ReadOp* op) {
-    check_range(op, file_bytes_, path_);
+    check_range(op, files_);
     reset_op(op);
     ++pending_;
     if (op->bytes == 0) {
@@ -196,7 +208,7 @@ size_t UringReader::poll(ReadOp** out, size_t max, bool wait) {
         }
         io_uring_cqe* cqe = nullptr;
         const int ret = io_uring_wait_cqe(&ring_, &cqe);
-        if (ret < 0 && ret != -EINTR) fail("io_uring wait on %s failed: %s", path_.c_str(), std::strerror(-ret));
+        if (ret < 0 && ret != -EINTR) fail("io_uring wait on %s failed: %s", files_[0].path.c_str(), std::strerror(-ret));
     }
     pending_ -= n;
     return n;
@@ -208,11 +220,13 @@ void UringReader::start_pieces() {
         const uint32_t slot = free_slots_[--n_free_];
         Piece& p = pieces_[slot];
         const uint64_t lo = op->offset + op->next_piece;
+        const OpenFile& f = files_[op->file];
         p.op = op;
+        p.fd = f.fd;
         p.cover_start = align_down(lo);
         p.want_start = lo;
         p.want_end = std::min(op->offset + op->bytes, p.cover_start + cfg_.read_bytes);
-        p.cover_end = std::min(align_up(p.want_end), file_end_aligned_);
+        p.cover_end = std::min(align_up(p.want_end), align_up(f.bytes));
         p.read_pos = p.cover_start;
         op->next_piece += p.want_end - lo;
         ++op->pieces_in_flight;
@@ -229,8 +243,8 @@ void UringReader::prep(uint32_t slot) {
     BG_CHECK(sqe != nullptr);  // one SQE per piece at most, and pieces <= SQ entries
     uint8_t* dst = buffer(slot) + (p.read_pos - p.cover_start);
     const unsigned len = static_cast<unsigned>(p.cover_end - p.read_pos);
-    if (fixed_) io_uring_prep_read_fixed(sqe, fd_, dst, len, p.read_pos, static_cast<int>(slot));
-    else io_uring_prep_read(sqe, fd_, dst, len, p.read_pos);
+    if (fixed_) io_uring_prep_read_fixed(sqe, p.fd, dst, len, p.read_pos, static_cast<int>(slot));
+    else io_uring_prep_read(sqe, p.fd, dst, len, p.read_pos);
     io_uring_sqe_set_data64(sqe, slot);
     ++stats_.pieces;
 }
@@ -240,7 +254,7 @@ void UringReader::flush() {
         const int ret = io_uring_submit(&ring_);
         if (ret == -EINTR) continue;
         if (ret == -EAGAIN || ret == -EBUSY) return;  // resources short for now; poll tries again
-        if (ret < 0) fail("io_uring submit on %s failed: %s", path_.c_str(), std::strerror(-ret));
+        if (ret < 0) fail("io_uring submit on %s failed: %s", files_[0].path.c_str(), std::strerror(-ret));
         if (ret == 0) return;
     }
 }
@@ -333,8 +347,9 @@ void UringReader::maybe_finish(ReadOp* op) {
 
 }  // namespace
 
-std::unique_ptr<Reader> make_uring_reader(const std::string& path, const IoConfig& cfg, const FaultPlan& faults) {
-    return std::make_unique<UringReader>(path, cfg, faults);
+std::unique_ptr<Reader> make_uring_reader(const std::vector<std::string>& paths, const IoConfig& cfg,
+                                          const FaultPlan& faults) {
+    return std::make_unique<UringReader>(paths, cfg, faults);
 }
 
 }  // namespace bg::io::detail

@@ -390,7 +390,13 @@ std::vector<TensorSpec> tensor_specs(const HParams& hp, const std::vector<LayerR
                     fail("model: engram bucket %lld of layer %lld ends past 2^40 rows", (long long)b, (long long)l);
                 rows = std::max(rows, end);
             }
-            add(L("engram_embd"), {hp.engram_dim, static_cast<int64_t>(rows)}, TC::kEngramTable);
+            if (ro.engram_fp8) {
+                BG_CHECK(hp.engram_dim % 32 == 0);  // validate_tensors and parse_scale refuse others
+                add(L("engram_embd"), {hp.engram_dim, static_cast<int64_t>(rows)}, TC::kEngramFp8Values);
+                add(L("engram_embd_scale"), {hp.engram_dim / 32, static_cast<int64_t>(rows)}, TC::kEngramFp8Scales);
+            } else {
+                add(L("engram_embd"), {hp.engram_dim, static_cast<int64_t>(rows)}, TC::kEngramTable);
+            }
             add(L("engram_wkv"), {hp.engram_buckets() * hp.engram_dim, (hp.hc_count + 1) * n}, TC::kMatrix);
             add(L("engram_q"), {n, hp.hc_count}, TC::kVector);
             add(L("engram_k"), {n, hp.hc_count}, TC::kVector);
@@ -416,9 +422,10 @@ bool type_allowed(TensorClass cls, GgmlType t) {
         case TensorClass::kExperts:
             return t == GgmlType::MXFP4 || t == GgmlType::Q8_0 || t == GgmlType::BF16 ||
                    t == GgmlType::F16 || t == GgmlType::F32 || super_block;
-        case TensorClass::kEngramTable:
-            return t == GgmlType::Q8_0 || t == GgmlType::BF16 || t == GgmlType::F16 || t == GgmlType::F32 ||
-                   super_block;
+        // Any type the engine dequantises: every type it reads but I8, which is raw bytes.
+        case TensorClass::kEngramTable: return t != GgmlType::I8;
+        case TensorClass::kEngramFp8Values:
+        case TensorClass::kEngramFp8Scales: return t == GgmlType::I8;
     }
     return false;
 }
@@ -445,6 +452,29 @@ std::string skipped_tensor_reason(const HParams& hp, const std::string& name) {
     return "";
 }
 
+// Which format each Engram table is in (model/engram_format.h): a scales tensor beside the
+// table makes it the fork-fp8 pair. The pair's halves are checked here, where a clearer line
+// than the generic shape and type messages can be given.
+static void check_engram_formats(const HParams& hp, const gguf::Reader& r, std::vector<LayerRoles>& roles) {
+    for (int64_t l = 0; l < hp.n_layer; ++l) {
+        if (!roles[l].engram) continue;
+        const std::string table = layer_tensor_name(l, "engram_embd"), scales = layer_tensor_name(l, "engram_embd_scale");
+        const gguf::TensorInfo* tt = r.tensor(table);
+        const gguf::TensorInfo* st = r.tensor(scales);
+        roles[l].engram_fp8 = st != nullptr;
+        if (!tt) continue;  // reported as a missing tensor with its expected shape
+        if (tt->type == GgmlType::I8 && !st)
+            fail("model: tensor '%s' is i8 (the FP8-E4M3 bytes of a fork-fp8 Engram table) but its E8M0 scales "
+                 "tensor '%s' is missing", table.c_str(), scales.c_str());
+        if (st && tt->type != GgmlType::I8)
+            fail("model: tensor '%s' has type %s, but beside '%s' (E8M0 scales) it must be i8 (FP8-E4M3 bytes)",
+                 table.c_str(), type_name(tt->type), scales.c_str());
+        if (st && hp.engram_dim % 32 != 0)
+            fail("model: engram.key_length %lld is not a multiple of 32, as a fork-fp8 Engram table's scale groups need",
+                 (long long)hp.engram_dim);
+    }
+}
+
 std::vector<LayerRoles> validate_tensors(const HParams& hp, const gguf::Reader& r) {
     std::vector<LayerRoles> roles(static_cast<size_t>(hp.n_layer));
     for (int64_t l = 0; l < hp.n_layer; ++l) {
@@ -455,6 +485,7 @@ std::vector<LayerRoles> validate_tensors(const HParams& hp, const gguf::Reader& 
         ro.index_source = r.tensor(layer_tensor_name(l, "indexer.attn_q_b")) != nullptr;
         ro.engram = hp.engram_table_index(l) >= 0;
     }
+    check_engram_formats(hp, r, roles);
     // Attention roles must be consistent with the compress ratios.
     int64_t last_kv = -1, last_key = -1, last_idx = -1;
     for (int64_t l = 0; l < hp.n_layer; ++l) {

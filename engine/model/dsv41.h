@@ -97,9 +97,15 @@ struct LayerRoles {
     bool key_owner = false;     // has indexer.attn_k: computes index keys
     bool index_source = false;  // has indexer.attn_q_b: computes the top-k selection
     bool engram = false;
+    bool engram_fp8 = false;    // has engram_embd_scale: the table is the fork-fp8 pair (model/engram_format.h)
 };
 
-enum class TensorClass { kVector, kMatrix, kExperts, kEngramTable };
+// kEngramTable: a table of one dequantisable type; kEngramFp8Values / kEngramFp8Scales: the two
+// I8 tensors of a fork-fp8 table. All three stay on disk and are read a row at a time.
+enum class TensorClass { kVector, kMatrix, kExperts, kEngramTable, kEngramFp8Values, kEngramFp8Scales };
+inline bool is_engram_table(TensorClass c) {
+    return c == TensorClass::kEngramTable || c == TensorClass::kEngramFp8Values || c == TensorClass::kEngramFp8Scales;
+}
 
 struct TensorSpec {
     std::string name;

@@ -92,7 +92,7 @@ void Forward::load_dense_image() {
         if (!staging) staging = static_cast<uint8_t*>(ops_->alloc_host(kStagingBytes));
         for (uint64_t done = 0; done < t.info->n_bytes;) {
             const uint64_t n = std::min(kStagingBytes, t.info->n_bytes - done);
-            pread_exact(m_.fd(), staging, n, t.info->file_offset + done, "forward: dense weights");
+            m_.read_tensor(*t.info, staging, n, done, "forward: dense weights");
             ops_->upload(dst + done, staging, n);
             ops_->sync();  // the staging buffer is refilled next
             done += n;
@@ -115,6 +115,9 @@ Forward::Forward(const Model& m, std::unique_ptr<Ops> ops, ExpertProvider& exper
     if (cfg_.routing != RoutingPolicy::kExact && (!cfg_.resident || static_cast<int64_t>(cfg_.resident->size()) != hp_.n_layer))
         fail("forward: routing '%s' needs a residency plan for all %lld layers", routing_policy_name(cfg_.routing),
              (long long)hp_.n_layer);
+    if (cfg_.hot && (!cfg_.resident || static_cast<int64_t>(cfg_.hot->size()) != hp_.n_layer))
+        fail("forward: a hot set needs a residency plan, and one mask for each of the %lld layers", (long long)hp_.n_layer);
+    if (cfg_.routing == RoutingPolicy::kHotPool && !cfg_.hot) fail("forward: routing 'hot-pool' needs the hot set");
     const int64_t L = hp_.n_layer, ctx = cfg_.n_ctx, mu = cfg_.max_ubatch;
     E_ = hp_.n_embd;
     const ForwardLayout& f = lay_;
@@ -143,6 +146,9 @@ Forward::Forward(const Model& m, std::unique_ptr<Ops> ops, ExpertProvider& exper
         resident_[l] = alloc<uint8_t>(f.resident_mask);
         ops_->upload(resident_[l], (*cfg_.resident)[l].data(), f.resident_mask);
     }
+    hot_.assign(L, nullptr);
+    for (int64_t l = 0; l < f.hot_masks; ++l) hot_[l] = alloc<uint8_t>(f.resident_mask);
+    refresh_hot_set();
 
     const auto& roles = m.roles();
     kv_src_of_.assign(L, -1);
@@ -222,7 +228,19 @@ Forward::~Forward() {
 
 void Forward::set_routing(RoutingPolicy p) {
     if (p != RoutingPolicy::kExact && !cfg_.resident) fail("forward: routing '%s' needs a residency plan", routing_policy_name(p));
+    if (p == RoutingPolicy::kHotPool && !cfg_.hot) fail("forward: routing 'hot-pool' needs the hot set");
     cfg_.routing = p;
+}
+
+void Forward::refresh_hot_set() {
+    for (int64_t l = 0; l < lay_.hot_masks; ++l) {
+        const std::vector<uint8_t>& hot = (*cfg_.hot)[l];
+        const std::vector<uint8_t>& resident = (*cfg_.resident)[l];
+        BG_CHECK(static_cast<int64_t>(hot.size()) == lay_.resident_mask);
+        for (int64_t e = 0; e < lay_.resident_mask; ++e) BG_CHECK_MSG(!hot[e] || resident[e], "a hot expert is not resident");
+        // Queued behind the work already issued, so the layers still to run with the old set do.
+        ops_->upload(hot_[l], hot.data(), lay_.resident_mask);
+    }
 }
 
 void Forward::reset() {
@@ -430,11 +448,12 @@ void Forward::attention_half(int64_t l, Ubatch& u) {
     // The next sub-layer collapses with this mix's pre.
     ops_->copy_rows(pre_ + p0 * kHc, kHc, mixf + kMixPre, kMixWidth, kHc, n);
 
-    // Routing: a pure function of the scores and the fixed resident set.
+    // Routing: a pure function of the scores and the fixed resident set (and, under hot-pool, of
+    // the hot set).
     ops_->matmul(w.gate_inp, xf, E_, n, rlogits_, ne);
     int32_t* ids = ids_ + p0 * k;
     float* wts = wts_ + p0 * k;
-    ops_->route(cfg_.routing, rlogits_, w.exp_probs_b, resident_[l], n, ne, static_cast<int>(k),
+    ops_->route(cfg_.routing, rlogits_, w.exp_probs_b, resident_[l], hot_[l], n, ne, static_cast<int>(k),
                 RouteWeighting{hp_.expert_weights_norm, hp_.routed_weight_scale()}, ids, wts);
     ops_->busy_end();
     // The routing stays on the device: moe_half groups it there and the host learns the layer's

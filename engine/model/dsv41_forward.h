@@ -59,6 +59,9 @@ public:
     void set_observer(RoutingObserver* o) { observer_ = o; }
     // Switches the routing policy (fidelity runs compare policies on one engine).
     void set_routing(RoutingPolicy p);
+    // Reads ForwardConfig::hot again (the experts in VRAM changed: promotion) for the layers
+    // routed from now on. Checks that the hot set stays within the resident set.
+    void refresh_hot_set();
     // Host memory held by caches and buffers, for the host budget.
     uint64_t buffer_bytes() const { return host_bytes_; }
     // Backend memory held apart from the host (dense weights, caches, work buffers), for the VRAM
@@ -84,11 +87,14 @@ public:
     // unit of the prompt). Per token the outputs are summed in rank order, so the result does
     // not depend on which units share the call or on the order experts arrive in.
     void moe_half(int64_t l, Ubatch* const* units, int64_t n_units);
-    // Before layer l's attention halves for n_pos positions: under resident-only routing every
-    // expert the layer can use is known already, and the provider may start moving the
-    // host-resident ones (ExpertProvider::prepare_layer); under other policies, nothing.
+    // Before layer l's attention halves for n_pos positions: under resident-only and hot-pool
+    // routing every expert the layer can use is known already, and the provider may start moving
+    // the host-resident ones (ExpertProvider::prepare_layer: as many slots as routing may give
+    // them, k per position, or under hot-pool about one, rank 1, when H >= k - 1); under other
+    // policies, nothing.
     void prepare_moe(int64_t l, int64_t n_pos) {
         if (cfg_.routing == RoutingPolicy::kResidentOnly) experts_.prepare_layer(l, n_pos * hp_.n_expert_used);
+        if (cfg_.routing == RoutingPolicy::kHotPool) experts_.prepare_layer(l, n_pos);
     }
     // One whole layer of one unit (token-major): attention_half then moe_half on {u}.
     void layer(int64_t l, Ubatch& u) {
@@ -136,6 +142,7 @@ private:
     std::vector<LayerWeights> layers_;  // as the backend reads them
     std::vector<int64_t> kv_src_of_, key_owner_of_, idx_src_of_;
     std::vector<uint8_t*> resident_;      // [layer] -> [n_expert] mask (or null)
+    std::vector<uint8_t*> hot_;           // [layer] -> [n_expert] mask of the experts in VRAM (or null)
 
     // Sequence state: caches per layer (null where the layer has no such role).
     std::vector<float*> kv_cache_, comp_in_, comp_score_, comp_latent_, comp_rows_, idx_keys_;

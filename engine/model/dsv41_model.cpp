@@ -20,7 +20,12 @@ uint64_t aligned_up64(uint64_t b) { return (b + 63) & ~uint64_t{63}; }
 Model::~Model() {
     std::free(dense_);
     std::free(embd_);
-    if (fd_ >= 0) ::close(fd_);
+    for (int fd : fds_) ::close(fd);
+}
+
+void Model::read_tensor(const gguf::TensorInfo& t, void* dst, uint64_t bytes, uint64_t at, const char* what) const {
+    BG_CHECK(at <= t.n_bytes && bytes <= t.n_bytes - at);
+    pread_exact(fd(t.shard), dst, bytes, t.file_offset + at, what);
 }
 
 std::unique_ptr<Model> Model::open(const std::string& path, DenseHome home) {
@@ -31,8 +36,13 @@ std::unique_ptr<Model> Model::open(const std::string& path, DenseHome home) {
     m->hp_ = read_hparams(m->reader_);
     m->roles_ = validate_tensors(m->hp_, m->reader_);
     const HParams& hp = m->hp_;
-    m->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (m->fd_ < 0) fail("model: cannot open '%s': %s", path.c_str(), std::strerror(errno));
+    for (const gguf::Shard& s : m->reader_.shards()) {
+        const std::string& p = s.path;
+        const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0) fail("model: cannot open '%s': %s", p.c_str(), std::strerror(errno));
+        m->fds_.push_back(fd);
+        m->shard_paths_.push_back(p);
+    }
 
     // Classify by the architecture's tensor table: experts and Engram tables stay on disk,
     // tensors the engine skips (MTP layers, the vision bias) are never read, and every other
@@ -48,7 +58,7 @@ std::unique_ptr<Model> Model::open(const std::string& path, DenseHome home) {
         const auto c = cls.find(t.name);
         if (c == cls.end()) continue;
         if (c->second == TensorClass::kExperts) m->expert_bytes_ += t.n_bytes;
-        else if (c->second == TensorClass::kEngramTable) m->engram_bytes_ += t.n_bytes;
+        else if (is_engram_table(c->second)) m->engram_bytes_ += t.n_bytes;
         else {
             entries.push_back({t.name, c->second, t.n_elems, t.n_bytes});
             infos.push_back(&t);
@@ -85,19 +95,19 @@ std::unique_ptr<Model> Model::open(const std::string& path, DenseHome home) {
     for (const gguf::TensorInfo* t : vectors) {
         float* out = reinterpret_cast<float*>(m->dense_ + image_at.at(t->name));
         if (t->type == GgmlType::F32) {
-            pread_exact(m->fd_, out, t->n_bytes, t->file_offset, "model: dense weights");
+            m->read_tensor(*t, out, t->n_bytes, 0, "model: dense weights");
             continue;
         }
         packed.resize(t->n_bytes);
-        pread_exact(m->fd_, packed.data(), t->n_bytes, t->file_offset, "model: dense weights");
+        m->read_tensor(*t, packed.data(), t->n_bytes, 0, "model: dense weights");
         const int64_t cols = t->ne[0];
         const uint64_t rows = t->n_elems / static_cast<uint64_t>(cols), rb = row_bytes(t->type, cols);
         for (uint64_t r = 0; r < rows; ++r) dequantize_row(t->type, packed.data() + r * rb, out + r * cols, cols);
     }
     if (on_host)
         for (const gguf::TensorInfo* t : matrices)
-            pread_exact(m->fd_, m->dense_ + image_at.at(t->name), t->n_bytes, t->file_offset, "model: dense weights");
-    pread_exact(m->fd_, embd_host, embd->n_bytes, embd->file_offset, "model: token embedding");
+            m->read_tensor(*t, m->dense_ + image_at.at(t->name), t->n_bytes, 0, "model: dense weights");
+    m->read_tensor(*embd, embd_host, embd->n_bytes, 0, "model: token embedding");
 
     auto mat = [&](const std::string& name) -> MatView {
         const gguf::TensorInfo* t = m->reader_.tensor(name);
@@ -156,6 +166,7 @@ std::unique_ptr<Model> Model::open(const std::string& path, DenseHome home) {
         w.engram_q = vec(N("engram_q"));
         w.engram_k = vec(N("engram_k"));
         w.engram_embd = m->reader_.tensor(N("engram_embd"));
+        w.engram_embd_scale = m->roles_[l].engram_fp8 ? m->reader_.tensor(N("engram_embd_scale")) : nullptr;
         w.gate_exps = m->reader_.tensor(N("ffn_gate_exps"));
         w.up_exps = m->reader_.tensor(N("ffn_up_exps"));
         w.down_exps = m->reader_.tensor(N("ffn_down_exps"));
@@ -196,7 +207,7 @@ ExpertRanges Model::expert_ranges(int64_t layer, int64_t expert) const {
     const LayerWeights& w = layers_[static_cast<size_t>(layer)];
     auto slice = [&](const gguf::TensorInfo* t) {
         const uint64_t each = t->n_bytes / static_cast<uint64_t>(hp_.n_expert);
-        return ByteRange{t->file_offset + each * static_cast<uint64_t>(expert), each};
+        return ByteRange{t->file_offset + each * static_cast<uint64_t>(expert), each, t->shard};
     };
     return {slice(w.gate_exps), slice(w.up_exps), slice(w.down_exps)};
 }
@@ -219,15 +230,24 @@ void Model::expert_views(int64_t layer, const uint8_t* buf, MatView* gate, MatVi
     *down = view(buf + r.gate.bytes + r.up.bytes, w.expert_type_down, hp_.n_ff_exp, hp_.n_embd);
 }
 
-ByteRange Model::engram_row(int64_t layer, uint64_t row) const {
-    const gguf::TensorInfo* t = layers_[static_cast<size_t>(layer)].engram_embd;
+EngramRowRanges Model::engram_row(int64_t layer, uint64_t row) const {
+    const LayerWeights& w = layers_[static_cast<size_t>(layer)];
+    const gguf::TensorInfo* t = w.engram_embd;
     BG_CHECK(t != nullptr && row < static_cast<uint64_t>(t->ne[1]));
+    EngramRowRanges r;
     const uint64_t rb = row_bytes(t->type, t->ne[0]);
-    return {t->file_offset + rb * row, rb};
+    r.values = {t->file_offset + rb * row, rb, t->shard};
+    if (const gguf::TensorInfo* s = w.engram_embd_scale) {
+        const uint64_t sb = row_bytes(s->type, s->ne[0]);
+        r.scales = {s->file_offset + sb * row, sb, s->shard};
+    }
+    return r;
 }
 
-GgmlType Model::engram_type(int64_t layer) const {
-    return layers_[static_cast<size_t>(layer)].engram_embd->type;
+EngramFormat Model::engram_format(int64_t layer) const {
+    const LayerWeights& w = layers_[static_cast<size_t>(layer)];
+    BG_CHECK(w.engram_embd != nullptr);
+    return w.engram_embd_scale ? EngramFormat::fork_fp8() : EngramFormat::typed(w.engram_embd->type);
 }
 
 }  // namespace bg::dsv41

@@ -12,12 +12,24 @@
 #include "backend/types.h"
 #include "gguf/gguf.h"
 #include "model/dsv41.h"
+#include "model/engram_format.h"
 
 namespace bg::dsv41 {
 
+// Where bytes lie on disk: a file of the model (a shard of a split model; 0 for an unsplit
+// one, the index into gguf().shards() and shard_paths()) and a range of it.
 struct ByteRange {
-    uint64_t offset = 0;  // absolute file offset
+    uint64_t offset = 0;  // absolute offset in that file
     uint64_t bytes = 0;
+    uint32_t file = 0;
+};
+
+// One Engram row: its bytes in the table, and for a fork-fp8 table its E8M0 scales in the scales
+// tensor (bytes 0 otherwise). Read back to back, values then scales, they are the packed row that
+// dequantize_engram_rows takes.
+struct EngramRowRanges {
+    ByteRange values, scales;
+    uint64_t bytes() const { return values.bytes + scales.bytes; }
 };
 
 // One routed expert: three contiguous slices of the merged 3-D tensors.
@@ -61,6 +73,7 @@ struct LayerWeights {
     const float* engram_q = nullptr;     // [4][n_embd]
     const float* engram_k = nullptr;     // [4][n_embd]
     const gguf::TensorInfo* engram_embd = nullptr;
+    const gguf::TensorInfo* engram_embd_scale = nullptr;  // fork-fp8 tables only
     const gguf::TensorInfo* gate_exps = nullptr;
     const gguf::TensorInfo* up_exps = nullptr;
     const gguf::TensorInfo* down_exps = nullptr;
@@ -115,8 +128,14 @@ public:
     const std::vector<LayerRoles>& roles() const { return roles_; }
     const LayerWeights& layer(int64_t l) const { return layers_[static_cast<size_t>(l)]; }
     const gguf::Reader& gguf() const { return reader_; }
-    const std::string& path() const { return path_; }
-    int fd() const { return fd_; }
+    const std::string& path() const { return path_; }  // the file given: the first shard of a split model
+    // Every file of the model, in shard order (one for an unsplit model): what a disk reader opens.
+    const std::vector<std::string>& shard_paths() const { return shard_paths_; }
+    // The model's descriptor for file `file` (an index into shard_paths()), open for its lifetime.
+    int fd(uint32_t file) const { return fds_.at(file); }
+    // Reads `bytes` of tensor `t` from `at` bytes into it, from the file that holds it; throws
+    // bg::Error "<what>: ..." on failure.
+    void read_tensor(const gguf::TensorInfo& t, void* dst, uint64_t bytes, uint64_t at, const char* what) const;
 
     MatView token_embd() const { return token_embd_; }
     MatView output() const { return output_; }
@@ -127,8 +146,8 @@ public:
     void expert_views(int64_t layer, const uint8_t* buf, MatView* gate, MatView* up,
                       MatView* down) const;
     uint64_t expert_bytes_each(int64_t layer) const { return expert_ranges(layer, 0).total(); }
-    ByteRange engram_row(int64_t layer, uint64_t row) const;
-    GgmlType engram_type(int64_t layer) const;
+    EngramRowRanges engram_row(int64_t layer, uint64_t row) const;
+    EngramFormat engram_format(int64_t layer) const;
 
     DenseHome dense_home() const { return home_; }
     // Host bytes held for dense weights: the whole image (kHost), or the 1-D weights and the
@@ -148,7 +167,8 @@ public:
 private:
     Model() = default;
     std::string path_;
-    int fd_ = -1;
+    std::vector<std::string> shard_paths_;
+    std::vector<int> fds_;  // one per shard, closed with the model
     gguf::Reader reader_;
     HParams hp_;
     std::vector<LayerRoles> roles_;

@@ -42,6 +42,7 @@ ForwardLayout ForwardLayout::of(const HParams& hp, const std::vector<LayerRoles>
         }
     }
     f.resident_masks = cfg.resident ? L : 0;
+    f.hot_masks = cfg.hot ? L : 0;
     f.resident_mask = ne;
     f.H = ctx * kHc * E;
     f.pre = ctx * kHc;
@@ -117,7 +118,7 @@ ForwardBytes ForwardLayout::bytes(bool memory_is_host, uint64_t device_image_byt
     for (const auto* v : {&kv_cache, &comp_in, &comp_score, &comp_latent, &comp_rows, &idx_keys, &sel, &sel_n})
         for (int64_t c : *v)
             if (c > 0) b.device_caches += sized(c, 4);
-    b.device_work += static_cast<uint64_t>(resident_masks) * sized(resident_mask, 1);
+    b.device_work += static_cast<uint64_t>(resident_masks + hot_masks) * sized(resident_mask, 1);
     for (int64_t c : {H, pre, xf, mixf, ids, wts, eo, iota, hflat, mixm, mixa, x, y, qa, q, kvb, att, oa, iq, iw, iscore,
                       rlogits, pooled, emb, erow, ekv, sg, su, sh, logits, bpos, gather_rows,
                       scatter_rows, expert_counts})

@@ -21,6 +21,9 @@ struct ForwardConfig {
     RoutingPolicy routing = RoutingPolicy::kExact;
     // [layer][n_expert] 1 where resident: needed by every policy but exact.
     const std::vector<std::vector<uint8_t>>* resident = nullptr;
+    // [layer][n_expert] 1 where the expert is in VRAM now (the hot set, a subset of the resident
+    // set): needed by hot-pool. Forward::refresh_hot_set reads it again after promotion.
+    const std::vector<std::vector<uint8_t>>* hot = nullptr;
     int64_t moe_chunk = 64;     // tokens per expert matmul
     // How quantized weights are multiplied. Precise here, where the float64 reference checks
     // build forwards; `betelgeuse run` defaults to fast (RunConfig::matmul).
@@ -43,6 +46,7 @@ struct ForwardLayout {
     // Per layer (0 where the layer has no such role).
     std::vector<int64_t> kv_cache, comp_in, comp_score, comp_latent, comp_rows, idx_keys, sel, sel_n;
     int64_t resident_masks = 0, resident_mask = 0;  // layers with a mask, its bytes (n_expert)
+    int64_t hot_masks = 0;                          // layers with a hot mask (resident_mask bytes each)
     // Activations by position [n_ctx][...]
     int64_t H = 0, pre = 0, xf = 0, mixf = 0, ids = 0, wts = 0, eo = 0, iota = 0;
     // Work buffers (floats, then int32)

@@ -88,7 +88,10 @@ std::vector<dsv41::LayerRoles> ModelScale::roles() const {
     for (int64_t l : gated_layers) r[l].gated = true;
     for (int64_t l : key_owner_layers) r[l].key_owner = true;
     for (int64_t l : index_source_layers) r[l].index_source = true;
-    for (int64_t l : hp.engram_layers) r[l].engram = true;
+    for (int64_t l : hp.engram_layers) {
+        r[l].engram = true;
+        r[l].engram_fp8 = engram_format.fork();
+    }
     return r;
 }
 
@@ -106,6 +109,7 @@ ModelScale parse_scale(const std::string& text, const std::string& origin) {
     dsv41::HParams& hp = s.hp;
     const int64_t big = 1ll << 40;
     bool swiglu_given = false;
+    std::string type_key_given;  // a *_type key, which a preset would contradict
     using Setter = std::function<void(const json&, const std::string&)>;
     auto I = [&](int64_t* dst, int64_t lo, int64_t hi) -> Setter {
         return [=](const json& v, const std::string& w) { *dst = as_int(v, w, lo, hi); };
@@ -115,7 +119,8 @@ ModelScale parse_scale(const std::string& text, const std::string& origin) {
         return [=](const json& v, const std::string& w) { *dst = as_int_list(v, w, lo, hi); };
     };
     auto T = [&](GgmlType* dst) -> Setter {
-        return [=](const json& v, const std::string& w) {
+        return [=, &type_key_given](const json& v, const std::string& w) {
+            type_key_given = w;
             if (!v.is_string()) fail("%s: expected a type name", w.c_str());
             try {
                 *dst = parse_type_name(v.get<std::string>());
@@ -169,8 +174,23 @@ ModelScale parse_scale(const std::string& text, const std::string& origin) {
         {"index_source_layers", L(&s.index_source_layers, 0, 1023)},
         {"dense_type", T(&s.dense_type)},
         {"expert_type", T(&s.expert_type)},
-        {"engram_type", T(&s.engram_type)},
+        {"engram_type", [&](const json& v, const std::string& w) {
+             if (!v.is_string()) fail("%s: expected an Engram format name", w.c_str());
+             try {
+                 s.engram_format = parse_engram_format(v.get<std::string>());
+             } catch (const Error& e) {
+                 fail("%s: %s", w.c_str(), e.what());
+             }
+         }},
         {"router_type", T(&s.router_type)},
+        {"quant", [&](const json& v, const std::string& w) {
+             if (!v.is_string()) fail("%s: expected a preset name", w.c_str());
+             try {
+                 s.quant = parse_quant_preset(v.get<std::string>());
+             } catch (const Error& e) {
+                 fail("%s: %s", w.c_str(), e.what());
+             }
+         }},
         {"router_bias_skew", [&](const json& v, const std::string& w) { s.router_bias_skew = as_num(v, w); if (s.router_bias_skew < 0) fail("%s: must be >= 0", w.c_str()); }},
     };
     for (auto it = j.begin(); it != j.end(); ++it) {
@@ -193,6 +213,12 @@ ModelScale parse_scale(const std::string& text, const std::string& origin) {
     if (hp.n_head % hp.o_groups) bad("n_head must be a multiple of output_groups");
     if (s.engram_rows_per_table < 8 * hp.engram_heads * (hp.engram_max_ngram - 1)) bad("engram_rows_per_table is too small for the buckets");
     if (!hp.engram_layers.empty() && s.engram_compressed_vocab > hp.n_vocab) bad("engram_compressed_vocab exceeds n_vocab");
+    if (s.quant) {
+        // The preset picks each type, falling back where a row is not whole blocks.
+        if (!type_key_given.empty())
+            fail("%s: a scale gives either quant or the *_type keys, not both", type_key_given.c_str());
+        return s;
+    }
     auto blocks_ok = [&](GgmlType t, int64_t n) { uint64_t b; return row_bytes_checked(t, n, &b); };
     if (!blocks_ok(s.dense_type, hp.n_embd) || !blocks_ok(s.dense_type, hp.q_lora_rank) ||
         !blocks_ok(s.dense_type, hp.head_dim) || !blocks_ok(s.dense_type, hp.q_dim() / hp.o_groups) ||
@@ -200,7 +226,7 @@ ModelScale parse_scale(const std::string& text, const std::string& origin) {
         bad("a dense weight's row is not a whole number of dense_type blocks");
     if (!blocks_ok(s.expert_type, hp.n_embd) || !blocks_ok(s.expert_type, hp.n_ff_exp))
         bad("an expert row is not a whole number of expert_type blocks");
-    if (!blocks_ok(s.engram_type, hp.engram_dim)) bad("engram_row_width is not a whole number of engram_type blocks");
+    if (!s.engram_format.row_fits(hp.engram_dim)) bad("engram_row_width is not a whole number of engram_type blocks");
     return s;
 }
 

@@ -5,10 +5,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "model/dsv41.h"
+#include "model/engram_format.h"
+#include "model/quant_preset.h"
 #include "tensor/ggml_types.h"
 
 namespace bg {
@@ -26,8 +29,12 @@ struct ModelScale {
     int64_t engram_compressed_vocab = 99092;
     GgmlType dense_type = GgmlType::BF16;          // 2-D dense weights
     GgmlType expert_type = GgmlType::MXFP4;        // routed experts
-    GgmlType engram_type = GgmlType::Q8_0;         // Engram rows
+    // Engram tables: key "engram_type", a type name or "fork-fp8" (model/engram_format.h).
+    EngramFormat engram_format = EngramFormat::typed(GgmlType::Q8_0);
     GgmlType router_type = GgmlType::F32;          // ffn_gate_inp
+    // A llama-quantize preset ("quant" key, or make-model --quant): when set it decides every
+    // tensor's type (model/quant_preset.h) and the four types above are not used.
+    std::optional<QuantPreset> quant;
     // Router bias skew: bias_e = skew * z_e with z_e ~ N(0, 1), so a larger skew makes a few
     // experts much more popular (the router's p values spread about 0.1-0.3 around 0.8).
     double router_bias_skew = 0.25;

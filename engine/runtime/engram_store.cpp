@@ -20,13 +20,18 @@ nlohmann::json EngramCounters::to_json() const {
 EngramStore::EngramStore(const dsv41::Model& m, Backend& backend, io::Reader& reader, uint64_t buffer_bytes)
     : m_(m), backend_(backend), reader_(reader), buffer_bytes_(buffer_bytes) {
     uint64_t row_bytes = 0;
-    for (int64_t l : m.hp().engram_layers) row_bytes = std::max(row_bytes, m.engram_row(l, 0).bytes);
+    uint64_t reads_per_row = 1;
+    for (int64_t l : m.hp().engram_layers) {
+        row_bytes = std::max(row_bytes, m.engram_row(l, 0).bytes());
+        if (m.engram_format(l).fork()) reads_per_row = 2;
+    }
     if (row_bytes > 0 && buffer_bytes < row_bytes)
         fail("engram: buffer of %llu bytes cannot hold one row of %llu bytes", (unsigned long long)buffer_bytes,
              (unsigned long long)row_bytes);
     const uint64_t cap = row_bytes ? buffer_bytes / row_bytes : 1;
-    ops_.resize(cap);
-    done_.resize(cap);
+    rows_per_fetch_ = static_cast<int64_t>(cap);
+    ops_.resize(cap * reads_per_row);
+    done_.resize(cap * reads_per_row);
     buffer_ = backend.alloc_device(buffer_bytes);
     staging_ = backend.alloc_host(buffer_bytes);
 }
@@ -41,28 +46,35 @@ const uint8_t* EngramStore::fetch_raw(int64_t layer, const uint64_t* rows, int64
     const double t0_ms = now_ms();
     const uint64_t before = reader_.stats().bytes_read;
     uint64_t at = 0;
-    for (int64_t i = 0; i < n; ++i) {
-        const dsv41::ByteRange r = m_.engram_row(layer, rows[i]);
-        io::ReadOp& op = ops_[i];
+    size_t n_ops = 0;
+    auto submit = [&](const dsv41::ByteRange& r, int64_t i) {
+        io::ReadOp& op = ops_[n_ops++];
         op = io::ReadOp{};
+        op.file = r.file;
         op.offset = r.offset;
         op.bytes = r.bytes;
         op.dst = staging_ + at;
         op.tag = static_cast<uint64_t>(i);
         at += r.bytes;
         reader_.submit(&op);
+    };
+    for (int64_t i = 0; i < n; ++i) {
+        // Values, then (fork-fp8) the scales right behind them: the packed row.
+        const dsv41::EngramRowRanges r = m_.engram_row(layer, rows[i]);
+        submit(r.values, i);
+        if (r.scales.bytes) submit(r.scales, i);
     }
     // Every read must land before an error is raised: they write into staging_.
     const io::ReadOp* failed = nullptr;
-    for (int64_t got = 0; got < n;) {
+    for (size_t got = 0; got < n_ops;) {
         const size_t k = reader_.poll(done_.data(), done_.size(), true);
         for (size_t j = 0; j < k; ++j)
             if (done_[j]->error && !failed) failed = done_[j];
-        got += static_cast<int64_t>(k);
+        got += k;
     }
     if (failed)
-        fail("engram: read of layer %lld row at offset %llu failed: %s", (long long)layer,
-             (unsigned long long)failed->offset, std::strerror(failed->error));
+        fail("engram: read of layer %lld row at offset %llu of %s failed: %s", (long long)layer,
+             (unsigned long long)failed->offset, reader_.path(failed->file).c_str(), std::strerror(failed->error));
     // The device buffer is refilled only once the ops reading it have run; the host waited for
     // the disk meanwhile, and the device worked through what was queued before.
     if (buffer_read_pending_) {
@@ -81,13 +93,12 @@ const uint8_t* EngramStore::fetch_raw(int64_t layer, const uint64_t* rows, int64
 
 void EngramStore::fetch_rows(int64_t layer, const uint64_t* rows, int64_t n, float* out, Ops& ops) {
     const int64_t dim = m_.hp().engram_dim;
-    const GgmlType t = m_.engram_type(layer);
+    const EngramFormat f = m_.engram_format(layer);
     for (int64_t i0 = 0; i0 < n; i0 += rows_per_fetch()) {
         const int64_t cnt = std::min<int64_t>(n - i0, rows_per_fetch());
         const uint8_t* raw = fetch_raw(layer, rows + i0, cnt, ops);
-        // Rows of one table share a size: back to back, they dequantise as one run.
         // Queued, not waited for: the next fetch waits for it, after its disk reads.
-        ops.dequantize(t, raw, out + i0 * dim, cnt * dim);
+        dequantize_engram_rows(ops, f, raw, out + i0 * dim, cnt, dim);
         buffer_read_pending_ = true;
     }
 }

@@ -1,6 +1,9 @@
 // Engram rows straight from disk: the 4 KiB pages holding each row are read with the disk-tier
 // reader (O_DIRECT), the row bytes pass through a page-locked staging area of the same size and
-// land in a fixed device buffer (2 MiB by default); nothing is cached in host memory.
+// land in a fixed device buffer (2 MiB by default); nothing is cached in host memory. A fork-fp8
+// row (model/engram_format.h) is two ranges, its values and its scales in another tensor: two
+// reads (two pages, as rows are random), packed back to back in the buffer. At most two reads
+// per row that fits the buffer are in flight.
 #pragma once
 
 #include <cstdint>
@@ -10,7 +13,6 @@
 
 #include "backend/backend.h"
 #include "io/reader.h"
-#include "model/dsv41_model.h"
 #include "model/dsv41_model.h"
 #include "model/providers.h"
 #include "util/timeline.h"
@@ -32,7 +34,7 @@ public:
     ~EngramStore() override;
     // Any backend: each buffer's worth of rows fetched, then dequantised by the backend into out.
     void fetch_rows(int64_t layer, const uint64_t* rows, int64_t n, float* out, Ops& ops) override;
-    int64_t rows_per_fetch() const { return static_cast<int64_t>(ops_.size()); }
+    int64_t rows_per_fetch() const { return rows_per_fetch_; }
     EngramCounters counters() const { return c_; }
     // The intervals spent fetching since the last clear_timeline() (reads and the copy behind them).
     const Timeline& timeline() const { return timeline_; }
@@ -50,7 +52,8 @@ private:
     uint64_t buffer_bytes_ = 0;
     uint8_t* buffer_ = nullptr;           // device memory [buffer_bytes]
     uint8_t* staging_ = nullptr;          // page-locked host memory [buffer_bytes]
-    std::vector<io::ReadOp> ops_;         // [rows that fit the buffer]
+    int64_t rows_per_fetch_ = 0;          // rows that fit the buffer
+    std::vector<io::ReadOp> ops_;         // [rows_per_fetch_ x reads per row (1, or 2 with a fork-fp8 table)]
     std::vector<io::ReadOp*> done_;
     // The last fetch's dequantisation is queued on the ops, not waited for: the next fetch waits
     // for it (ops.sync) after its disk reads, before refilling the buffer. A forward syncs its ops

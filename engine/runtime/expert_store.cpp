@@ -90,56 +90,68 @@ TieredExpertStore::TieredExpertStore(const dsv41::Model& m, Backend& backend, io
     T_ = cfg.transient_slots;
     if (plan.n_layer() != L_) fail("store: the residency plan has %lld layers, the model %lld", (long long)plan.n_layer(), (long long)L_);
     if (T_ < 1) fail("store: --transient-slots must be >= 1");
-    uint64_t largest = 0;
-    for (int64_t l = 0; l < L_; ++l) largest = std::max(largest, m.expert_bytes_each(l));
-    slot_bytes_ = slot_bytes_for(largest);
+    std::vector<uint64_t> each(static_cast<size_t>(L_));
+    for (int64_t l = 0; l < L_; ++l) each[static_cast<size_t>(l)] = m.expert_bytes_each(l);
+    slots_ = ExpertSlots::of(each);
+    const uint64_t shared = slots_.largest, every_layer = slots_.layer_sum;
+    const std::string layer_slot =
+        slots_.uniform() ? mib(shared)
+                         : strf("%s-%s by layer", mib(*std::min_element(slots_.layer.begin(), slots_.layer.end())).c_str(),
+                                mib(shared).c_str());
 
     // Budgets, checked before anything is allocated, with what would fit.
-    device_bytes_ = device_pool_bytes(L_, H_, T_, slot_bytes_);
+    device_bytes_ = slots_.device_pool_bytes(H_, T_);
     if (cfg.lru_slots < 0) fail("store: --lru-slots must be >= 0");
-    host_bytes_ = host_pool_bytes(L_, S_, H_, T_, cfg.lru_slots, slot_bytes_);
+    host_bytes_ = slots_.host_pool_bytes(S_, H_, T_, cfg.lru_slots);
     const uint64_t dev_need = device_bytes_ + cfg.device_fixed_bytes;
-    if (dev_need > cfg.vram_budget_bytes && cfg.vram_budget_bytes < cfg.device_fixed_bytes + slot_bytes_) {
+    if (dev_need > cfg.vram_budget_bytes && cfg.vram_budget_bytes < cfg.device_fixed_bytes + shared) {
         // Not even one transient slot fits beside the fixed part: no --hot or --transient-slots helps.
         fail("store: VRAM budget %s cannot hold even the %s of Engram buffer, weights, caches and work buffers "
              "plus one transient slot of %s; it would need --vram-budget %llu at least (with --hot 0 "
              "--transient-slots 1)",
-             mib(cfg.vram_budget_bytes).c_str(), mib(cfg.device_fixed_bytes).c_str(), mib(slot_bytes_).c_str(),
-             static_cast<unsigned long long>((cfg.device_fixed_bytes + slot_bytes_ + 1048575) / 1048576));
+             mib(cfg.vram_budget_bytes).c_str(), mib(cfg.device_fixed_bytes).c_str(), mib(shared).c_str(),
+             static_cast<unsigned long long>((cfg.device_fixed_bytes + shared + 1048575) / 1048576));
     }
-    if (dev_need > cfg.vram_budget_bytes && cfg.vram_budget_bytes < cfg.device_fixed_bytes + T_ * slot_bytes_) {
+    if (dev_need > cfg.vram_budget_bytes && cfg.vram_budget_bytes < cfg.device_fixed_bytes + T_ * shared) {
         // Below the fixed part and the transient area: fewer transient slots is the only way.
-        const uint64_t fit_t = (cfg.vram_budget_bytes - cfg.device_fixed_bytes) / slot_bytes_;
+        const uint64_t fit_t = (cfg.vram_budget_bytes - cfg.device_fixed_bytes) / shared;
         fail("store: VRAM budget %s cannot hold %lld transient slots x %s + %s of Engram buffer, weights, caches "
              "and work buffers even with --hot 0; it would fit --hot 0 --transient-slots %llu",
-             mib(cfg.vram_budget_bytes).c_str(), (long long)T_, mib(slot_bytes_).c_str(),
+             mib(cfg.vram_budget_bytes).c_str(), (long long)T_, mib(shared).c_str(),
              mib(cfg.device_fixed_bytes).c_str(), static_cast<unsigned long long>(fit_t));
     }
     if (dev_need > cfg.vram_budget_bytes) {
-        const uint64_t room = cfg.vram_budget_bytes > cfg.device_fixed_bytes + T_ * slot_bytes_
-                                  ? cfg.vram_budget_bytes - cfg.device_fixed_bytes - T_ * slot_bytes_ : 0;
+        const uint64_t room = cfg.vram_budget_bytes > cfg.device_fixed_bytes + T_ * shared
+                                  ? cfg.vram_budget_bytes - cfg.device_fixed_bytes - T_ * shared : 0;
         fail("store: VRAM budget %s cannot hold %lld layers x %lld hot slots x %s + %lld transient slots + %s of "
              "Engram buffer, weights, caches and work buffers (%s in all); it would fit --hot %llu",
-             mib(cfg.vram_budget_bytes).c_str(), (long long)L_, (long long)H_, mib(slot_bytes_).c_str(), (long long)T_,
+             mib(cfg.vram_budget_bytes).c_str(), (long long)L_, (long long)H_, layer_slot.c_str(), (long long)T_,
              mib(cfg.device_fixed_bytes).c_str(), mib(dev_need).c_str(),
-             static_cast<unsigned long long>(room / (slot_bytes_ * L_)));
+             static_cast<unsigned long long>(room / every_layer));
     }
     // The store's own fixed part (its disk and copy timelines) counts with the rest of the fixed
     // host memory.
     const uint64_t host_fixed = cfg.host_fixed_bytes + timeline_bytes();
     const uint64_t host_need = host_bytes_ + host_fixed;
     if (host_need > cfg.host_budget_bytes) {
-        const uint64_t other = host_fixed + (T_ + cfg.lru_slots) * slot_bytes_;
+        const uint64_t other = host_fixed + (T_ + cfg.lru_slots) * shared;
         const uint64_t room = cfg.host_budget_bytes > other ? cfg.host_budget_bytes - other : 0;
         fail("store: host budget %s cannot hold %lld layers x %lld host slots x %s + %lld staging and %lld LRU slots + %s "
              "of dense weights, caches and work buffers (%s in all); it would fit --slots %llu with --hot %lld",
-             mib(cfg.host_budget_bytes).c_str(), (long long)L_, (long long)(S_ - H_), mib(slot_bytes_).c_str(),
+             mib(cfg.host_budget_bytes).c_str(), (long long)L_, (long long)(S_ - H_), layer_slot.c_str(),
              (long long)T_, (long long)cfg.lru_slots, mib(host_fixed).c_str(), mib(host_need).c_str(),
-             static_cast<unsigned long long>(room / (slot_bytes_ * L_) + H_), (long long)H_);
+             static_cast<unsigned long long>(room / every_layer + H_), (long long)H_);
     }
     device_ = backend.alloc_device(device_bytes_);
     host_ = backend.alloc_host(host_bytes_);
     c_.pool_allocations = 2;
+    for (int64_t l = 0; l < L_; ++l) {
+        hot_base_.push_back(slots_.layer_base(l, H_));
+        host_base_.push_back(slots_.layer_base(l, S_ - H_));
+    }
+    transient_base_ = static_cast<uint64_t>(H_) * every_layer;
+    staging_base_ = static_cast<uint64_t>(S_ - H_) * every_layer;
+    lru_base_ = staging_base_ + static_cast<uint64_t>(T_) * shared;
 
     const int64_t ne = hp.n_expert;
     homes_.assign(L_, std::vector<Home>(ne));
@@ -189,10 +201,11 @@ TieredExpertStore::~TieredExpertStore() {
 }
 
 uint8_t* TieredExpertStore::home_ptr(int64_t layer, const Home& h) const {
-    if (h.tier == 2) return device_ + (static_cast<uint64_t>(layer * H_ + h.slot)) * slot_bytes_;
-    if (h.tier == 3) return host_ + (static_cast<uint64_t>(L_ * (S_ - H_) + T_ + h.slot)) * slot_bytes_;
+    const uint64_t own = slots_.layer[static_cast<size_t>(layer)];
+    if (h.tier == 2) return device_ + hot_base_[static_cast<size_t>(layer)] + static_cast<uint64_t>(h.slot) * own;
+    if (h.tier == 3) return host_ + lru_base_ + static_cast<uint64_t>(h.slot) * slots_.largest;
     BG_CHECK(h.tier == 1);
-    return host_ + (static_cast<uint64_t>(layer * (S_ - H_) + h.slot)) * slot_bytes_;
+    return host_ + host_base_[static_cast<size_t>(layer)] + static_cast<uint64_t>(h.slot) * own;
 }
 
 void TieredExpertStore::begin_pass() {
@@ -410,7 +423,7 @@ bool TieredExpertStore::start_reads_locked() {
             if (free_staging_.empty()) break;  // keep order: later experts wait for staging
             it.staging = free_staging_.back();
             free_staging_.pop_back();
-            dst = host_ + (static_cast<uint64_t>(L_ * (S_ - H_) + it.staging)) * slot_bytes_;
+            dst = staging_ptr(it.staging);
         }
         const dsv41::ExpertRanges r = m_.expert_ranges(layer_, it.expert);
         const dsv41::ByteRange parts[3] = {r.gate, r.up, r.down};
@@ -418,6 +431,7 @@ bool TieredExpertStore::start_reads_locked() {
         for (int p = 0; p < 3; ++p) {
             io::ReadOp& op = it.ops[p];
             op = io::ReadOp{};
+            op.file = parts[p].file;
             op.offset = parts[p].offset;
             op.bytes = parts[p].bytes;
             op.dst = dst + at;
@@ -441,8 +455,9 @@ bool TieredExpertStore::start_reads_locked() {
 void TieredExpertStore::complete_read(io::ReadOp* op) {
     Item& it = items_[op->tag];
     if (op->error != 0 && error_.empty())
-        error_ = strf("store: disk read of layer %lld expert %d at offset %llu failed: %s", (long long)layer_, it.expert,
-                      static_cast<unsigned long long>(op->offset), std::strerror(op->error));
+        error_ = strf("store: disk read of layer %lld expert %d at offset %llu of %s failed: %s", (long long)layer_,
+                      it.expert, static_cast<unsigned long long>(op->offset), reader_.path(op->file).c_str(),
+                      std::strerror(op->error));
     if (--reads_in_flight_ == 0) {
         const double end_ms = now_ms();
         c_.disk_busy_ms += end_ms - disk_busy_since_ms_;
@@ -473,7 +488,7 @@ bool TieredExpertStore::do_copies(std::unique_lock<std::mutex>& lk) {
             if (free_transient_.empty()) break;
             it.transient = free_transient_.back();
             free_transient_.pop_back();
-            dst = device_ + (static_cast<uint64_t>(L_ * H_ + it.transient)) * slot_bytes_;
+            dst = transient_ptr(it.transient);
         }
         it.stage = Stage::kCopying;
         copy_batch_.push_back({i, dst, it.host_src, m_.expert_bytes_each(layer_), 0});
@@ -536,7 +551,7 @@ void TieredExpertStore::streamer() {
 void TieredExpertStore::promote() {
     std::lock_guard<std::mutex> g(mu_);
     BG_CHECK(!active_);
-    uint8_t* tmp = host_ + (static_cast<uint64_t>(L_ * (S_ - H_))) * slot_bytes_;  // staging slot 0 (idle now)
+    uint8_t* tmp = staging_ptr(0);  // idle now; a shared slot holds any layer's expert
     for (int64_t l = 0; l < L_; ++l) {
         std::vector<int32_t> res = plan_.resident[l];
         std::stable_sort(res.begin(), res.end(), [&](int32_t a, int32_t b) {
@@ -586,15 +601,15 @@ StoreCounters TieredExpertStore::counters() const {
 
 void TieredExpertStore::read_expert_blocking(int64_t layer, int32_t e, uint8_t* dst) const {
     const dsv41::ExpertRanges r = m_.expert_ranges(layer, e);
-    io::read_blocking(reader_, dst, r.gate.bytes, r.gate.offset);
-    io::read_blocking(reader_, dst + r.gate.bytes, r.up.bytes, r.up.offset);
-    io::read_blocking(reader_, dst + r.gate.bytes + r.up.bytes, r.down.bytes, r.down.offset);
+    io::read_blocking(reader_, r.gate.file, dst, r.gate.bytes, r.gate.offset);
+    io::read_blocking(reader_, r.up.file, dst + r.gate.bytes, r.up.bytes, r.up.offset);
+    io::read_blocking(reader_, r.down.file, dst + r.gate.bytes + r.up.bytes, r.down.bytes, r.down.offset);
 }
 
 uint64_t TieredExpertStore::verify_slots() const {
     std::lock_guard<std::mutex> g(mu_);
     BG_CHECK(!active_);
-    std::vector<uint8_t> want(slot_bytes_), have(slot_bytes_);
+    std::vector<uint8_t> want(slots_.largest), have(slots_.largest);
     uint64_t checked = 0;
     for (int64_t l = 0; l < L_; ++l)
         for (size_t e = 0; e < homes_[l].size(); ++e) {

@@ -32,6 +32,7 @@
 #include "backend/backend.h"
 #include "io/reader.h"
 #include "model/dsv41_model.h"
+#include "runtime/expert_slots.h"
 #include "runtime/providers.h"
 #include "runtime/residency.h"
 #include "util/timeline.h"
@@ -108,20 +109,12 @@ public:
     const Timeline& copy_timeline() const { return copy_timeline_; }
     // Host bytes of both timelines (fixed at construction; counted in the host budget).
     uint64_t timeline_bytes() const { return disk_timeline_.bytes() + copy_timeline_.bytes(); }
-    // Pool sizes from the shape alone, shared with `betelgeuse plan`: a slot holds the largest
-    // expert rounded up to 4 KiB (O_DIRECT reads land in it); the device pool holds the hot slots
-    // and the transient area, the host pool the other resident slots, the transient staging
-    // slots and the LRU.
-    static uint64_t slot_bytes_for(uint64_t largest_expert_bytes) { return (largest_expert_bytes + 4095) / 4096 * 4096; }
-    static uint64_t device_pool_bytes(int64_t n_layer, int64_t hot, int64_t transient, uint64_t slot) {
-        return (static_cast<uint64_t>(n_layer * hot) + static_cast<uint64_t>(transient)) * slot;
-    }
-    static uint64_t host_pool_bytes(int64_t n_layer, int64_t slots, int64_t hot, int64_t transient, int64_t lru,
-                                    uint64_t slot) {
-        return (static_cast<uint64_t>(n_layer * (slots - hot)) + static_cast<uint64_t>(transient + lru)) * slot;
-    }
-
-    uint64_t slot_bytes() const { return slot_bytes_; }
+    // Slot sizes (runtime/expert_slots.h): each layer's resident slots hold its own experts, the
+    // shared transient, staging and LRU slots the largest; `betelgeuse plan` sizes the pools with
+    // the same ExpertSlots. The device pool holds the hot slots and the transient area, the host
+    // pool the other resident slots, the staging slots and the LRU.
+    const ExpertSlots& slot_sizes() const { return slots_; }
+    uint64_t slot_bytes() const { return slots_.largest; }  // a shared slot
     uint64_t device_bytes() const { return device_bytes_; }
     uint64_t host_bytes() const { return host_bytes_; }
     // Which experts of a layer sit in hot slots now (ascending ids).
@@ -165,9 +158,14 @@ private:
     const ResidencyPlan& plan_;
     StoreConfig cfg_;
     int64_t L_ = 0, S_ = 0, H_ = 0, T_ = 0;
-    uint64_t slot_bytes_ = 0, device_bytes_ = 0, host_bytes_ = 0;
-    uint8_t* device_ = nullptr;  // [L][H] hot slots, then [T] transient slots
-    uint8_t* host_ = nullptr;    // [L][S-H] host slots, then [T] staging slots, then [lru] slots
+    ExpertSlots slots_;
+    uint64_t device_bytes_ = 0, host_bytes_ = 0;
+    uint8_t* device_ = nullptr;  // [L][H] hot slots (each layer's size), then [T] transient slots (largest)
+    uint8_t* host_ = nullptr;    // [L][S-H] host slots (each layer's size), then [T] staging, then [lru] slots
+    std::vector<uint64_t> hot_base_, host_base_;  // [L] where each layer's slots start in its pool
+    uint64_t transient_base_ = 0, staging_base_ = 0, lru_base_ = 0;
+    uint8_t* transient_ptr(int32_t t) const { return device_ + transient_base_ + static_cast<uint64_t>(t) * slots_.largest; }
+    uint8_t* staging_ptr(int32_t s) const { return host_ + staging_base_ + static_cast<uint64_t>(s) * slots_.largest; }
 
     std::vector<std::vector<Home>> homes_;            // [layer][expert]
     std::vector<std::vector<int32_t>> hot_owner_;     // [layer][H] expert in each hot slot (-1 none)

@@ -10,6 +10,7 @@
 #include "model/forward_layout.h"
 #include "model/make_model.h"
 #include "model/scale.h"
+#include "runtime/expert_slots.h"
 #include "runtime/expert_store.h"
 #include "util/timeline.h"
 #include "util/check.h"
@@ -36,15 +37,29 @@ const char* dense_kind(const std::string& name) {
 
 }  // namespace
 
-uint64_t ModelShape::largest_expert_bytes() const {
+std::vector<ModelShape::ExpertLayer> ModelShape::expert_layers() const {
     // An expert is one slice of each of its layer's three merged tensors.
-    std::map<std::string, uint64_t> per_layer;
-    for (const Tensor& t : tensors)
-        if (t.cls == dsv41::TensorClass::kExperts)
-            per_layer[t.name.substr(0, t.name.find('.', 4))] += t.n_bytes / static_cast<uint64_t>(hp.n_expert);
-    uint64_t m = 0;
-    for (const auto& [layer, bytes] : per_layer) m = std::max(m, bytes);
-    return m;
+    std::vector<ExpertLayer> out(static_cast<size_t>(hp.n_layer));
+    for (int64_t l = 0; l < hp.n_layer; ++l) {
+        ExpertLayer& e = out[static_cast<size_t>(l)];
+        for (const Tensor& t : tensors) {
+            if (t.cls != dsv41::TensorClass::kExperts) continue;
+            GgmlType* type = nullptr;
+            if (t.name == dsv41::layer_tensor_name(l, "ffn_gate_exps")) type = &e.gate;
+            else if (t.name == dsv41::layer_tensor_name(l, "ffn_up_exps")) type = &e.up;
+            else if (t.name == dsv41::layer_tensor_name(l, "ffn_down_exps")) type = &e.down;
+            if (!type) continue;
+            *type = t.type;
+            e.bytes += t.n_bytes / static_cast<uint64_t>(hp.n_expert);
+        }
+    }
+    return out;
+}
+
+std::vector<uint64_t> ModelShape::expert_bytes_by_layer() const {
+    std::vector<uint64_t> out;
+    for (const ExpertLayer& e : expert_layers()) out.push_back(e.bytes);
+    return out;
 }
 
 ModelShape shape_of(const dsv41::Model& m) {
@@ -78,8 +93,11 @@ ModelShape shape_of(const ModelScale& scale) {
     ModelShape s;
     s.hp = sc.hp;
     s.roles = sc.roles();
-    for (const dsv41::TensorSpec& spec : dsv41::tensor_specs(s.hp, s.roles)) {
-        const GgmlType type = tensor_type_for(sc, spec);
+    const std::vector<dsv41::TensorSpec> specs = dsv41::tensor_specs(s.hp, s.roles);
+    const std::vector<GgmlType> types = tensor_types_for(sc, specs);
+    for (size_t i = 0; i < specs.size(); ++i) {
+        const dsv41::TensorSpec& spec = specs[i];
+        const GgmlType type = types[i];
         uint64_t n = 1;
         for (int64_t d : spec.ne) n *= static_cast<uint64_t>(d);
         const uint64_t rows = n / static_cast<uint64_t>(spec.ne[0]);
@@ -124,9 +142,11 @@ MemoryPlan plan_memory(const ModelShape& shape, const RunConfig& cfg, bool cuda,
     fc.n_ctx = cfg.n_ctx > 0 ? cfg.n_ctx : n_prompt + std::max<int64_t>(cfg.gen, 1);
     fc.max_ubatch = cfg.ubatch;
     fc.matmul = parse_matmul_mode(cfg.matmul);
-    // A run always builds a residency plan (the default from router bias): one mask per layer.
+    // A run always builds a residency plan (the default from router bias): a resident and a hot
+    // mask per layer.
     const std::vector<std::vector<uint8_t>> masks(static_cast<size_t>(hp.n_layer), std::vector<uint8_t>(hp.n_expert));
     fc.resident = &masks;
+    fc.hot = &masks;
     std::map<std::string, GgmlType> types;
     for (const ModelShape::Tensor& t : shape.tensors) types[t.name] = t.type;
     const dsv41::ForwardLayout fl =
@@ -152,16 +172,25 @@ MemoryPlan plan_memory(const ModelShape& shape, const RunConfig& cfg, bool cuda,
             fl.bytes(true, 0, 0, cpu::ops_host_bytes(fl.ops)).host);
     }
 
-    // The tiered expert store.
-    const uint64_t slot = TieredExpertStore::slot_bytes_for(shape.largest_expert_bytes());
+    // The tiered expert store: each layer's resident slots its own experts' size, the shared
+    // slots the largest (runtime/expert_slots.h).
+    const ExpertSlots es = ExpertSlots::of(shape.expert_bytes_by_layer());
     const int64_t L = hp.n_layer, T = cfg.transient_slots;
-    add(MemoryTier::kVram, strf("hot expert slots (%lld layers x %lld x %s)", (long long)L, (long long)hot, mib(slot).c_str()),
-        TieredExpertStore::device_pool_bytes(L, hot, 0, slot));
-    add(MemoryTier::kVram, strf("transient expert slots (%lld)", (long long)T), TieredExpertStore::device_pool_bytes(0, 0, T, slot));
-    add(MemoryTier::kHost, strf("host expert slots (%lld layers x %lld)", (long long)L, (long long)(slots - hot)),
-        TieredExpertStore::host_pool_bytes(L, slots, hot, 0, 0, slot));
-    add(MemoryTier::kHost, strf("expert staging slots (%lld) and LRU slots (%lld)", (long long)T, (long long)cfg.lru_slots),
-        TieredExpertStore::host_pool_bytes(0, 0, 0, T, cfg.lru_slots, slot));
+    const std::string layer_slot =
+        es.uniform() ? mib(es.largest)
+                     : mib(*std::min_element(es.layer.begin(), es.layer.end())) + "-" + mib(es.largest) + " by layer";
+    add(MemoryTier::kVram,
+        strf("hot expert slots (%lld layers x %lld x %s)", (long long)L, (long long)hot, layer_slot.c_str()),
+        es.device_pool_bytes(hot, 0));
+    add(MemoryTier::kVram, strf("transient expert slots (%lld x %s)", (long long)T, mib(es.largest).c_str()),
+        es.device_pool_bytes(0, T));
+    add(MemoryTier::kHost,
+        strf("host expert slots (%lld layers x %lld x %s)", (long long)L, (long long)(slots - hot), layer_slot.c_str()),
+        es.host_pool_bytes(slots, hot, 0, 0));
+    add(MemoryTier::kHost,
+        strf("expert staging slots (%lld) and LRU slots (%lld), %s each", (long long)T, (long long)cfg.lru_slots,
+             mib(es.largest).c_str()),
+        es.host_pool_bytes(0, 0, T, cfg.lru_slots));
 
     // Engram rows and the timelines the overlap figure is made from.
     const uint64_t engram = cfg.engram_buffer_kib * 1024;
@@ -171,6 +200,66 @@ MemoryPlan plan_memory(const ModelShape& shape, const RunConfig& cfg, bool cuda,
         3 * timeline_capacity(hp.n_layer, hp.n_expert) * sizeof(Interval));
     if (cuda) add(MemoryTier::kVram, "CUDA runtime reserve (--vram-reserve)", cfg.vram_reserve_mib << 20);
     return p;
+}
+
+ExpertCapacity expert_capacity(const ModelShape& shape, const RunConfig& cfg, bool cuda, int64_t n_prompt,
+                               int64_t slots, int64_t hot, uint64_t cgroup_limit_bytes) {
+    // Every other allocation is the same whatever S and H are, and each hot (host) slot per
+    // layer adds one slot of every layer to VRAM (host): the plan without them gives the room.
+    const ExpertSlots es = ExpertSlots::of(shape.expert_bytes_by_layer());
+    ExpertCapacity c;
+    c.hot = hot;
+    if (es.layer_sum == 0) return c;
+    const int64_t n_expert = shape.hp.n_expert;
+    const MemoryPlan no_hot = plan_memory(shape, cfg, cuda, n_prompt, std::max(slots, hot), 0, cgroup_limit_bytes);
+    const uint64_t vram = no_hot.total(MemoryTier::kVram);
+    if (vram <= no_hot.vram_budget_bytes)
+        c.max_hot = std::min<int64_t>(n_expert, static_cast<int64_t>((no_hot.vram_budget_bytes - vram) / es.layer_sum));
+    const MemoryPlan no_host_slots = plan_memory(shape, cfg, cuda, n_prompt, hot, hot, cgroup_limit_bytes);
+    uint64_t limit = no_host_slots.host_budget_bytes;
+    if (cgroup_limit_bytes)
+        limit = std::min(limit, cgroup_limit_bytes > MemoryPlan::kCgroupHeadroomBytes
+                                    ? cgroup_limit_bytes - MemoryPlan::kCgroupHeadroomBytes : 0);
+    const uint64_t host = no_host_slots.total(MemoryTier::kHost);
+    if (host <= limit)
+        c.max_slots = std::min<int64_t>(n_expert, hot + static_cast<int64_t>((limit - host) / es.layer_sum));
+    return c;
+}
+
+std::string expert_summary(const ModelShape& shape, const ExpertCapacity& cap, int64_t n_layer) {
+    const std::vector<ModelShape::ExpertLayer> layers = shape.expert_layers();
+    // Layers with equal experts, in order of their first layer.
+    std::vector<std::pair<const ModelShape::ExpertLayer*, std::vector<int64_t>>> groups;
+    for (int64_t l = 0; l < static_cast<int64_t>(layers.size()); ++l) {
+        const ModelShape::ExpertLayer& e = layers[static_cast<size_t>(l)];
+        auto same = [&](const auto& g) {
+            return g.first->bytes == e.bytes && g.first->gate == e.gate && g.first->up == e.up && g.first->down == e.down;
+        };
+        auto it = std::find_if(groups.begin(), groups.end(), same);
+        if (it == groups.end()) groups.push_back({&e, {l}});
+        else it->second.push_back(l);
+    }
+    std::string out = "experts by layer (one expert: gate, up and down)\n";
+    for (const auto& [e, ls] : groups) {
+        std::string names;
+        for (size_t i = 0; i < ls.size(); ++i) {
+            size_t j = i;
+            while (j + 1 < ls.size() && ls[j + 1] == ls[j] + 1) ++j;
+            names += strf("%s%lld", names.empty() ? "" : ", ", (long long)ls[i]);
+            if (j > i) names += strf("-%lld", (long long)ls[j]);
+            i = j;
+        }
+        out += strf("  layers %-30s %10.3f MB per expert (%s, %s, %s), slots of %s\n", names.c_str(), e->bytes / 1e6,
+                    type_name(e->gate), type_name(e->up), type_name(e->down),
+                    mib(ExpertSlots::round_up(e->bytes)).c_str());
+    }
+    auto held = [&](int64_t per_layer) {
+        return per_layer < 0 ? std::string("none (the rest of the tier is over the budget)")
+                             : strf("%lld per layer (%lld experts)", (long long)per_layer, (long long)(per_layer * n_layer));
+    };
+    out += strf("experts the budgets hold: VRAM up to --hot %s; host up to --slots %s with --hot %lld\n",
+                held(cap.max_hot).c_str(), held(cap.max_slots).c_str(), (long long)cap.hot);
+    return out;
 }
 
 uint64_t MemoryPlan::total(MemoryTier t) const {

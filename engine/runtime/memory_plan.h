@@ -32,7 +32,14 @@ struct ModelShape {
         uint64_t n_elems = 0, n_bytes = 0;
     };
     std::vector<Tensor> tensors;  // the architecture's tensors (skipped ones left out)
-    uint64_t largest_expert_bytes() const;
+    // One routed expert of each layer: its slices of the layer's three merged tensors, which
+    // may differ in type from layer to layer (llama-quantize's ffn_down rules).
+    struct ExpertLayer {
+        uint64_t bytes = 0;  // gate + up + down
+        GgmlType gate = GgmlType::F32, up = GgmlType::F32, down = GgmlType::F32;
+    };
+    std::vector<ExpertLayer> expert_layers() const;  // [n_layer]
+    std::vector<uint64_t> expert_bytes_by_layer() const;
 };
 ModelShape shape_of(const dsv41::Model& m);
 ModelShape shape_of(const ModelScale& s);  // Engram layout from seed 1, as make-model would draw it
@@ -64,10 +71,26 @@ struct MemoryPlan {
     nlohmann::json to_json() const;
 };
 
+// How many experts the budgets hold with the other flags as given: the most hot slots per layer
+// VRAM holds beside everything else on it, and the most resident slots per layer (S) the host
+// tier holds beside its other allocations with `hot` of them in VRAM (within the cgroup limit
+// less its headroom, when given). Each slot of a layer holds that layer's expert; -1: not even
+// none fits (what else the tier holds is over the budget already). Capped at n_expert.
+struct ExpertCapacity {
+    int64_t max_hot = -1;
+    int64_t max_slots = -1;
+    int64_t hot = 0;  // the --hot max_slots was found with
+};
+// A line per run of layers with equal experts ("layers 0-1, 3: 11.6 MB per expert (q2_K, q2_K,
+// q3_K), slots of 11.1 MiB"), and what the budgets hold, for `plan`.
+std::string expert_summary(const ModelShape& shape, const ExpertCapacity& cap, int64_t n_layer);
+
 // n_prompt: prompt tokens (with cfg.gen they set the context when cfg.n_ctx is 0); cuda: plan
 // for the CUDA backend (dense image in VRAM), else the CPU backend (its device arena is the VRAM
 // tier). slots and hot as the run would resolve them.
 MemoryPlan plan_memory(const ModelShape& shape, const RunConfig& cfg, bool cuda, int64_t n_prompt, int64_t slots,
                        int64_t hot, uint64_t cgroup_limit_bytes = 0);
+ExpertCapacity expert_capacity(const ModelShape& shape, const RunConfig& cfg, bool cuda, int64_t n_prompt,
+                               int64_t slots, int64_t hot, uint64_t cgroup_limit_bytes = 0);
 
 }  // namespace bg

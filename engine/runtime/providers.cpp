@@ -29,9 +29,9 @@ int32_t PreadExpertProvider::next_ready(ExpertView* v) {
     const int32_t expert = list_[next_++];
     const dsv41::ExpertRanges r = m_.expert_ranges(layer_, expert);
     // gate, up and down are in three tensors: three reads into one buffer, back to back.
-    pread_exact(m_.fd(), buf_.data(), r.gate.bytes, r.gate.offset, "expert read");
-    pread_exact(m_.fd(), buf_.data() + r.gate.bytes, r.up.bytes, r.up.offset, "expert read");
-    pread_exact(m_.fd(), buf_.data() + r.gate.bytes + r.up.bytes, r.down.bytes, r.down.offset, "expert read");
+    pread_exact(m_.fd(r.gate.file), buf_.data(), r.gate.bytes, r.gate.offset, "expert read");
+    pread_exact(m_.fd(r.up.file), buf_.data() + r.gate.bytes, r.up.bytes, r.up.offset, "expert read");
+    pread_exact(m_.fd(r.down.file), buf_.data() + r.gate.bytes + r.up.bytes, r.down.bytes, r.down.offset, "expert read");
     bytes_read_ += r.total();
     ++fetches_;
     m_.expert_views(layer_, buf_.data(), &v->gate, &v->up, &v->down);
@@ -40,19 +40,23 @@ int32_t PreadExpertProvider::next_ready(ExpertView* v) {
 
 PreadEngramProvider::PreadEngramProvider(const dsv41::Model& m) : m_(m) {
     uint64_t most = 0;
-    for (int64_t l : m.hp().engram_layers) most = std::max(most, m.engram_row(l, 0).bytes);
+    for (int64_t l : m.hp().engram_layers) most = std::max(most, m.engram_row(l, 0).bytes());
     row_.resize(most);
 }
 
 void PreadEngramProvider::fetch_rows(int64_t layer, const uint64_t* rows, int64_t n, float* out, Ops& ops) {
     BG_CHECK(ops.memory_is_host());
     const int64_t dim = m_.hp().engram_dim;
-    const GgmlType t = m_.engram_type(layer);
+    const EngramFormat f = m_.engram_format(layer);
     for (int64_t i = 0; i < n; ++i) {
-        const dsv41::ByteRange r = m_.engram_row(layer, rows[i]);
-        pread_exact(m_.fd(), row_.data(), r.bytes, r.offset, "engram read");
-        dequantize_row(t, row_.data(), out + i * dim, dim);
-        bytes_read_ += r.bytes;
+        const dsv41::EngramRowRanges r = m_.engram_row(layer, rows[i]);
+        // A fork-fp8 row is two reads (each from its tensor's shard): its values, then its scales
+        // right behind them.
+        pread_exact(m_.fd(r.values.file), row_.data(), r.values.bytes, r.values.offset, "engram read");
+        if (r.scales.bytes)
+            pread_exact(m_.fd(r.scales.file), row_.data() + r.values.bytes, r.scales.bytes, r.scales.offset, "engram read");
+        dequantize_engram_rows(f, row_.data(), out + i * dim, 1, dim);
+        bytes_read_ += r.bytes();
     }
 }
 

@@ -58,6 +58,13 @@ nlohmann::json ResidencyPlan::to_json() const {
     return {{"slots", slots}, {"hot", hot}, {"source", source}, {"layers", layers}};
 }
 
+std::vector<std::vector<uint8_t>> ResidencyPlan::hot_masks(int64_t n_expert) const {
+    std::vector<std::vector<uint8_t>> m(hot_ids.size(), std::vector<uint8_t>(static_cast<size_t>(n_expert), 0));
+    for (size_t l = 0; l < hot_ids.size(); ++l)
+        for (int32_t e : hot_ids[l]) m[l][e] = 1;
+    return m;
+}
+
 ResidencyPlan plan_from_bias(const dsv41::Model& m, int64_t slots, int64_t hot) {
     ResidencyPlan p = plan_by_key(m, slots, hot, nullptr);
     p.source = "bias";

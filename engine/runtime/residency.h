@@ -23,6 +23,8 @@ struct ResidencyPlan {
 
     int64_t n_layer() const { return static_cast<int64_t>(resident.size()); }
     bool is_resident(int64_t layer, int32_t e) const { return mask[layer][e] != 0; }
+    // [layer][n_expert]: 1 where the plan puts the expert in VRAM at the start (hot_ids).
+    std::vector<std::vector<uint8_t>> hot_masks(int64_t n_expert) const;
     nlohmann::json to_json() const;
 };
 

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "util/build_info.h"
 #include "util/check.h"
 
 namespace bg {
@@ -41,6 +42,7 @@ nlohmann::json RunConfig::to_json() const {
         {"min_p", sampling.min_p},
         {"seed", sampling.seed},
         {"gen", gen},
+        {"ignore_eos", ignore_eos},
         {"prefill", prefill},
         {"ubatch", ubatch},
         {"passes", passes},
@@ -76,6 +78,8 @@ nlohmann::json RunConfig::to_json() const {
 
 std::string RunConfig::describe() const {
     std::string s = "run config\n";
+    // First the binary's own commit (embedded at build time), then every setting.
+    s += strf("  %-18s %s\n", "build", build_info().line().c_str());
     const nlohmann::json j = to_json();
     for (const auto& [k, v] : j.items()) s += strf("  %-18s %s\n", k.c_str(), v.dump().c_str());
     return s;

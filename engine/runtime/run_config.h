@@ -27,7 +27,10 @@ struct RunConfig {
     std::string system;               // the chat's system message
     bool show_ids = false;            // also print the generated token ids
     SamplingConfig sampling;          // temp 0 (greedy) by default
-    int64_t gen = 16;                 // tokens to decode after the prompt
+    int64_t gen = 16;                 // tokens to decode after the prompt, at most
+    // false: decoding stops at the model's end-of-generation tokens (tok::end_of_generation);
+    // true: they are never chosen and exactly `gen` tokens are decoded (benchmarks).
+    bool ignore_eos = false;
     std::string prefill = "layer-major";  // layer-major overlaps reads and copies with compute
     int64_t ubatch = 16;
     int64_t passes = 1;               // prefill passes over the same prompt: 1 cold, then warm
@@ -40,7 +43,7 @@ struct RunConfig {
     std::string matmul = "fast";
     int64_t n_ctx = 0;                // 0: prompt + gen
     // Tiered store
-    std::string routing = "exact";    // exact | pinned-top1 | resident-only
+    std::string routing = "exact";    // exact | pinned-top1 | resident-only | hot-pool (an interpretation)
     std::string residency;            // plan file from `betelgeuse profile`; "" = highest bias
     int64_t slots = kFromModel;       // S resident experts per layer
     int64_t hot = kFromModel;         // H of them in VRAM
@@ -76,7 +79,7 @@ struct RunConfig {
     void resolve_residency_defaults(int64_t n_expert, int64_t n_expert_used);
 
     nlohmann::json to_json() const;
-    std::string describe() const;     // the start-up table
+    std::string describe() const;     // the start-up table (the build's commit first)
 };
 
 }  // namespace bg

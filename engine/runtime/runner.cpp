@@ -1,5 +1,6 @@
 #include "runtime/runner.h"
 
+#include <cmath>
 #include <fstream>
 
 #include "util/check.h"
@@ -92,16 +93,19 @@ void Runner::prefill(const std::vector<int32_t>& prompt, PrefillOrder order, int
 }
 
 std::vector<int32_t> Runner::decode(std::vector<float>& logits, int64_t n_gen, Sampler* sampler,
-                                    const std::function<void(int32_t)>& on_token) {
+                                    const std::function<void(int32_t)>& on_token, const DecodeStop& stop) {
     const int64_t L = m_.hp().n_layer, V = m_.hp().n_vocab;
     std::vector<int32_t> out;
     if (units_.empty()) units_.resize(1);
     dsv41::Ubatch& u = units_[0];
     for (int64_t g = 0; g < n_gen; ++g) {
+        if (stop.ignore_eos && stop.eog)
+            for (int32_t id : stop.eog->ids)
+                if (id < V) logits[id] = -INFINITY;
         const int32_t t = sampler ? sampler->sample(logits.data(), V) : argmax(logits.data(), V);
         out.push_back(t);
         if (on_token) on_token(t);
-        if (g + 1 == n_gen) break;
+        if (g + 1 == n_gen || stop.stopped_at(out)) break;
         if (n_past_ >= fwd_.config().n_ctx) fail("decode: context of %lld tokens is full", (long long)fwd_.config().n_ctx);
         fwd_.embed(u, &t, 1, n_past_);
         for (int64_t l = 0; l < L; ++l) fwd_.layer(l, u);

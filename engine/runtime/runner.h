@@ -9,10 +9,24 @@
 
 #include "model/dsv41_forward.h"
 #include "runtime/sampler.h"
+#include "tokenizer/end_of_generation.h"
 
 namespace bg {
 
 enum class PrefillOrder { kTokenMajor, kLayerMajor };
+
+// Where decoding ends. Without `ignore_eos`, at the first end-of-generation token (the last one
+// returned) or after n_gen tokens, whichever comes first. With it, end-of-generation tokens are
+// never chosen (their logits are set to -inf before each choice, as llama.cpp's --ignore-eos
+// biases them) and exactly n_gen tokens come back.
+struct DecodeStop {
+    const tok::EndOfGeneration* eog = nullptr;  // null: the model has no end-of-generation tokens
+    bool ignore_eos = false;
+    // Whether a decode that returned `tokens` ended at an end-of-generation token.
+    bool stopped_at(const std::vector<int32_t>& tokens) const {
+        return !ignore_eos && eog && !tokens.empty() && eog->contains(tokens.back());
+    }
+};
 PrefillOrder parse_prefill_order(const std::string& s);  // "token-major" | "layer-major"
 const char* prefill_order_name(PrefillOrder o);
 
@@ -31,11 +45,12 @@ public:
     void prefill(const std::vector<int32_t>& prompt, PrefillOrder order, int64_t ubatch,
                  std::vector<float>* last_logits, std::vector<float>* all_logits = nullptr);
 
-    // Decoding after prefill: n_gen tokens, the first taken from `logits` (the prompt's last
-    // logits), each later one from a one-token step. `logits` is updated in place. Greedy
-    // without a sampler; `on_token` (when set) sees each token as soon as it is chosen.
+    // Decoding after prefill: up to n_gen tokens (`stop` says when fewer), the first taken from
+    // `logits` (the prompt's last logits), each later one from a one-token step. `logits` is
+    // updated in place. Greedy without a sampler; `on_token` (when set) sees each token as soon
+    // as it is chosen, an end-of-generation token included.
     std::vector<int32_t> decode(std::vector<float>& logits, int64_t n_gen, Sampler* sampler = nullptr,
-                                const std::function<void(int32_t)>& on_token = {});
+                                const std::function<void(int32_t)>& on_token = {}, const DecodeStop& stop = {});
 
     int64_t n_past() const { return n_past_; }
 

@@ -62,11 +62,13 @@ int32_t Sampler::sample(const float* logits, int64_t n) {
     double sum = 0.0;
     for (size_t i = 0; i < c.size(); ++i) sum += w[i] = std::exp((static_cast<double>(c[i].logit) - c[0].logit) / cfg_.temp);
     double u = rng_.uniform() * sum;
+    size_t last = 0;  // the last candidate with any weight (a logit of -inf has none)
     for (size_t i = 0; i < c.size(); ++i) {
+        if (w[i] > 0) last = i;
         if (u < w[i]) return c[i].id;
         u -= w[i];
     }
-    return c.back().id;  // rounding left u at the very end
+    return c[last].id;  // rounding left u at the very end
 }
 
 }  // namespace bg

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "util/build_info.h"
 #include "util/timeline.h"
 #include "util/check.h"
 
@@ -96,6 +97,13 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
         if (!cfg.prompt_text.empty() || !cfg.prompt_text_file.empty()) throw;
         std::fprintf(stderr, "%s; running on token ids\n", e.what());
     }
+    // Likewise the end-of-generation tokens: without them decoding runs to --gen.
+    try {
+        eog_ = tok::end_of_generation(model_->gguf());
+        for (const std::string& note : eog_.ignored) std::fprintf(stderr, "end of generation: %s\n", note.c_str());
+    } catch (const Error& e) {
+        std::fprintf(stderr, "%s; decoding runs to --gen without end-of-generation tokens\n", e.what());
+    }
     prompt_ = build_prompt(cfg, *model_, tokenizer_.get());
     sampler_ = std::make_unique<Sampler>(cfg.sampling);
     cfg_.resolve_residency_defaults(hp.n_expert, hp.n_expert_used);
@@ -108,8 +116,9 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
     // store's streamer thread binds itself to it (Backend::bind_thread).
     backend_ = device->make_backend(bo);
     pool_ = std::make_unique<cpu::ThreadPool>(cfg.threads);
-    expert_reader_ = io::Reader::open(cfg.model_path, io_config(cfg), cfg.faults);
-    engram_reader_ = io::Reader::open(cfg.model_path, io_config(cfg), cfg.faults);
+    // Each reader opens every file of the model once (every shard of a split model).
+    expert_reader_ = io::Reader::open(model_->shard_paths(), io_config(cfg), cfg.faults);
+    engram_reader_ = io::Reader::open(model_->shard_paths(), io_config(cfg), cfg.faults);
 
     const uint64_t mib = 1ull << 20;
     const uint64_t engram_bytes = cfg.engram_buffer_kib * 1024;
@@ -124,6 +133,9 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
     fc.matmul = parse_matmul_mode(cfg.matmul);
     fc.routing = routing_;
     fc.resident = &plan_.mask;
+    // The hot set starts as the plan's; promotion changes it (only hot-pool reads it).
+    hot_mask_ = plan_.hot_masks(hp.n_expert);
+    fc.hot = &hot_mask_;
     fwd_ = std::make_unique<dsv41::Forward>(*model_, device->make_ops(*pool_), store_proxy_, *engram_, fc);
 
     StoreConfig sc;
@@ -168,6 +180,16 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
 
 Session::~Session() = default;
 
+void Session::promote() {
+    store_->promote();
+    // The experts in VRAM changed: hot-pool routes among the new ones from now on.
+    for (int64_t l = 0; l < model_->hp().n_layer; ++l) {
+        std::fill(hot_mask_[l].begin(), hot_mask_[l].end(), 0);
+        for (int32_t e : store_->hot_experts(l)) hot_mask_[l][e] = 1;
+    }
+    fwd_->refresh_hot_set();
+}
+
 std::vector<float> Session::all_logits(RoutingPolicy policy) {
     fwd_->set_routing(policy);
     std::vector<float> all;
@@ -181,6 +203,7 @@ nlohmann::json Session::run(bool verbose, const std::function<void(int32_t)>& on
     const int64_t n_prompt = static_cast<int64_t>(prompt_.size());
     nlohmann::json metrics;
     metrics["config"] = cfg_.to_json();
+    metrics["build"] = build_info().to_json();  // the commit these binaries were built from
     metrics["engine"] = {{"backend", backend_->name()},
                          {"io_engine", expert_reader_->engine_name()},
                          {"threads", pool_->size()},
@@ -196,14 +219,19 @@ nlohmann::json Session::run(bool verbose, const std::function<void(int32_t)>& on
                          {"runtime_device_bytes", runtime_device_bytes_},
                          {"work_buffer_bytes", fwd_->buffer_bytes()},
                          {"sm_limit", backend_->sm_limit().to_json()}};
+    // Layers' experts may differ in size (llama-quantize's ffn_down rules): the largest, and each.
+    std::vector<uint64_t> expert_each;
+    for (int64_t l = 0; l < hp.n_layer; ++l) expert_each.push_back(model_->expert_bytes_each(l));
     metrics["model"] = {{"path", cfg_.model_path},
-                        {"file_bytes", model_->gguf().file_size()},
+                        {"file_bytes", model_->gguf().total_file_size()},
+                        {"files", model_->shard_paths().size()},
                         {"expert_bytes", model_->expert_bytes()},
                         {"engram_bytes", model_->engram_bytes()},
                         {"n_layer", hp.n_layer},
                         {"n_expert", hp.n_expert},
                         {"n_expert_used", hp.n_expert_used},
-                        {"expert_bytes_each", model_->expert_bytes_each(0)}};
+                        {"expert_bytes_each", *std::max_element(expert_each.begin(), expert_each.end())},
+                        {"expert_bytes_by_layer", expert_each}};
     metrics["memory"] = memory_.to_json();
     metrics["residency"] = {{"slots", plan_.slots}, {"hot", plan_.hot}, {"source", plan_.source}};
     metrics["passes"] = nlohmann::json::array();
@@ -285,7 +313,7 @@ nlohmann::json Session::run(bool verbose, const std::function<void(int32_t)>& on
         pm["prefill_tok_s"] = n_prompt / (ms / 1e3);
         if (cfg_.promote) {
             const StoreCounters p0 = store_->counters();
-            store_->promote();
+            promote();
             const StoreCounters pd = store_->counters() - p0;
             pm["promotion"] = {{"experts_moved", pd.promotions}, {"bytes", pd.promotion_bytes}};
         }
@@ -306,23 +334,32 @@ nlohmann::json Session::run(bool verbose, const std::function<void(int32_t)>& on
     begin_timelines();
     const double b0 = fwd_->device_busy_ms();
     const double t_dec_ms = now_ms();
-    generated_ = runner_->decode(logits, cfg_.gen, sampler_.get(), on_token);
+    const DecodeStop stop{&eog_, cfg_.ignore_eos};
+    generated_ = runner_->decode(logits, cfg_.gen, sampler_.get(), on_token, stop);
     const double t_dec_end_ms = now_ms();
     const double dec_ms = t_dec_end_ms - t_dec_ms;
+    stopped_at_eog_ = stop.stopped_at(generated_);
+    const int64_t n_generated = static_cast<int64_t>(generated_.size());
     // The first generated token comes from the prefill's logits: decode speed counts the
-    // one-token steps that followed it.
-    const int64_t steps = std::max<int64_t>(0, cfg_.gen - 1);
+    // one-token steps that followed it (none follows an end-of-generation token).
+    const int64_t steps = std::max<int64_t>(0, n_generated - 1);
     nlohmann::json dm = tier_metrics(store_->counters() - s0, engram_->counters() - g0, t_dec_ms, t_dec_end_ms,
                                      b0 >= 0 ? fwd_->device_busy_ms() - b0 : -1.0);
-    dm["tokens"] = cfg_.gen;
+    dm["tokens"] = n_generated;
+    dm["requested_tokens"] = cfg_.gen;
+    dm["stopped_at_eog"] = stopped_at_eog_;
+    dm["eog_token"] = stopped_at_eog_ ? nlohmann::json(generated_.back()) : nlohmann::json(nullptr);
     dm["steps"] = steps;
     dm["decode_ms"] = dec_ms;
     dm["decode_tok_s"] = steps > 0 ? steps / (dec_ms / 1e3) : 0.0;
     metrics["decode"] = dm;
     metrics["generated"] = generated_;
     metrics["prompt_first_tokens"] = std::vector<int32_t>(prompt_.begin(), prompt_.begin() + std::min<int64_t>(n_prompt, 16));
+    metrics["end_of_generation"] = {{"ids", eog_.ids}, {"ignored", eog_.ignored}, {"ignore_eos", cfg_.ignore_eos}};
     if (verbose)
-        std::fprintf(stderr, "decode: %lld tokens, %.2f tok/s\n", (long long)cfg_.gen, dm["decode_tok_s"].get<double>());
+        // The harness reads "decode: N tokens, X tok/s" (harness/progress.h): the stop comes after.
+        std::fprintf(stderr, "decode: %lld tokens, %.2f tok/s%s\n", (long long)n_generated, dm["decode_tok_s"].get<double>(),
+                     stopped_at_eog_ ? strf(" (stopped at end-of-generation token %d)", generated_.back()).c_str() : "");
 
     if (cfg_.fidelity) {
         // Extra prefills outside the measured passes: exact routing against the chosen policy.

@@ -56,6 +56,10 @@ public:
     const std::vector<int32_t>& prompt() const { return prompt_; }
     const std::vector<int32_t>& generated() const { return generated_; }
     const tok::Tokenizer* tokenizer() const { return tokenizer_.get(); }  // null: the model has none
+    // The tokens decoding stops at (unless RunConfig::ignore_eos); empty without a vocabulary.
+    const tok::EndOfGeneration& end_of_generation() const { return eog_; }
+    // Whether the last run() ended at one of them (false with ignore_eos).
+    bool stopped_at_eog() const { return stopped_at_eog_; }
     const dsv41::Model& model() const { return *model_; }
     TieredExpertStore& store() { return *store_; }
     EngramStore& engram() { return *engram_; }
@@ -69,6 +73,9 @@ public:
 
     // Logits of every prompt position under the given routing (for fidelity and tests).
     std::vector<float> all_logits(RoutingPolicy policy);
+    // End-of-pass promotion (TieredExpertStore::promote); the hot set hot-pool routes among
+    // follows the experts it moved into VRAM.
+    void promote();
 
 private:
     RunConfig cfg_;
@@ -82,6 +89,7 @@ private:
     std::unique_ptr<cpu::ThreadPool> pool_;
     std::unique_ptr<io::Reader> expert_reader_, engram_reader_;
     ResidencyPlan plan_;
+    std::vector<std::vector<uint8_t>> hot_mask_;  // [layer][n_expert]: 1 where in VRAM now (ForwardConfig::hot)
     std::unique_ptr<EngramStore> engram_;
     ExpertProviderProxy store_proxy_;
     std::unique_ptr<TieredExpertStore> store_;
@@ -89,7 +97,9 @@ private:
     std::unique_ptr<Runner> runner_;
     std::unique_ptr<tok::Tokenizer> tokenizer_;
     std::unique_ptr<Sampler> sampler_;
+    tok::EndOfGeneration eog_;
     std::vector<int32_t> prompt_, generated_;
+    bool stopped_at_eog_ = false;
 };
 
 // Top-1 agreement and mean KL(exact || policy) of next-token distributions over positions.

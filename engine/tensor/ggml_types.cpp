@@ -33,6 +33,7 @@ constexpr TypeTraits kIQ2_XXS{"iq2_xxs", 256, qtypes::Iq2_XXS::kBlockBytes};
 constexpr GgmlType kAllTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,
                                   GgmlType::MXFP4, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K,
                                   GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ2_XXS};
+constexpr TypeTraits kI8{"i8", 1, 1};
 
 constexpr int kQK = 32;  // elements per block of Q8_0 and MXFP4
 
@@ -183,6 +184,7 @@ const TypeTraits* type_traits(uint32_t type_id) {
         case static_cast<uint32_t>(GgmlType::Q5_K): return &kQ5_K;
         case static_cast<uint32_t>(GgmlType::Q6_K): return &kQ6_K;
         case static_cast<uint32_t>(GgmlType::IQ2_XXS): return &kIQ2_XXS;
+        case static_cast<uint32_t>(GgmlType::I8): return &kI8;
         default: return nullptr;
     }
 }
@@ -269,8 +271,9 @@ void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n) {
         case GgmlType::Q5_K: dequant_super_blocks<qtypes::Q5_K>(s, dst, n / 256); return;
         case GgmlType::Q6_K: dequant_super_blocks<qtypes::Q6_K>(s, dst, n / 256); return;
         case GgmlType::IQ2_XXS: dequant_super_blocks<qtypes::Iq2_XXS>(s, dst, n / 256); return;
+        case GgmlType::I8: break;  // raw bytes: see ggml_types.h
     }
-    BG_CHECK_MSG(false, "unhandled GgmlType");
+    BG_CHECK_MSG(false, "no float conversion for this GgmlType (i8 is raw bytes)");
 }
 
 void quantize_row(GgmlType t, const float* src, void* dst, int64_t n) {
@@ -301,8 +304,9 @@ void quantize_row(GgmlType t, const float* src, void* dst, int64_t n) {
         case GgmlType::Q5_K: quantize_q5_k(src, d, n / 256); return;
         case GgmlType::Q6_K: quantize_q6_k(src, d, n / 256); return;
         case GgmlType::IQ2_XXS: quantize_iq2_xxs(src, d, n / 256); return;
+        case GgmlType::I8: break;  // raw bytes: see ggml_types.h
     }
-    BG_CHECK_MSG(false, "unhandled GgmlType");
+    BG_CHECK_MSG(false, "no float conversion for this GgmlType (i8 is raw bytes)");
 }
 
 float fp16_to_fp32(uint16_t h) {

@@ -9,6 +9,9 @@
 //                                                                               (17 bytes)
 //   Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ2_XXS  blocks of 256 (84, 110, 144, 176, 210, 66 bytes);
 //         layouts and decoding in tensor/qtypes/<type>.h, shared with the CUDA paths
+//   I8    1 byte/elem, raw bytes with no value of their own: the engine reads them only as an
+//         Engram table in one llama.cpp fork's format (FP8-E4M3 values and their E8M0 scales,
+//         tensor/fp8_rows.h), so they neither dequantise nor parse as a type name
 #pragma once
 
 #include <cstddef>
@@ -28,6 +31,7 @@ enum class GgmlType : uint32_t {
     Q5_K = 13,
     Q6_K = 14,
     IQ2_XXS = 16,
+    I8 = 24,
     BF16 = 30,
     MXFP4 = 39,
 };
@@ -54,11 +58,11 @@ bool row_bytes_checked(GgmlType t, int64_t n, uint64_t* out);
 // Same, aborting on a broken invariant (for sizes already validated).
 uint64_t row_bytes(GgmlType t, int64_t n);
 
-// Exact conversion of n elements (n a multiple of the block size) to float32.
+// Exact conversion of n elements (n a multiple of the block size) to float32; not for I8.
 void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n);
 // Conversion of n float32 values into type t (round to nearest; for MXFP4 the shared exponent
 // is chosen so the block's largest magnitude fits in E2M1's range; the 256-weight types by the
-// searches of tensor/kquant_quantizers.h).
+// searches of tensor/kquant_quantizers.h); not for I8.
 void quantize_row(GgmlType t, const float* src, void* dst, int64_t n);
 
 // Scalar helpers.

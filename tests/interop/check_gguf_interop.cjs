@@ -146,7 +146,7 @@ async function rewritten(file, theirs, change, out) {
 function model_as_loaded(file) { return betelgeuse_ok('info', '--no-tensors', file).split('\n').slice(2).join('\n'); }
 
 async function main() {
-    const model = path.join(args.models, 'ci-seed7.gguf');  // the file tests/model_fixture.h ci_model() uses
+    const model = path.join(args.models, 'ci-seed7-v2.gguf');  // the file tests/model_fixture.h ci_model() uses (kMakeModelBytesVersion 2)
     if (!fs.existsSync(model)) {
         fs.mkdirSync(args.models, { recursive: true });
         betelgeuse_ok('make-model', '--scale', path.join(args.source, 'scenarios/models/ci.json'), '--seed', '7', '--out', model);

@@ -249,7 +249,7 @@ Dsv41Reference::Mat Dsv41Reference::load_rows(const std::string& name, int64_t r
     const uint64_t rb = bg::row_bytes(t->type, ne0);
     std::vector<uint8_t> bytes(rb * static_cast<uint64_t>(n));
     const uint64_t off = t->file_offset + rb * static_cast<uint64_t>(r0);
-    if (::pread(fd_, bytes.data(), bytes.size(), static_cast<off_t>(off)) != static_cast<ssize_t>(bytes.size()))
+    if (::pread(fds_.at(t->shard), bytes.data(), bytes.size(), static_cast<off_t>(off)) != static_cast<ssize_t>(bytes.size()))
         refuse("short read of " + name);
     Mat m;
     m.rows = n;
@@ -271,6 +271,38 @@ Dsv41Reference::Mat Dsv41Reference::load(const std::string& name, bool required)
     return load_rows(name, 0, rows);
 }
 
+// OCP FP8-E4M3 ("e4m3fn", as torch.float8_e4m3fn): sign, 4 exponent bits with bias 7, 3 mantissa
+// bits, exponent 0 subnormal, S.1111.111 NaN, no infinities.
+static double e4m3(uint8_t c) {
+    const unsigned e = (c >> 3) & 15u, m = c & 7u;
+    const double mag = e == 15 && m == 7 ? NAN : e == 0 ? std::ldexp(m, -9) : std::ldexp(8 + m, static_cast<int>(e) - 10);
+    return (c & 0x80) ? -mag : mag;
+}
+
+std::vector<double> Dsv41Reference::engram_row(int64_t l, int64_t row) const {
+    const std::string tab = "blk." + std::to_string(l) + ".engram_embd.weight";
+    const bg::gguf::TensorInfo* scales = r_.tensor("blk." + std::to_string(l) + ".engram_embd_scale.weight");
+    if (!scales) {
+        const Mat m = load_rows(tab, row, 1);
+        return std::vector<double>(m.w.begin(), m.w.end());
+    }
+    const bg::gguf::TensorInfo* values = r_.tensor(tab);
+    if (!values || values->type != bg::GgmlType::I8 || scales->type != bg::GgmlType::I8 || values->ne.size() != 2 ||
+        scales->ne.size() != 2 || scales->ne[0] * 32 != values->ne[0])
+        refuse("fork-fp8 Engram pair of layer " + std::to_string(l) + " is not I8 values beside one I8 scale per 32");
+    const int64_t dim = values->ne[0];
+    std::vector<uint8_t> v(static_cast<size_t>(dim)), e(static_cast<size_t>(dim / 32));
+    if (::pread(fds_.at(values->shard), v.data(), v.size(), static_cast<off_t>(values->file_offset + row * dim)) !=
+            static_cast<ssize_t>(v.size()) ||
+        ::pread(fds_.at(scales->shard), e.data(), e.size(), static_cast<off_t>(scales->file_offset + row * (dim / 32))) !=
+            static_cast<ssize_t>(e.size()))
+        refuse("short read of " + tab);
+    std::vector<double> out(static_cast<size_t>(dim));
+    for (int64_t j = 0; j < dim; ++j)
+        out[j] = e4m3(v[j]) * (e[j / 32] == 255 ? NAN : std::ldexp(1.0, static_cast<int>(e[j / 32]) - 127));
+    return out;
+}
+
 const Dsv41Reference::Mat& Dsv41Reference::expert(int64_t l, int which, int64_t e) const {
     const auto k = std::make_tuple(l, which, e);
     auto it = expert_cache_.find(k);
@@ -285,8 +317,11 @@ const Dsv41Reference::Mat& Dsv41Reference::expert(int64_t l, int which, int64_t 
 
 Dsv41Reference::Dsv41Reference(const std::string& path, Dsv41Options opt)
     : opt_(opt), r_(Reader::open(path)) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) refuse("cannot open " + path);
+    for (const bg::gguf::Shard& s : r_.shards()) {
+        const int fd = ::open(s.path.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0) refuse("cannot open " + s.path);
+        fds_.push_back(fd);
+    }
     hp_ = dsv41_read_hparams(r_);
     hp_.n_vocab = r_.tensor("token_embd.weight") ? r_.tensor("token_embd.weight")->ne[1] : 0;
     if (hp_.engram_token_map.size() < static_cast<size_t>(hp_.n_vocab)) refuse("engram token map too short");
@@ -349,7 +384,7 @@ Dsv41Reference::Dsv41Reference(const std::string& path, Dsv41Options opt)
 }
 
 Dsv41Reference::~Dsv41Reference() {
-    if (fd_ >= 0) ::close(fd_);
+    for (int fd : fds_) ::close(fd);
 }
 
 namespace {
@@ -462,7 +497,6 @@ std::vector<std::vector<double>> Dsv41Reference::logits(const std::vector<int32_
                 if (tok < 0 || static_cast<size_t>(tok) >= hp.engram_token_map.size()) return hp.engram_pad;
                 return hp.engram_token_map[static_cast<size_t>(tok)];
             };
-            const std::string tab = "blk." + std::to_string(l) + ".engram_embd.weight";
             for (int64_t t = 0; t < T; ++t) {
                 // Look-back before the sequence start reads as pad; unsigned products wrap mod 2^64.
                 std::vector<uint64_t> c(static_cast<size_t>(N));
@@ -473,8 +507,8 @@ std::vector<std::vector<double>> Dsv41Reference::logits(const std::vector<int32_
                     h ^= c[s] * mult[s];
                     for (int64_t j = 0; j < heads; ++j) {
                         const int64_t b = (s - 1) * heads + j;
-                        const Mat row = load_rows(tab, static_cast<int64_t>(h % prime[b] + offs[b]), 1);
-                        emb.insert(emb.end(), row.w.begin(), row.w.end());
+                        const std::vector<double> row = engram_row(l, static_cast<int64_t>(h % prime[b] + offs[b]));
+                        emb.insert(emb.end(), row.begin(), row.end());
                     }
                 }
                 const Vec kv = y.eng_wkv.mul(emb);  // 4 keys (one per copy), then one shared value

@@ -113,10 +113,14 @@ private:
     // Rows [r0, r0+n) of a tensor seen as [rows][ne0] (for a 3-D tensor: all its rows in order).
     Mat load_rows(const std::string& name, int64_t r0, int64_t n) const;
     const Mat& expert(int64_t layer, int which, int64_t e) const;  // which: 0 gate, 1 up, 2 down
+    // Row `row` of layer l's Engram table: a typed table's row dequantised, or a fork-fp8 pair's
+    // (blk.l.engram_embd_scale.weight present) decoded here in double from the FP8-E4M3 bytes
+    // and their E8M0 scales.
+    std::vector<double> engram_row(int64_t l, int64_t row) const;
 
     Dsv41Options opt_;
     bg::gguf::Reader r_;
-    int fd_ = -1;
+    std::vector<int> fds_;  // one per file of the model (every shard of a split one)
     Dsv41Hparams hp_;
     Mat output_, output_norm_;
     std::vector<Layer> layers_;

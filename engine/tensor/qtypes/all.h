@@ -50,26 +50,10 @@ inline bool has_int8_traits(GgmlType t) {
     }
 }
 
-// Types the CPU integer matmul (engine/cpu/int8_matmul.h) computes: all with int8 traits.
-inline bool int8_cpu_takes(GgmlType t) { return has_int8_traits(t); }
-
-// Types the integer path runs in `--matmul fast` on both backends. The matmul plan
-// (backend/matmul_plan.h) is shared by the CPU and CUDA backends and sizes the CUDA workspaces,
-// so this holds only the types the CUDA int8 kernel (engine/cuda/int8_matmul*.cuh) takes too; the
-// K-quants and IQ2_XXS join it when that kernel takes them (it is flipped there, with the kernel).
-inline bool int8_path_takes(GgmlType t) { return t == GgmlType::MXFP4 || t == GgmlType::Q8_0; }
-
-// f(Traits{}) for type t, t one of int8_path_takes: the CUDA int8 kernel instantiates only these
-// (one file per type, engine/cuda/int8_matmul_<type>.cu), so it dispatches through this.
-template <class F>
-decltype(auto) visit_int8_path(GgmlType t, F&& f) {
-    switch (t) {
-        case GgmlType::MXFP4: return f(Mxfp4{});
-        case GgmlType::Q8_0: return f(Q8_0{});
-        default: break;
-    }
-    fail("integer matmul: weight type %s is not on the integer path", type_name(t));
-}
+// Types the integer path runs in `--matmul fast`, on both backends (the CPU's
+// engine/cpu/int8_matmul.h and the CUDA kernel engine/cuda/int8_matmul_kernel.cuh, instantiated
+// per type in int8_matmul_<type>.cu): every type with int8 traits.
+inline bool int8_path_takes(GgmlType t) { return has_int8_traits(t); }
 
 // f(Traits{}) for type t; t must satisfy has_int8_traits.
 template <class F>

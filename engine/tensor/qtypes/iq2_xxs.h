@@ -49,6 +49,32 @@ struct Iq2_XXS : SuperBlock<Iq2_XXS> {
         const int signs = iq2_signs((load_le32(g + 4) >> (7 * r)) & 127u);
         return (signs >> j) & 1 ? -mag : mag;
     }
+#ifdef __CUDACC__
+    // The int8 kernel's A fragment words (engine/cuda/int8_matmul_kernel.cuh) of one row for lane
+    // quad t of chunk c (32 weights) of a run of blocks: lo = codes [c*32 + 4t, +4), hi = codes
+    // [c*32 + 16 + 4t, +4), one per byte; d[h], m[h] the scale and min of 16-half h (unpack's).
+    template <class Load>
+    __device__ __forceinline__ static void load_a(const uint8_t* row, int c, int t, const Load& ld, int& lo, int& hi,
+                                                  float (&d)[2], float (&m)[2]) {
+        const uint8_t* b = row + static_cast<int64_t>(c >> 3) * kBlockBytes;
+        const int k = c & 7;  // chunk of the block
+        const uint8_t* g = b + kOffGroups + kGroupBytes * k;
+        const uint32_t w = ld.u32(g + 4);
+        // Runs r = t/2 (lo) and 2 + t/2 (hi) of 8 weights; this quad's 4 of them start at 4 * (t & 1).
+        lo = signed_run4(ld.u8(g + (t >> 1)), (w >> (7 * (t >> 1))) & 127u, 4 * (t & 1));
+        hi = signed_run4(ld.u8(g + 2 + (t >> 1)), (w >> (7 * (2 + (t >> 1)))) & 127u, 4 * (t & 1));
+        sub_scale(b, 2 * k, &d[0], &m[0]);
+        d[1] = d[0];
+        m[1] = m[0];
+    }
+    // Weights o..o+3 of a run (grid point idx, sign index s7) as four signed int8.
+    __device__ __forceinline__ static int signed_run4(uint32_t idx, uint32_t s7, int o) {
+        const uint32_t mag = static_cast<uint32_t>(iq2xxs_grid(static_cast<int>(idx)) >> (8 * o));
+        const uint32_t bits = (static_cast<uint32_t>(iq2_signs(s7)) >> o) & 15u;
+        const uint32_t neg = ((bits * 0x00204081u) & 0x01010101u) * 0xFFu;  // 0xFF in the bytes to negate
+        return static_cast<int>(__vsub4(mag ^ neg, neg));
+    }
+#endif
 };
 
 }  // namespace bg::qtypes

@@ -55,17 +55,18 @@ struct Mxfp4 {
         const uint32_t pos = __byte_perm(t0, t1, lo3), neg = __byte_perm(t2, t3, lo3);
         return static_cast<int>(__byte_perm(pos, neg, ((sel & 0x8888u) >> 1) | 0x3210u));
     }
-    // The A fragment words of one row for lane quad t of sub-block sb: lo = values
-    // [sb*32 + 4t, +4), hi = values [sb*32 + 16 + 4t, +4); *d the block's scale.
+    // The A fragment words of one row for lane quad t of chunk c (32 weights) of a run of
+    // blocks: lo = values [c*32 + 4t, +4), hi = values [c*32 + 16 + 4t, +4); d[h] the scale and
+    // m[h] the min of 16-half h (one scale a block here, no min).
     template <class Load>
-    __device__ __forceinline__ static void load_a(const uint8_t* row, int sb, int t, const Load& ld, int& lo, int& hi,
-                                                  float& d, float& dmin) {
-        const uint8_t* b = row + static_cast<int64_t>(sb) * kBlockBytes;
+    __device__ __forceinline__ static void load_a(const uint8_t* row, int c, int t, const Load& ld, int& lo, int& hi,
+                                                  float (&d)[2], float (&m)[2]) {
+        const uint8_t* b = row + static_cast<int64_t>(c) * kBlockBytes;
         const uint32_t w = ld.u32(b + 1 + 4 * t);
         lo = decode4(w & 0x0F0F0F0Fu);
         hi = decode4((w >> 4) & 0x0F0F0F0Fu);
-        d = scale_of(ld.u8(b));
-        dmin = 0.0f;
+        d[0] = d[1] = scale_of(ld.u8(b));
+        m[0] = m[1] = 0.0f;
     }
 #endif
 };

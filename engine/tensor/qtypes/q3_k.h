@@ -40,6 +40,26 @@ struct Q3_K : SuperBlock<Q3_K> {
         const int high = (blk[kOffHmask + l] >> (4 * (i / 128) + j)) & 1;
         return lo - (high ? 0 : 4);
     }
+#ifdef __CUDACC__
+    // The int8 kernel's A fragment words (engine/cuda/int8_matmul_kernel.cuh) of one row for lane
+    // quad t of chunk c (32 weights) of a run of blocks: lo = codes [c*32 + 4t, +4), hi = codes
+    // [c*32 + 16 + 4t, +4), one per byte; d[h], m[h] the scale and min of 16-half h (unpack's).
+    template <class Load>
+    __device__ __forceinline__ static void load_a(const uint8_t* row, int c, int t, const Load& ld, int& lo, int& hi,
+                                                  float (&d)[2], float (&m)[2]) {
+        const uint8_t* b = row + static_cast<int64_t>(c >> 3) * kBlockBytes;
+        const int k = c & 7;  // chunk of the block
+        const uint8_t* q = b + kOffQs + 32 * (k >> 2);
+        const int sh = 2 * (k & 3), bit = k;  // high-mask bit 4 * (k / 4) + k % 4
+        const uint32_t l0 = (ld.u32(q + 4 * t) >> sh) & 0x03030303u, l1 = (ld.u32(q + 16 + 4 * t) >> sh) & 0x03030303u;
+        const uint32_t h0 = (ld.u32(b + kOffHmask + 4 * t) >> bit) & 0x01010101u;
+        const uint32_t h1 = (ld.u32(b + kOffHmask + 16 + 4 * t) >> bit) & 0x01010101u;
+        lo = static_cast<int>(__vsub4(l0 | (h0 << 2), 0x04040404u));  // code - 4, plus 4 where the bit is set
+        hi = static_cast<int>(__vsub4(l1 | (h1 << 2), 0x04040404u));
+        sub_scale(b, 2 * k, &d[0], &m[0]);
+        sub_scale(b, 2 * k + 1, &d[1], &m[1]);
+    }
+#endif
 };
 
 }  // namespace bg::qtypes

@@ -32,6 +32,23 @@ struct Q4_K : SuperBlock<Q4_K> {
     BG_HD static int code(const uint8_t* blk, int i) {
         return (blk[kOffQs + 32 * (i / 64) + i % 32] >> (4 * ((i / 32) & 1))) & 0x0F;
     }
+#ifdef __CUDACC__
+    // The int8 kernel's A fragment words (engine/cuda/int8_matmul_kernel.cuh) of one row for lane
+    // quad t of chunk c (32 weights) of a run of blocks: lo = codes [c*32 + 4t, +4), hi = codes
+    // [c*32 + 16 + 4t, +4), one per byte; d[h], m[h] the scale and min of 16-half h (unpack's).
+    template <class Load>
+    __device__ __forceinline__ static void load_a(const uint8_t* row, int c, int t, const Load& ld, int& lo, int& hi,
+                                                  float (&d)[2], float (&m)[2]) {
+        const uint8_t* b = row + static_cast<int64_t>(c >> 3) * kBlockBytes;
+        const int k = c & 7;  // chunk of the block
+        const uint8_t* q = b + kOffQs + 32 * (k >> 1);  // nibble k & 1 of 32 bytes
+        lo = static_cast<int>((ld.u32(q + 4 * t) >> (4 * (k & 1))) & 0x0F0F0F0Fu);
+        hi = static_cast<int>((ld.u32(q + 16 + 4 * t) >> (4 * (k & 1))) & 0x0F0F0F0Fu);
+        sub_scale(b, 2 * k, &d[0], &m[0]);
+        d[1] = d[0];
+        m[1] = m[0];
+    }
+#endif
 };
 
 }  // namespace bg::qtypes

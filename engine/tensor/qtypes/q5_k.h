@@ -35,6 +35,25 @@ struct Q5_K : SuperBlock<Q5_K> {
         const int hi = (blk[kOffQh + i % 32] >> (i / 32)) & 1;
         return lo | (hi << 4);
     }
+#ifdef __CUDACC__
+    // The int8 kernel's A fragment words (engine/cuda/int8_matmul_kernel.cuh) of one row for lane
+    // quad t of chunk c (32 weights) of a run of blocks: lo = codes [c*32 + 4t, +4), hi = codes
+    // [c*32 + 16 + 4t, +4), one per byte; d[h], m[h] the scale and min of 16-half h (unpack's).
+    template <class Load>
+    __device__ __forceinline__ static void load_a(const uint8_t* row, int c, int t, const Load& ld, int& lo, int& hi,
+                                                  float (&d)[2], float (&m)[2]) {
+        const uint8_t* b = row + static_cast<int64_t>(c >> 3) * kBlockBytes;
+        const int k = c & 7;  // chunk of the block
+        const uint8_t* q = b + kOffQs + 32 * (k >> 1);
+        const uint32_t h0 = (ld.u32(b + kOffQh + 4 * t) >> k) & 0x01010101u;
+        const uint32_t h1 = (ld.u32(b + kOffQh + 16 + 4 * t) >> k) & 0x01010101u;
+        lo = static_cast<int>(((ld.u32(q + 4 * t) >> (4 * (k & 1))) & 0x0F0F0F0Fu) | (h0 << 4));
+        hi = static_cast<int>(((ld.u32(q + 16 + 4 * t) >> (4 * (k & 1))) & 0x0F0F0F0Fu) | (h1 << 4));
+        sub_scale(b, 2 * k, &d[0], &m[0]);
+        d[1] = d[0];
+        m[1] = m[0];
+    }
+#endif
 };
 
 }  // namespace bg::qtypes

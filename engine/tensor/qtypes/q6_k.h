@@ -33,6 +33,27 @@ struct Q6_K : SuperBlock<Q6_K> {
         const int top = (blk[kOffQh + 32 * h + l] >> (2 * k)) & 3;
         return (lo | (top << 4)) - 32;
     }
+#ifdef __CUDACC__
+    // The int8 kernel's A fragment words (engine/cuda/int8_matmul_kernel.cuh) of one row for lane
+    // quad t of chunk c (32 weights) of a run of blocks: lo = codes [c*32 + 4t, +4), hi = codes
+    // [c*32 + 16 + 4t, +4), one per byte; d[h], m[h] the scale and min of 16-half h (unpack's).
+    template <class Load>
+    __device__ __forceinline__ static void load_a(const uint8_t* row, int c, int t, const Load& ld, int& lo, int& hi,
+                                                  float (&d)[2], float (&m)[2]) {
+        const uint8_t* b = row + static_cast<int64_t>(c >> 3) * kBlockBytes;
+        const int k = c & 7;  // chunk of the block
+        const int h = k >> 2, j = k & 3;  // 128-half of the block, quarter of it
+        const uint8_t* ql = b + kOffQl + 64 * h + 32 * (j & 1);
+        const uint8_t* qh = b + kOffQh + 32 * h;
+        const int sh = 4 * (j >> 1);
+        const uint32_t t0 = (ld.u32(qh + 4 * t) >> (2 * j)) & 0x03030303u;
+        const uint32_t t1 = (ld.u32(qh + 16 + 4 * t) >> (2 * j)) & 0x03030303u;
+        lo = static_cast<int>(__vsub4(((ld.u32(ql + 4 * t) >> sh) & 0x0F0F0F0Fu) | (t0 << 4), 0x20202020u));
+        hi = static_cast<int>(__vsub4(((ld.u32(ql + 16 + 4 * t) >> sh) & 0x0F0F0F0Fu) | (t1 << 4), 0x20202020u));
+        sub_scale(b, 2 * k, &d[0], &m[0]);
+        sub_scale(b, 2 * k + 1, &d[1], &m[1]);
+    }
+#endif
 };
 
 }  // namespace bg::qtypes

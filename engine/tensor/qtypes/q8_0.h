@@ -24,14 +24,15 @@ struct Q8_0 {
     }
 
 #ifdef __CUDACC__
+    // As Mxfp4::load_a: chunk c is block c.
     template <class Load>
-    __device__ __forceinline__ static void load_a(const uint8_t* row, int sb, int t, const Load& ld, int& lo, int& hi,
-                                                  float& d, float& dmin) {
-        const uint8_t* b = row + static_cast<int64_t>(sb) * kBlockBytes;
+    __device__ __forceinline__ static void load_a(const uint8_t* row, int c, int t, const Load& ld, int& lo, int& hi,
+                                                  float (&d)[2], float (&m)[2]) {
+        const uint8_t* b = row + static_cast<int64_t>(c) * kBlockBytes;
         lo = static_cast<int>(ld.u32(b + 2 + 4 * t));
         hi = static_cast<int>(ld.u32(b + 18 + 4 * t));
-        d = __half2float(__ushort_as_half(static_cast<unsigned short>(ld.u8(b) | (ld.u8(b + 1) << 8))));
-        dmin = 0.0f;
+        d[0] = d[1] = __half2float(__ushort_as_half(static_cast<unsigned short>(ld.u8(b) | (ld.u8(b + 1) << 8))));
+        m[0] = m[1] = 0.0f;
     }
 #endif
 };

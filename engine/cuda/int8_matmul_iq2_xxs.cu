@@ -1,0 +1,12 @@
+// The integer MMA kernels for iq2_xxs weights (int8_matmul_kernel.cuh; traits tensor/qtypes/iq2_xxs.h).
+#include "cuda/int8_matmul_kernel.cuh"
+#include "tensor/qtypes/iq2_xxs.h"
+
+namespace bg::cuda::int8mm {
+
+template <>
+void launch_mma<qtypes::Iq2_XXS>(const MmaParams& p, int nt, int mats, int splits, cudaStream_t stream) {
+    launch_mma_impl<qtypes::Iq2_XXS>(p, nt, mats, splits, stream);
+}
+
+}  // namespace bg::cuda::int8mm

@@ -1,0 +1,12 @@
+// The integer MMA kernels for q3_k weights (int8_matmul_kernel.cuh; traits tensor/qtypes/q3_k.h).
+#include "cuda/int8_matmul_kernel.cuh"
+#include "tensor/qtypes/q3_k.h"
+
+namespace bg::cuda::int8mm {
+
+template <>
+void launch_mma<qtypes::Q3_K>(const MmaParams& p, int nt, int mats, int splits, cudaStream_t stream) {
+    launch_mma_impl<qtypes::Q3_K>(p, nt, mats, splits, stream);
+}
+
+}  // namespace bg::cuda::int8mm
