@@ -19,6 +19,7 @@
 #include "cpu/thread_pool.h"
 #include "device_buffer.h"
 #include "random_inputs.h"
+#include "random_weights.h"
 #include "cuda/check.cuh"
 #include "cuda/dequant.cuh"
 #include "cuda/ops.cuh"
@@ -88,6 +89,15 @@ TEST_P(GpuMatmul, MatchesCpuAtEveryBatchSize) {
         {160, 128, 0, 16 * 1024, 37, 101},
     };
     std::vector<MatCase> all(std::begin(cases), std::end(cases));
+    if (type_traits(type).block_elems == 256) {
+        // The 256-weight types: rows of whole 256-blocks, the same chunkings and an odd row pad
+        // (blocks at odd addresses: every load a byte load).
+        all = {{300, 256, 0, cuda::MatmulContext::kDefaultScratchBytes},
+               {333, 768, 0, 64 * 1024},
+               {97, 512, 5, 8 * 1024},
+               {1, 256, 0, 4 * 1024},
+               {160, 256, 0, 16 * 1024, 37, 101}};
+    }
     if (type_traits(type).block_elems == 1) {
         // Rows of 50 (not a multiple of 4: the one-element-per-thread dequantiser), 10-row
         // chunks, and F32 rows 2-byte aligned.
@@ -145,7 +155,8 @@ TEST_P(GpuMatmul, MatchesCpuAtEveryBatchSize) {
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, GpuMatmul,
                          ::testing::Values(GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0,
-                                           GgmlType::MXFP4),
+                                           GgmlType::MXFP4, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K,
+                                           GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ2_XXS),
                          [](const auto& info) { return std::string(type_name(info.param)); });
 
 // Arbitrary finite encodings of one row, not only what quantize_row writes: denormals, every
@@ -183,6 +194,18 @@ void random_row_bits(GgmlType type, int64_t cols, std::mt19937& rng, uint8_t* ou
             }
             break;
         case GgmlType::MXFP4: break;  // every byte pattern is a valid block
+        default: {
+            // The 256-weight types: every code and sub-scale pattern, finite FP16 super-scales.
+            int off_d = -1, off_dmin = -1;
+            bgtest::super_scale_offsets(type, &off_d, &off_dmin);
+            for (int64_t b = 0; b < cols / 256; ++b)
+                for (int off : {off_d, off_dmin}) {
+                    if (off < 0) continue;
+                    const uint16_t d = finite16(0x7C00);
+                    std::memcpy(out + b * type_traits(type).block_bytes + off, &d, 2);
+                }
+            break;
+        }
     }
 }
 
@@ -191,7 +214,7 @@ class GpuEmbed : public GpuTest, public ::testing::WithParamInterface<GgmlType> 
 
 TEST_P(GpuEmbed, GathersExactRowsIntoFourCopies) {
     const GgmlType type = GetParam();
-    const int64_t rows = 50, cols = 96;
+    const int64_t rows = 50, cols = type_traits(type).block_elems == 256 ? 512 : 96;
     for (uint64_t pad : {uint64_t{0}, uint64_t{6}}) {
         const uint64_t stride = row_bytes(type, cols) + pad;
         std::vector<uint8_t> emb(stride * rows, 0);
@@ -231,7 +254,8 @@ TEST_P(GpuEmbed, GathersExactRowsIntoFourCopies) {
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, GpuEmbed,
                          ::testing::Values(GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0,
-                                           GgmlType::MXFP4),
+                                           GgmlType::MXFP4, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K,
+                                           GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ2_XXS),
                          [](const auto& info) { return std::string(type_name(info.param)); });
 
 // ---------------------------------------------------------------------------------------------

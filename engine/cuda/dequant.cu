@@ -3,6 +3,12 @@
 #include <cuda_fp16.h>
 
 #include "tensor/fp8_rows.h"
+#include "tensor/qtypes/iq2_xxs.h"
+#include "tensor/qtypes/q2_k.h"
+#include "tensor/qtypes/q3_k.h"
+#include "tensor/qtypes/q4_k.h"
+#include "tensor/qtypes/q5_k.h"
+#include "tensor/qtypes/q6_k.h"
 
 namespace bg::cuda {
 
@@ -43,6 +49,13 @@ __global__ void dequant_kernel(uint32_t type, const uint8_t* src, float* dst, in
             dst[i] = ldexpf(e2m1(code), static_cast<int>(blk[0]) - 127);
             break;
         }
+        // The 256-weight types through their traits' decoders, the ones dequantize_row calls.
+        case static_cast<uint32_t>(GgmlType::Q2_K): dst[i] = qtypes::Q2_K::row_element(src, i); break;
+        case static_cast<uint32_t>(GgmlType::Q3_K): dst[i] = qtypes::Q3_K::row_element(src, i); break;
+        case static_cast<uint32_t>(GgmlType::Q4_K): dst[i] = qtypes::Q4_K::row_element(src, i); break;
+        case static_cast<uint32_t>(GgmlType::Q5_K): dst[i] = qtypes::Q5_K::row_element(src, i); break;
+        case static_cast<uint32_t>(GgmlType::Q6_K): dst[i] = qtypes::Q6_K::row_element(src, i); break;
+        case static_cast<uint32_t>(GgmlType::IQ2_XXS): dst[i] = qtypes::Iq2_XXS::row_element(src, i); break;
         default: break;
     }
 }
@@ -62,7 +75,13 @@ bool kernel_decodes(GgmlType t) {
         case GgmlType::F16:
         case GgmlType::BF16:
         case GgmlType::Q8_0:
-        case GgmlType::MXFP4: return true;
+        case GgmlType::MXFP4:
+        case GgmlType::Q2_K:
+        case GgmlType::Q3_K:
+        case GgmlType::Q4_K:
+        case GgmlType::Q5_K:
+        case GgmlType::Q6_K:
+        case GgmlType::IQ2_XXS: return true;
         default: return false;
     }
 }

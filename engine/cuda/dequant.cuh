@@ -1,6 +1,7 @@
-// GPU dequantisation of ggml blocks (F32, F16, BF16, Q8_0, MXFP4) and of FP8 Engram rows to
+// GPU dequantisation of ggml blocks (F32, F16, BF16, Q8_0, MXFP4, and the 256-weight types
+// Q2_K..Q6_K, IQ2_XXS through their traits' decoders, tensor/qtypes/) and of FP8 Engram rows to
 // float32, bit-exact with the CPU's dequantize_row and fp8::dequantize_packed_rows. One thread
-// per output element; a block's scale is read by the 32 threads that share it.
+// per output element; a block's scale is read by the threads that share it.
 #pragma once
 
 #include <cstdint>

@@ -9,6 +9,12 @@
 #include "cuda/check.cuh"
 #include "cuda/common.cuh"
 #include "cuda/ops.cuh"
+#include "tensor/qtypes/iq2_xxs.h"
+#include "tensor/qtypes/q2_k.h"
+#include "tensor/qtypes/q3_k.h"
+#include "tensor/qtypes/q4_k.h"
+#include "tensor/qtypes/q5_k.h"
+#include "tensor/qtypes/q6_k.h"
 #include "util/check.h"
 
 namespace bg::cuda {
@@ -56,14 +62,36 @@ __device__ __forceinline__ float ggml_element(uint32_t type, const uint8_t* row,
             const uint8_t byte = blk[1 + (j & 15)];
             return e2m1_doubled(j < 16 ? (byte & 0xFu) : (byte >> 4)) * e8m0_half(blk[0]);
         }
+        // The 256-weight types through their traits' decoders, the ones dequantize_row calls.
+        case static_cast<uint32_t>(GgmlType::Q2_K): return qtypes::Q2_K::row_element(row, i);
+        case static_cast<uint32_t>(GgmlType::Q3_K): return qtypes::Q3_K::row_element(row, i);
+        case static_cast<uint32_t>(GgmlType::Q4_K): return qtypes::Q4_K::row_element(row, i);
+        case static_cast<uint32_t>(GgmlType::Q5_K): return qtypes::Q5_K::row_element(row, i);
+        case static_cast<uint32_t>(GgmlType::Q6_K): return qtypes::Q6_K::row_element(row, i);
+        case static_cast<uint32_t>(GgmlType::IQ2_XXS): return qtypes::Iq2_XXS::row_element(row, i);
         default: return __int_as_float(0x7fc00000);  // unknown type: NaN, visible downstream
     }
 }
 
+// Four weights from i of a row of 256-weight blocks (one 16-weight group: one scale decode).
+template <class T>
+__device__ __forceinline__ float4 super_block_element4(const uint8_t* row, int64_t i) {
+    float v[4];
+    T::row_decode(row, i, 4, v);
+    return make_float4(v[0], v[1], v[2], v[3]);
+}
+
 // Elements i..i+3 (i a multiple of 4, so all four share one Q8_0/MXFP4 block and one nibble
-// half): one scale decode and one 16-byte store per thread instead of four of each.
+// half, or one 16-weight group of a 256-weight block): one scale decode and one 16-byte store
+// per thread instead of four of each.
 __device__ __forceinline__ float4 ggml_element4(uint32_t type, const uint8_t* row, int64_t i) {
     switch (type) {
+        case static_cast<uint32_t>(GgmlType::Q2_K): return super_block_element4<qtypes::Q2_K>(row, i);
+        case static_cast<uint32_t>(GgmlType::Q3_K): return super_block_element4<qtypes::Q3_K>(row, i);
+        case static_cast<uint32_t>(GgmlType::Q4_K): return super_block_element4<qtypes::Q4_K>(row, i);
+        case static_cast<uint32_t>(GgmlType::Q5_K): return super_block_element4<qtypes::Q5_K>(row, i);
+        case static_cast<uint32_t>(GgmlType::Q6_K): return super_block_element4<qtypes::Q6_K>(row, i);
+        case static_cast<uint32_t>(GgmlType::IQ2_XXS): return super_block_element4<qtypes::Iq2_XXS>(row, i);
         case static_cast<uint32_t>(GgmlType::Q8_0): {
             const uint8_t* blk = row + (i / 32) * 34;
             const float d = fp16_bits(load_u16(blk));
