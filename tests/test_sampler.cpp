@@ -126,7 +126,7 @@ TEST(Sampler, NeverDrawsATokenWhoseLogitIsMinusInfinity) {
         std::vector<int> count(5, 0);
         for (int i = 0; i < 5000; ++i) ++count[s.sample(l.data(), 5)];
         EXPECT_EQ(count[0] + count[3], 0);
-        EXPECT_GT(count[1] * count[2] * count[4], 0) << "every finite token is drawn";
+        for (int i : {1, 2, 4}) EXPECT_GT(count[i], 0) << "every finite token is drawn: " << i;
     }
 }
 
