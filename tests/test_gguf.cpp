@@ -21,9 +21,12 @@
 
 #include "gguf/gguf.h"
 #include "gguf/gguf_json.h"
+#include "temp_dir.h"
 #include "util/check.h"
 
 namespace {
+
+using bgtest::TempDir;
 
 using bg::GgmlType;
 using bg::gguf::KeyValue;
@@ -35,24 +38,6 @@ using bg::gguf::ValueType;
 using bg::gguf::Writer;
 using Bytes = std::vector<uint8_t>;
 
-class TempDir {
-public:
-    TempDir() {
-        std::string tmpl = (std::filesystem::temp_directory_path() / "bg_gguf_test_XXXXXX").string();
-        char* p = ::mkdtemp(tmpl.data());
-        if (!p) throw std::runtime_error("mkdtemp failed");
-        path_ = p;
-    }
-    ~TempDir() {
-        std::error_code ec;
-        std::filesystem::remove_all(path_, ec);
-    }
-    std::string file(const std::string& name) const { return path_ + "/" + name; }
-    const std::string& path() const { return path_; }
-
-private:
-    std::string path_;
-};
 
 void write_bytes(const std::string& path, const uint8_t* data, size_t n) {
     std::ofstream f(path, std::ios::binary | std::ios::trunc);
@@ -60,13 +45,7 @@ void write_bytes(const std::string& path, const uint8_t* data, size_t n) {
     ASSERT_TRUE(f.good()) << path;
 }
 
-Bytes read_bytes(const std::string& path) {
-    std::ifstream f(path, std::ios::binary | std::ios::ate);
-    Bytes out(static_cast<size_t>(f.tellg()));
-    f.seekg(0);
-    f.read(reinterpret_cast<char*>(out.data()), static_cast<std::streamsize>(out.size()));
-    return out;
-}
+Bytes read_bytes(const std::string& path) { return bgtest::read_file_bytes(path); }
 
 // Runs fn, which must throw a one-line bg::Error starting with "gguf: " that contains `want`.
 // Returns the message.
@@ -88,7 +67,7 @@ std::string error_of(const std::function<void()>& fn, const std::string& want) {
 void expect_rejected(const Bytes& image, const std::string& want, const ReaderLimits& lim = {}) {
     SCOPED_TRACE("wanted: " + want);
     error_of([&] { Reader::parse(image.data(), image.size(), lim); }, want);
-    TempDir dir;
+    TempDir dir("bg_gguf_test");
     std::string path = dir.file("bad.gguf");
     write_bytes(path, image.data(), image.size());
     std::string msg = error_of([&] { Reader::open(path, lim); }, want);
@@ -177,7 +156,7 @@ SmallFile small_file() {
     f.w.add_tensor("wa", {8, 2}, GgmlType::F32);
     f.w.add_tensor("wb", {32}, GgmlType::Q8_0);
     for (const TensorInfo& t : f.w.tensors()) f.data.push_back(random_bytes(t.n_bytes, 7));
-    TempDir dir;
+    TempDir dir("bg_gguf_test");
     std::string path = dir.file("small.gguf");
     std::vector<const void*> ptrs;
     for (const Bytes& d : f.data) ptrs.push_back(d.data());
@@ -317,7 +296,7 @@ void round_trip(uint64_t alignment) {
         EXPECT_EQ(t.file_offset, w.data_offset() + t.offset) << t.name;
     }
 
-    TempDir dir;
+    TempDir dir("bg_gguf_test");
     std::string path = dir.file("all.gguf");
     std::vector<const void*> ptrs;
     for (const Bytes& d : data) ptrs.push_back(d.data());
@@ -385,7 +364,7 @@ TEST(GgufRoundTrip, EveryValueAndTensorTypeAlignment4096) { round_trip(4096); }
 
 TEST(GgufRoundTrip, EmptyFile) {
     Writer w;
-    TempDir dir;
+    TempDir dir("bg_gguf_test");
     std::string path = dir.file("empty.gguf");
     w.write_file(path, {});
     Reader r = Reader::open(path);
@@ -463,7 +442,7 @@ TEST(GgufRoundTrip, LargeVocabularyThroughFileWindow) {
     vocab.push_back(std::string(200000, 'x'));  // one string bigger than the window
     Writer w;
     w.set("tokenizer.ggml.tokens", Value::array_str(vocab));
-    TempDir dir;
+    TempDir dir("bg_gguf_test");
     std::string path = dir.file("vocab.gguf");
     w.write_file(path, {});
     Reader r = Reader::open(path);
@@ -646,7 +625,7 @@ TEST(GgufWriter, RejectsBadTensorsAndValues) {
     error_of([&] { w.set("deep", deep); }, "nests arrays deeper than the limit of 4");
     EXPECT_TRUE(w.kvs().empty());
 
-    TempDir dir;
+    TempDir dir("bg_gguf_test");
     error_of([&] { w.write_file(dir.file("x.gguf"), {}); }, "got 0 data pointers for 1 tensors");
     Bytes buf(w.tensors()[0].n_bytes);
     error_of([&] { w.write_file(dir.path() + "/no/such/dir/x.gguf", {buf.data()}); },
@@ -694,7 +673,7 @@ TEST(GgufMalformed, TruncatedAtEveryByte) {
     for (size_t n = data_end; n <= f.image.size(); ++n) {
         EXPECT_NO_THROW(Reader::parse(f.image.data(), n)) << n;
     }
-    TempDir dir;
+    TempDir dir("bg_gguf_test");
     std::string path = dir.file("prefix.gguf");
     for (size_t n = 0; n < data_end; ++n) {
         SCOPED_TRACE("prefix of " + std::to_string(n) + " bytes");
@@ -947,7 +926,7 @@ TEST(GgufMalformed, MetadataLimit) {
 }
 
 TEST(GgufMalformed, FileErrors) {
-    TempDir dir;
+    TempDir dir("bg_gguf_test");
     error_of([&] { Reader::open(dir.file("missing.gguf")); }, "cannot open");
     error_of([&] { Reader::open(dir.path()); }, "is not a regular file");
 }
@@ -956,7 +935,7 @@ TEST(GgufMalformed, FileErrors) {
 // ASan/UBSan to also rule out silent undefined behaviour).
 void fuzz_image(const Bytes& original, uint32_t seed, int iterations, bool through_file) {
     std::mt19937 rng(seed);
-    TempDir dir;
+    TempDir dir("bg_gguf_test");
     const std::string path = dir.file("fuzz.gguf");
     int rejected = 0;
     for (int iter = 0; iter < iterations; ++iter) {

@@ -16,9 +16,12 @@
 
 #include "gguf/gguf.h"
 #include "gguf/gguf_split.h"
+#include "temp_dir.h"
 #include "util/check.h"
 
 namespace {
+
+using bgtest::TempDir;
 
 using bg::GgmlType;
 using bg::gguf::Image;
@@ -30,31 +33,8 @@ using bg::gguf::ValueType;
 using bg::gguf::Writer;
 using Bytes = std::vector<uint8_t>;
 
-class TempDir {
-public:
-    TempDir() {
-        std::string tmpl = (std::filesystem::temp_directory_path() / "bg_gguf_split_XXXXXX").string();
-        char* p = ::mkdtemp(tmpl.data());
-        if (!p) throw std::runtime_error("mkdtemp failed");
-        path_ = p;
-    }
-    ~TempDir() {
-        std::error_code ec;
-        std::filesystem::remove_all(path_, ec);
-    }
-    std::string file(const std::string& name) const { return path_ + "/" + name; }
 
-private:
-    std::string path_;
-};
-
-Bytes read_bytes(const std::string& path) {
-    std::ifstream f(path, std::ios::binary | std::ios::ate);
-    Bytes out(static_cast<size_t>(f.tellg()));
-    f.seekg(0);
-    f.read(reinterpret_cast<char*>(out.data()), static_cast<std::streamsize>(out.size()));
-    return out;
-}
+Bytes read_bytes(const std::string& path) { return bgtest::read_file_bytes(path); }
 
 // Runs fn, which must throw a one-line bg::Error starting "gguf: " containing every `want`.
 std::string error_of(const std::function<void()>& fn, const std::vector<std::string>& want) {
@@ -234,7 +214,7 @@ TEST(GgufSplitWriter, OtherAlignmentKeptInEveryShard) {
 TEST(GgufSplitReader, ShardsReadAsOneTable) {
     for (uint64_t alignment : {32ull, 64ull, 4096ull}) {
         SCOPED_TRACE("alignment " + std::to_string(alignment));
-        TempDir dir;
+        TempDir dir("bg_gguf_split");
         Writer whole = small_model();
         if (alignment != 32) whole.set_alignment(alignment);
         const std::map<std::string, Bytes> data = random_data(whole, 11);
@@ -293,7 +273,7 @@ TEST(GgufSplitReader, ShardsReadAsOneTable) {
 // file whatever its name.
 TEST(GgufSplitReader, CountZeroOrOneIsOneFile) {
     for (uint16_t count : {0, 1}) {
-        TempDir dir;
+        TempDir dir("bg_gguf_split");
         Writer w = small_model();
         w.set("split.no", Value::u16(0));
         w.set("split.count", Value::u16(count));
@@ -329,7 +309,7 @@ protected:
         return error_of([&] { Reader::open(paths_[0]); }, all);
     }
 
-    TempDir dir_;
+    TempDir dir_{"bg_gguf_split"};
     Writer whole_;
     std::map<std::string, Bytes> data_;
     std::vector<Writer> shards_;

@@ -16,6 +16,19 @@
 
 namespace {
 
+// got[0..n) = the CUDA dequantisation of the n values whose blocks are q.
+void gpu_dequantize(bg::GgmlType t, const std::vector<uint8_t>& q, int64_t n, std::vector<float>& got) {
+    void* d_src = nullptr;
+    float* d_dst = nullptr;
+    ASSERT_EQ(cudaMalloc(&d_src, q.size()), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&d_dst, n * sizeof(float)), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(d_src, q.data(), q.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(bg::cuda::dequantize(t, d_src, d_dst, n, nullptr), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(got.data(), d_dst, n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+    cudaFree(d_src);
+    cudaFree(d_dst);
+}
+
 class GpuDequant : public ::testing::TestWithParam<bg::GgmlType> {};
 
 TEST_P(GpuDequant, MatchesCpuBitForBit) {
@@ -33,15 +46,7 @@ TEST_P(GpuDequant, MatchesCpuBitForBit) {
     std::vector<float> want(n), got(n);
     bg::dequantize_row(t, q.data(), want.data(), n);
 
-    void* d_src = nullptr;
-    float* d_dst = nullptr;
-    ASSERT_EQ(cudaMalloc(&d_src, q.size()), cudaSuccess);
-    ASSERT_EQ(cudaMalloc(&d_dst, n * sizeof(float)), cudaSuccess);
-    ASSERT_EQ(cudaMemcpy(d_src, q.data(), q.size(), cudaMemcpyHostToDevice), cudaSuccess);
-    ASSERT_EQ(bg::cuda::dequantize(t, d_src, d_dst, n, nullptr), cudaSuccess);
-    ASSERT_EQ(cudaMemcpy(got.data(), d_dst, n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
-    cudaFree(d_src);
-    cudaFree(d_dst);
+    ASSERT_NO_FATAL_FAILURE(gpu_dequantize(t, q, n, got));
     for (int64_t i = 0; i < n; ++i)
         ASSERT_EQ(std::memcmp(&want[i], &got[i], 4), 0) << "element " << i << " seed " << seed << ": cpu " << want[i] << " gpu " << got[i];
 }
@@ -79,15 +84,7 @@ TEST_P(GpuDequantBytes, AnyBlockMatchesCpuBitForBit) {
         }
     std::vector<float> want(n), got(n);
     bg::dequantize_row(t, q.data(), want.data(), n);
-    void* d_src = nullptr;
-    float* d_dst = nullptr;
-    ASSERT_EQ(cudaMalloc(&d_src, q.size()), cudaSuccess);
-    ASSERT_EQ(cudaMalloc(&d_dst, n * sizeof(float)), cudaSuccess);
-    ASSERT_EQ(cudaMemcpy(d_src, q.data(), q.size(), cudaMemcpyHostToDevice), cudaSuccess);
-    ASSERT_EQ(bg::cuda::dequantize(t, d_src, d_dst, n, nullptr), cudaSuccess);
-    ASSERT_EQ(cudaMemcpy(got.data(), d_dst, n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
-    cudaFree(d_src);
-    cudaFree(d_dst);
+    ASSERT_NO_FATAL_FAILURE(gpu_dequantize(t, q, n, got));
     for (int64_t i = 0; i < n; ++i) {
         if (std::isnan(want[i])) {
             ASSERT_TRUE(std::isnan(got[i])) << "element " << i << " seed " << seed;

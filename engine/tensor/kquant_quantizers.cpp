@@ -169,22 +169,32 @@ void quantize_signed_levels(const float* s, int n, int lmin, int lmax, int* out,
 // ---------------------------------------------------------------------------------------------
 // Q2_K, Q4_K, Q5_K
 
-void quantize_q2_k_block(const float* x, uint8_t* blk) {
-    using T = qtypes::Q2_K;
-    std::memset(blk, 0, T::kBlockBytes);
-    float s[16], m[16];
-    for (int g = 0; g < 16; ++g) {
-        const Affine a = fit_affine(x + 16 * g, 16, 3);
+// The n groups of 256 / n weights of a block, each fitted to s * q - m with q in 0..qmax; the n
+// scales and the n mins quantised to levels 0..levels (ls, lm) under FP16 super-scales written
+// at d_at and dmin_at.
+template <int n>
+void fit_affine_groups(const float* x, int qmax, int levels, uint8_t* d_at, uint8_t* dmin_at, uint8_t (&ls)[n],
+                       uint8_t (&lm)[n]) {
+    constexpr int width = 256 / n;
+    float s[n], m[n];
+    for (int g = 0; g < n; ++g) {
+        const Affine a = fit_affine(x + width * g, width, qmax);
         s[g] = a.s;
         m[g] = a.m;
     }
-    uint8_t ls[16], lm[16];
     float d, dmin;
     uint16_t hd, hm;
-    quantize_levels(s, 16, 15, ls, &d, &hd);
-    quantize_levels(m, 16, 15, lm, &dmin, &hm);
-    put_half(blk + T::kOffD, hd);
-    put_half(blk + T::kOffDmin, hm);
+    quantize_levels(s, n, levels, ls, &d, &hd);
+    quantize_levels(m, n, levels, lm, &dmin, &hm);
+    put_half(d_at, hd);
+    put_half(dmin_at, hm);
+}
+
+void quantize_q2_k_block(const float* x, uint8_t* blk) {
+    using T = qtypes::Q2_K;
+    std::memset(blk, 0, T::kBlockBytes);
+    uint8_t ls[16], lm[16];
+    fit_affine_groups(x, 3, 15, blk + T::kOffD, blk + T::kOffDmin, ls, lm);
     for (int g = 0; g < 16; ++g) blk[T::kOffScales + g] = static_cast<uint8_t>(ls[g] | (lm[g] << 4));
     for (int g = 0; g < 16; ++g) {
         float dg, mg;
@@ -203,19 +213,8 @@ void quantize_q45_k_block(const float* x, uint8_t* blk) {
     using T = std::conditional_t<kBits == 4, qtypes::Q4_K, qtypes::Q5_K>;
     constexpr int qmax = (1 << kBits) - 1;
     std::memset(blk, 0, T::kBlockBytes);
-    float s[8], m[8];
-    for (int j = 0; j < 8; ++j) {
-        const Affine a = fit_affine(x + 32 * j, 32, qmax);
-        s[j] = a.s;
-        m[j] = a.m;
-    }
     uint8_t ls[8], lm[8];
-    float d, dmin;
-    uint16_t hd, hm;
-    quantize_levels(s, 8, 63, ls, &d, &hd);
-    quantize_levels(m, 8, 63, lm, &dmin, &hm);
-    put_half(blk + T::kOffD, hd);
-    put_half(blk + T::kOffDmin, hm);
+    fit_affine_groups(x, qmax, 63, blk + T::kOffD, blk + T::kOffDmin, ls, lm);
     qtypes::k_pack_scale_min(ls, lm, blk + T::kOffScales);
     for (int j = 0; j < 8; ++j) {
         float dj, mj;
