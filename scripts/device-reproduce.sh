@@ -15,6 +15,8 @@
 #   bench      bench_gpu: kernel micro-benchmarks with same-run probes -> measurements/device/bench/;
 #              all of them ran past 7 minutes on the H200 (2026-12-01, cut short), so pick with
 #              BG_BENCH_FILTER: 'D2D|ExpertFused|ExpertMxfp4' (experts), 'D2D|Dense' (dense weights)
+#   cpu-bench  bench_cpu: the CPU expert kernels (portable and AVX2 row kernels, M = 1, 4, 16) against
+#              the host-memory read probe of the same run -> measurements/device/bench-cpu/
 #   kernel-profile  Nsight Compute (ncu) on the fused MXFP4 expert at 1, 8 and 64 tokens -> measurements/device/kernel-profile/
 #   kernel-sass  ncu instruction statistics of the fused MXFP4 expert at 1 token, and its SASS -> measurements/device/kernel-profile/
 #   drop-models  removes models/*.gguf (the 64 GiB disk holds the device scale or the slice, not both)
@@ -277,6 +279,18 @@ for part in "$@"; do
       note "bench_gpu"
       "$stage/bench_gpu" --benchmark_filter="${BG_BENCH_FILTER:-.}" --benchmark_min_time=0.2 --benchmark_out="$root/measurements/device/bench/bench_gpu.json" --benchmark_out_format=json 2>&1 \
         | tee "$root/measurements/device/bench/bench_gpu.txt" | tail -n 60 || status=1
+      ;;
+    cpu-bench)
+      # The host-resident expert's CPU path (issue 24): one full-width expert a call, every type
+      # the kernels read, with the host read probe of the same run in the JSON's context.
+      mkdir -p "$root/measurements/device/bench-cpu"
+      { lscpu | grep -E "Model name|^CPU\(s\)|Thread|Socket|NUMA node\(s\)|MHz";
+        echo "SIMD: $(grep -o -w -E 'avx2|fma|avx512f|avx512bw|avx512_vnni|avx_vnni' /proc/cpuinfo | sort -u | tr '\n' ' ')";
+        free -g | head -2; } > "$root/measurements/device/bench-cpu/machine.txt" 2>&1
+      note "bench_cpu"
+      "$stage/bench_cpu" --benchmark_filter="${BG_CPU_BENCH_FILTER:-.}" --benchmark_min_time=0.3 \
+        --benchmark_out="$root/measurements/device/bench-cpu/bench_cpu.json" --benchmark_out_format=json 2>&1 \
+        | tee "$root/measurements/device/bench-cpu/bench_cpu.txt" | tail -n 40 || status=1
       ;;
     kernel-profile)
       # Where the fused expert's fixed ~30 us at one token goes (bench/KERNELS.md): Nsight Compute

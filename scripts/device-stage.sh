@@ -12,7 +12,7 @@ cp "$build/betelgeuse" "$build/betelgeuse-harness" "$stage/"
 for t in "$build"/tests/test_gpu_*; do
   case "$t" in *.cmake) ;; *) cp "$t" "$stage/" ;; esac
 done
-for b in bench_gpu bench_io; do [ -x "$build/bench/$b" ] && cp "$build/bench/$b" "$stage/"; done
+for b in bench_gpu bench_cpu bench_io; do [ -x "$build/bench/$b" ] && cp "$build/bench/$b" "$stage/"; done
 # The CUPTI tracer (device part slice-timeline where nsys is absent) and the CUPTI it was linked with.
 if [ -f "$build/bench/libbg_cupti_trace.so" ]; then
   cp "$build/bench/libbg_cupti_trace.so" "$stage/"
@@ -26,7 +26,7 @@ if [ -f "$tok/tokenizer.json" ]; then
 else
   echo "device-stage: no $tok (run scripts/setup-deps.sh): models made there get no tokenizer" >&2
 fi
-for bin in "$build/betelgeuse-harness" "$build/bench/bench_io"; do
+for bin in "$build/betelgeuse-harness" "$build/bench/bench_io" "$build/bench/bench_cpu"; do
   [ -x "$bin" ] || continue
   ldd "$bin" | awk '/libcgroup|libbenchmark/ {print $3}' | while read -r lib; do cp "$lib" "$stage/"; done
 done

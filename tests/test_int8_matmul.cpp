@@ -11,6 +11,8 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <utility>
 #include <random>
 #include <vector>
 
@@ -140,5 +142,46 @@ INSTANTIATE_TEST_SUITE_P(Cases, Int8Matmul,
                              return std::string(type_name(c.type)) + "_r" + std::to_string(c.rows) + "_c" +
                                     std::to_string(c.cols) + "_M" + std::to_string(c.M);
                          });
+
+// Every row kernel computes the same arithmetic in the same order, so the AVX2 kernel's y equals
+// the portable kernel's bit for bit: every type with int8 traits, row counts that leave a short
+// group of eight, one token (the fused path) and token counts around the kernel's tile of eight, a
+// padded row stride, Q8_0's stored -128, MXFP4 scales over all 256 bytes, three threads.
+TEST(Int8MatmulKernels, Avx2EqualsPortableBitForBit) {
+    if (!cpu::cpu_isa_usable(cpu::CpuIsa::kAvx2)) GTEST_SKIP() << "this CPU or build has no AVX2 kernel";
+    auto rng = bgtest::fresh_rng();
+    cpu::ThreadPool pool(3);
+    cpu::Int8MatmulScratch scratch;
+    for (const GgmlType t : {GgmlType::MXFP4, GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K,
+                             GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ2_XXS}) {
+        ASSERT_TRUE(qtypes::int8_path_takes(t)) << type_name(t);
+        for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{37, 256}, {64, 512}, {8, 256}, {3, 768}}) {
+            bgtest::HostMat W = bgtest::random_mat(t, rows, cols, 7, rng);
+            if (t == GgmlType::Q8_0)
+                for (int64_t r = 0; r < rows; ++r) W.bytes[r * W.stride + 2 + r % 32] = 0x80;  // -128
+            if (t == GgmlType::MXFP4 && rows == 37) {
+                // Every scale byte, the subnormal scales (0, 1) and ggml's 255 (2^127, products to
+                // inf and NaN) included: the AVX2 kernel decodes scales in vector form.
+                std::uniform_int_distribution<int> any(0, 255);
+                const uint8_t edges[] = {0, 1, 2, 127, 128, 254, 255};
+                for (int64_t r = 0; r < rows; ++r)
+                    for (int64_t b = 0; b < cols / 32; ++b)
+                        W.bytes[r * W.stride + b * 17] = (r + b) % 3 ? static_cast<uint8_t>(any(rng)) : edges[(r + b) % 7];
+            }
+            const MatView v{W.bytes.data(), t, cols, rows, W.stride};
+            for (const int64_t M : {1, 3, 8, 9, 17}) {
+                const int64_t ldx = cols + 5, ldy = rows + 3;
+                const std::vector<float> x = bgtest::uniform(rng, M * ldx, -1.0f, 1.0f);
+                std::vector<float> y_portable(static_cast<size_t>(M * ldy), 7.0f), y_avx2 = y_portable;
+                cpu::matmul_int8(pool, scratch, v, x.data(), ldx, M, y_portable.data(), ldy, cpu::CpuIsa::kPortable);
+                cpu::matmul_int8(pool, scratch, v, x.data(), ldx, M, y_avx2.data(), ldy, cpu::CpuIsa::kAvx2);
+                ASSERT_EQ(0, std::memcmp(y_portable.data(), y_avx2.data(), y_avx2.size() * sizeof(float)))
+                    << type_name(t) << " rows " << rows << " cols " << cols << " M " << M;
+                for (int64_t tok = 0; tok < M; ++tok)  // the padding between token rows untouched
+                    for (int64_t r = rows; r < ldy; ++r) ASSERT_EQ(y_avx2[tok * ldy + r], 7.0f);
+            }
+        }
+    }
+}
 
 }  // namespace

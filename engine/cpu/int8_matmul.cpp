@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 
+#include "cpu/int8_rows.h"
 #include "tensor/qtypes/all.h"
 #include "tensor/qtypes/int8_act.h"
 #include "util/check.h"
@@ -18,9 +19,11 @@ inline int32_t dot16(const int8_t* a, const int8_t* b) {
     return s;
 }
 
+// The portable kernel: each row unpacked once to int8 with its half scales and mins, then one
+// exact integer dot product a 16-weight half and token.
 template <class T>
-void rows_int8(const MatView& W, const int8_t* xq, const float* xd, const int32_t* xs, int64_t n_tok, float* y,
-               int64_t ldy, int64_t r0, int64_t r1) {
+void rows_int8(const Int8RowsArgs& a, int64_t r0, int64_t r1) {
+    const MatView& W = *a.W;
     const int64_t nb = W.cols / 32;
     thread_local std::vector<int8_t> wq;  // [cols] this row as int8
     thread_local std::vector<float> wd;   // [nb][2] its half scales
@@ -31,10 +34,10 @@ void rows_int8(const MatView& W, const int8_t* xq, const float* xd, const int32_
     for (int64_t r = r0; r < r1; ++r) {
         const uint8_t* row = W.data + static_cast<uint64_t>(r) * W.row_stride;
         for (int64_t b = 0; b < nb; ++b) T::unpack(row, b, wq.data() + b * 32, wd.data() + 2 * b, wm.data() + 2 * b);
-        for (int64_t t = 0; t < n_tok; ++t) {
-            const int8_t* q = xq + t * W.cols;
-            const float* d = xd + t * nb;
-            const int32_t* s = T::kHasMin ? xs + t * 2 * nb : nullptr;
+        for (int64_t t = 0; t < a.n_tok; ++t) {
+            const int8_t* q = a.xq + t * W.cols;
+            const float* d = a.xd + t * nb;
+            const int32_t* s = T::kHasMin ? a.xs + t * 2 * nb : nullptr;
             const int32_t no_sums[2] = {0, 0};
             float acc = 0.0f;
             for (int64_t b = 0; b < nb; ++b) {
@@ -43,20 +46,10 @@ void rows_int8(const MatView& W, const int8_t* xq, const float* xd, const int32_
                 acc += qtypes::chunk_partial<T>(wd.data() + 2 * b, wm.data() + 2 * b, d[b], isum,
                                                 T::kHasMin ? s + 2 * b : no_sums);
             }
-            y[t * ldy + r] = acc;
+            a.y[t * a.ldy + r] = acc;
         }
     }
 }
-
-struct Job {
-    const MatView* W;
-    const int8_t* xq;
-    const float* xd;
-    const int32_t* xs;
-    int64_t n_tok;
-    float* y;
-    int64_t ldy;
-};
 
 }  // namespace
 
@@ -79,9 +72,27 @@ void int8_half_sums(const int8_t* q, int64_t n_tok, int64_t cols, int32_t* s) {
     }
 }
 
+void int8_rows_portable(const Int8RowsArgs& a, int64_t r0, int64_t r1) {
+    qtypes::visit(a.W->type, [&](auto traits) { rows_int8<decltype(traits)>(a, r0, r1); });
+}
+
+const char* cpu_isa_name(CpuIsa isa) { return isa == CpuIsa::kAvx2 ? "avx2" : "portable"; }
+
+bool cpu_isa_usable(CpuIsa isa) {
+    if (isa == CpuIsa::kPortable) return true;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    return int8_avx2_built() && __builtin_cpu_supports("avx2");
+#else
+    return false;
+#endif
+}
+
+CpuIsa best_cpu_isa() { return cpu_isa_usable(CpuIsa::kAvx2) ? CpuIsa::kAvx2 : CpuIsa::kPortable; }
+
 void matmul_int8(ThreadPool& pool, Int8MatmulScratch& s, const MatView& W, const float* x, int64_t ldx, int64_t n_tok,
-                 float* y, int64_t ldy) {
+                 float* y, int64_t ldy, CpuIsa isa) {
     BG_CHECK_MSG(qtypes::int8_path_takes(W.type), "matmul_int8: a weight type without int8 traits");
+    if (!cpu_isa_usable(isa)) fail("matmul_int8: the %s kernel is not usable on this machine", cpu_isa_name(isa));
     BG_CHECK(W.cols > 0 && W.cols % 32 == 0);
     BG_CHECK(W.data != nullptr || W.rows == 0);
     BG_CHECK(W.row_stride >= row_bytes(W.type, W.cols));
@@ -91,22 +102,30 @@ void matmul_int8(ThreadPool& pool, Int8MatmulScratch& s, const MatView& W, const
     if (static_cast<int64_t>(s.xq.size()) < n_tok * W.cols) s.xq.resize(static_cast<size_t>(n_tok * W.cols));
     if (static_cast<int64_t>(s.xd.size()) < n_tok * nb) s.xd.resize(static_cast<size_t>(n_tok * nb));
     quantize_int8_rows(x, ldx, n_tok, W.cols, s.xq.data(), s.xd.data());
+    // The half sums: for the min term of the types that have one, and for the AVX2 kernel's
+    // one-token MXFP4 product (its weights go in offset by 12; see int8_matmul_avx2.cpp).
     const bool has_min = qtypes::visit(W.type, [](auto traits) { return decltype(traits)::kHasMin; });
-    if (has_min) {
+    if (has_min || isa == CpuIsa::kAvx2) {
         if (static_cast<int64_t>(s.xs.size()) < n_tok * 2 * nb) s.xs.resize(static_cast<size_t>(n_tok * 2 * nb));
         int8_half_sums(s.xq.data(), n_tok, W.cols, s.xs.data());
     }
-    const Job job{&W, s.xq.data(), s.xd.data(), s.xs.data(), n_tok, y, ldy};
-    // One captured pointer keeps the std::function in its small-object buffer: no allocation.
-    const Job* jp = &job;
-    const std::function<void(int64_t, int64_t)> fn = [jp](int64_t r0, int64_t r1) {
-        qtypes::visit(jp->W->type, [&](auto traits) {
-            rows_int8<decltype(traits)>(*jp->W, jp->xq, jp->xd, jp->xs, jp->n_tok, jp->y, jp->ldy, r0, r1);
-        });
+    const Int8RowsArgs args{&W, s.xq.data(), s.xd.data(), s.xs.data(), n_tok, y, ldy};
+    // The work goes out in groups of the rows the kernel takes together (the last may be short).
+    const bool avx2 = isa == CpuIsa::kAvx2;
+    const int64_t group = avx2 ? kAvx2Rows : 1;
+    // Two captured words keep the std::function in its small-object buffer: no allocation.
+    const Int8RowsArgs* ap = &args;
+    const std::function<void(int64_t, int64_t)> fn = [ap, avx2](int64_t g0, int64_t g1) {
+        const int64_t gr = avx2 ? kAvx2Rows : 1;
+        const int64_t r0 = g0 * gr, r1 = std::min(g1 * gr, ap->W->rows);
+        if (avx2)
+            int8_rows_avx2(*ap, r0, r1);
+        else
+            int8_rows_portable(*ap, r0, r1);
     };
-    const int64_t work_per_row = std::max<int64_t>(1, W.cols * n_tok);
-    const int64_t min_chunk = std::max<int64_t>(1, (int64_t{1} << 16) / work_per_row);
-    pool.parallel_for(W.rows, fn, min_chunk);
+    const int64_t work_per_group = std::max<int64_t>(1, W.cols * n_tok * group);
+    const int64_t min_chunk = std::max<int64_t>(1, (int64_t{1} << 16) / work_per_group);
+    pool.parallel_for((W.rows + group - 1) / group, fn, min_chunk);
 }
 
 }  // namespace bg::cpu

@@ -13,6 +13,15 @@
 
 namespace bg::cpu {
 
+// The row kernel matmul_int8 runs (engine/cpu/int8_rows.h): every kernel gives the same y bit for
+// bit, so this chooses speed only.
+enum class CpuIsa { kPortable, kAvx2 };
+const char* cpu_isa_name(CpuIsa isa);
+// The fastest kernel this build has and this CPU runs.
+CpuIsa best_cpu_isa();
+// Whether this build has the kernel and this CPU runs it.
+bool cpu_isa_usable(CpuIsa isa);
+
 // Memory the call reuses (grown to the largest call once; nothing allocates after).
 struct Int8MatmulScratch {
     std::vector<int8_t> xq;   // [n_tok][cols]
@@ -22,8 +31,9 @@ struct Int8MatmulScratch {
 
 // y[t*ldy + r] = sum over 32-chunks b of chunk_partial(W's chunk b of row r, x's block b of token t).
 // W: a type qtypes::int8_path_takes accepts, cols a multiple of its block.
+// isa: a kernel cpu_isa_usable() accepts.
 void matmul_int8(ThreadPool& pool, Int8MatmulScratch& scratch, const MatView& W, const float* x, int64_t ldx,
-                 int64_t n_tok, float* y, int64_t ldy);
+                 int64_t n_tok, float* y, int64_t ldy, CpuIsa isa = best_cpu_isa());
 
 // The activation quantisation alone: x [n_tok][ldx] -> q [n_tok][cols], d [n_tok][cols/32].
 void quantize_int8_rows(const float* x, int64_t ldx, int64_t n_tok, int64_t cols, int8_t* q, float* d);

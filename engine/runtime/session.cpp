@@ -1,6 +1,7 @@
 #include "runtime/session.h"
 
 #include "cpu/cpu_ops.h"
+#include "cpu/int8_matmul.h"
 
 #include <sys/resource.h>
 
@@ -207,6 +208,7 @@ nlohmann::json Session::run(bool verbose, const std::function<void(int32_t)>& on
     metrics["engine"] = {{"backend", backend_->name()},
                          {"io_engine", expert_reader_->engine_name()},
                          {"threads", pool_->size()},
+                         {"cpu_int8_kernel", cpu::cpu_isa_name(cpu::best_cpu_isa())},  // what CPU matmuls of --matmul fast run
                          {"prefetch", order_ == PrefillOrder::kLayerMajor},
                          {"slot_bytes", store_->slot_bytes()},
                          {"device_pool_bytes", store_->device_bytes()},

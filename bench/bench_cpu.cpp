@@ -1,0 +1,225 @@
+// Micro-benchmarks of the CPU expert path (issue 24: host-resident experts computed where they lie):
+//  - a host-memory read probe, measured first in the same run: every thread of the pool sums its
+//    share of a 1 GiB buffer (64-bit words, four chains), best of 7; single-threaded too. Its
+//    GB/s is the floor every "of_probe" counter below is measured against (recorded in the
+//    output's context as "host_read_gbs");
+//  - one routed expert at full width (5120 x 2304: gate and up projections, SwiGLU, down
+//    projection) through cpu::matmul_int8, per weight type and row kernel (portable, avx2), for
+//    M = 1, 4, 16 tokens. Every call reads another copy of the expert, cycling through at least
+//    768 MB of copies, so the weights come from memory, not a cache. Counters: GB/s of weight
+//    bytes read, of_probe = GB/s / host_read_gbs (issue 24's target: >= 0.8 at M = 1), us per
+//    call (wall time, the calling thread included).
+// --threads N (ours, taken out before Google Benchmark reads the rest): the pool's threads
+// (default: every hardware thread). A row kernel this CPU or build lacks is skipped, with the
+// reason printed.
+#include <benchmark/benchmark.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cpu/int8_matmul.h"
+#include "cpu/ops.h"
+#include "cpu/thread_pool.h"
+#include "random_weights.h"
+#include "tensor/ggml_types.h"
+#include "util/build_info.h"
+
+namespace {
+
+using namespace bg;
+
+constexpr uint64_t kProbeBytes = uint64_t{1} << 30;
+constexpr uint64_t kRotateBytes = 768ull << 20;
+
+struct ExpertCopies;
+
+struct Bench {
+    std::unique_ptr<cpu::ThreadPool> pool;
+    double host_read_gbs = 0;  // every thread of the pool
+    // The last type's copies, kept for its next benchmark (the benchmarks run type by type).
+    std::unique_ptr<ExpertCopies> copies;
+};
+Bench g_bench;
+
+// Sums n 64-bit words with four independent chains (so the adds never limit the reads).
+uint64_t sum_words(const uint64_t* p, int64_t n) {
+    uint64_t a = 0, b = 0, c = 0, d = 0;
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) a += p[i], b += p[i + 1], c += p[i + 2], d += p[i + 3];
+    for (; i < n; ++i) a += p[i];
+    return a + b + c + d;
+}
+
+// GB/s of the best of `reps` reads of the whole buffer by the pool (threads) or by this thread.
+double read_probe(cpu::ThreadPool* pool, const std::vector<uint64_t>& buf, int reps) {
+    const int64_t n = static_cast<int64_t>(buf.size());
+    const int parts = pool ? pool->size() : 1;
+    std::vector<uint64_t> sums(static_cast<size_t>(parts) * 8, 0);  // a cache line a part
+    double best_s = 1e30;
+    for (int rep = 0; rep < reps; ++rep) {
+        const auto t0 = std::chrono::steady_clock::now();
+        if (pool) {
+            const int64_t per = (n + parts - 1) / parts;
+            pool->parallel_for(parts, [&](int64_t p0, int64_t p1) {
+                for (int64_t p = p0; p < p1; ++p) {
+                    const int64_t b = p * per, e = std::min(n, b + per);
+                    if (b < e) sums[static_cast<size_t>(p) * 8] += sum_words(buf.data() + b, e - b);
+                }
+            });
+        } else {
+            sums[0] += sum_words(buf.data(), n);
+        }
+        best_s = std::min(best_s, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    benchmark::DoNotOptimize(sums.data());
+    return static_cast<double>(n) * 8.0 / best_s / 1e9;
+}
+
+// The expert's three matrices, copied end to end enough times to cover kRotateBytes.
+struct ExpertCopies {
+    GgmlType type;
+    int64_t E, F;
+    uint64_t gate_up_bytes, down_bytes, expert_bytes;
+    int n_sets = 0;
+    std::vector<uint8_t> bytes;
+
+    ExpertCopies(GgmlType t, int64_t e, int64_t f) : type(t), E(e), F(f) {
+        std::mt19937 rng(17);
+        // random_mat's realistic blocks (finite scales, no subnormal products), padding 0.
+        const bgtest::HostMat gu = bgtest::random_mat(t, 2 * F, E, 0, rng);
+        const bgtest::HostMat dn = bgtest::random_mat(t, E, F, 0, rng);
+        gate_up_bytes = gu.bytes.size();
+        down_bytes = dn.bytes.size();
+        expert_bytes = gate_up_bytes + down_bytes;
+        n_sets = static_cast<int>(std::max<uint64_t>(2, (kRotateBytes + expert_bytes - 1) / expert_bytes));
+        bytes.resize(expert_bytes * n_sets);
+        for (int s = 0; s < n_sets; ++s) {
+            std::memcpy(bytes.data() + s * expert_bytes, gu.bytes.data(), gate_up_bytes);
+            std::memcpy(bytes.data() + s * expert_bytes + gate_up_bytes, dn.bytes.data(), down_bytes);
+        }
+    }
+    MatView gate(int s) const { return {bytes.data() + s * expert_bytes, type, E, F, row_bytes(type, E)}; }
+    MatView up(int s) const {
+        return {bytes.data() + s * expert_bytes + gate_up_bytes / 2, type, E, F, row_bytes(type, E)};
+    }
+    MatView down(int s) const {
+        return {bytes.data() + s * expert_bytes + gate_up_bytes, type, F, E, row_bytes(type, F)};
+    }
+};
+
+const ExpertCopies& copies_of(GgmlType t, int64_t E, int64_t F) {
+    auto& c = g_bench.copies;
+    if (!c || c->type != t || c->E != E || c->F != F) {
+        c.reset();
+        c = std::make_unique<ExpertCopies>(t, E, F);
+    }
+    return *c;
+}
+
+void BM_CpuExpertInt8(benchmark::State& state) {
+    const auto type = static_cast<GgmlType>(state.range(0));
+    const int64_t E = state.range(1), F = state.range(2), M = state.range(3);
+    const auto isa = static_cast<cpu::CpuIsa>(state.range(4));
+    if (!cpu::cpu_isa_usable(isa)) {
+        state.SkipWithError((std::string("the ") + cpu::cpu_isa_name(isa) + " kernel is not usable here").c_str());
+        return;
+    }
+    const ExpertCopies& ex = copies_of(type, E, F);
+    std::mt19937 rng(23);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::vector<float> x(static_cast<size_t>(M * E)), g(static_cast<size_t>(M * F)), up(g.size()), h(g.size()),
+        y(x.size());
+    for (float& v : x) v = u(rng);
+    cpu::Int8MatmulScratch scratch;
+    cpu::ThreadPool& pool = *g_bench.pool;
+    int s = 0;
+    for (auto _ : state) {
+        cpu::matmul_int8(pool, scratch, ex.gate(s), x.data(), E, M, g.data(), F, isa);
+        cpu::matmul_int8(pool, scratch, ex.up(s), x.data(), E, M, up.data(), F, isa);
+        cpu::swiglu(g.data(), up.data(), M * F, 10.0f, SwigluClamp::kDeepSeek, h.data());
+        cpu::matmul_int8(pool, scratch, ex.down(s), h.data(), F, M, y.data(), E, isa);
+        benchmark::DoNotOptimize(y.data());
+        s = (s + 1) % ex.n_sets;
+    }
+    const double calls = static_cast<double>(state.iterations());
+    state.counters["GB/s"] = benchmark::Counter(static_cast<double>(ex.expert_bytes) * calls / 1e9,
+                                                benchmark::Counter::kIsRate);
+    state.counters["us"] = benchmark::Counter(calls * 1e-6, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+    state.counters["expert_mb"] = static_cast<double>(ex.expert_bytes) / 1e6;
+    state.counters["sets"] = ex.n_sets;
+    state.counters["threads"] = pool.size();
+    // of_probe needs the rate: Google Benchmark divides kIsRate counters by the time itself, so
+    // this one is a rate too, scaled by the probe.
+    state.counters["of_probe"] = benchmark::Counter(
+        static_cast<double>(ex.expert_bytes) * calls / 1e9 / g_bench.host_read_gbs, benchmark::Counter::kIsRate);
+    state.SetLabel(std::string(type_name(type)) + " " + cpu::cpu_isa_name(isa));
+}
+
+void expert_args(benchmark::internal::Benchmark* b) {
+    for (const GgmlType t : {GgmlType::MXFP4, GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q4_K, GgmlType::Q6_K})
+        for (const int64_t M : {1, 4, 16})
+            for (const cpu::CpuIsa isa : {cpu::CpuIsa::kPortable, cpu::CpuIsa::kAvx2})
+                b->Args({static_cast<int64_t>(t), 5120, 2304, M, static_cast<int64_t>(isa)});
+}
+
+BENCHMARK(BM_CpuExpertInt8)->Apply(expert_args)->ArgNames({"type", "E", "F", "M", "isa"})->UseRealTime();
+
+// --threads N, removed from argv; 0 when absent.
+int take_threads(int& argc, char** argv) {
+    int n = 0;
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        std::string v;
+        if (a == "--threads" && i + 1 < argc) {
+            v = argv[i + 1];
+            std::copy(argv + i + 2, argv + argc, argv + i);
+            argc -= 2;
+        } else if (a.rfind("--threads=", 0) == 0) {
+            v = a.substr(10);
+            std::copy(argv + i + 1, argv + argc, argv + i);
+            argc -= 1;
+        } else {
+            continue;
+        }
+        n = std::atoi(v.c_str());
+        if (n < 0) {
+            std::fprintf(stderr, "bench_cpu: --threads wants a count >= 0\n");
+            std::exit(2);
+        }
+        break;
+    }
+    return n;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const int threads = take_threads(argc, argv);
+    g_bench.pool = std::make_unique<cpu::ThreadPool>(threads);
+    std::vector<uint64_t> buf(kProbeBytes / 8);
+    for (size_t i = 0; i < buf.size(); ++i) buf[i] = i * 0x9E3779B97F4A7C15ull;
+    g_bench.host_read_gbs = read_probe(g_bench.pool.get(), buf, 7);
+    const double one_thread_gbs = read_probe(nullptr, buf, 3);
+    buf = {};
+    std::printf("bench_cpu: host read probe %.1f GB/s with %d threads, %.1f GB/s with one; best row kernel here: %s\n",
+                g_bench.host_read_gbs, g_bench.pool->size(), one_thread_gbs, cpu::cpu_isa_name(cpu::best_cpu_isa()));
+    benchmark::AddCustomContext("host_read_gbs", std::to_string(g_bench.host_read_gbs));
+    benchmark::AddCustomContext("host_read_gbs_one_thread", std::to_string(one_thread_gbs));
+    benchmark::AddCustomContext("threads", std::to_string(g_bench.pool->size()));
+    benchmark::AddCustomContext("best_cpu_isa", cpu::cpu_isa_name(cpu::best_cpu_isa()));
+    benchmark::AddCustomContext("build", bg::build_info().to_json().dump());
+    benchmark::Initialize(&argc, argv);
+    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    return 0;
+}

@@ -1,0 +1,283 @@
+// The integer matmul's AVX2 row kernel (engine/cpu/int8_rows.h). Only the functions marked
+// BG_AVX2 here are compiled for AVX2 (a target attribute, not -mavx2 on the file): the inline
+// functions this file shares with the rest of the engine (the traits' unpack, visit) keep the
+// build's baseline instructions, so the linker's one copy of each still runs on CPUs without
+// AVX2, where matmul_int8 never calls this kernel. AVX2 alone, without FMA: the float part of each
+// chunk rounds every product and sum as chunk_partial does, so this kernel and the portable one
+// give the same y bit for bit.
+//
+// Layout of the work: eight rows of W at a time (one ymm lane a row in the float part), a token
+// tile of up to kTokTile tokens whose accumulators stay in registers, and the chunks of 32
+// weights in order. A chunk of the eight rows is decoded once per tile into int8 (and its
+// absolute values, for pmaddubsw's unsigned operand) and reused by every token of the tile.
+#include "cpu/int8_rows.h"
+
+#include "util/check.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "tensor/qtypes/all.h"
+#include "tensor/qtypes/int8_act.h"
+
+#define BG_AVX2 __attribute__((target("avx2")))
+
+namespace bg::cpu {
+
+namespace {
+
+constexpr int kTokTile = 8;
+
+// One chunk of the eight rows as the dot products need it.
+struct Chunk8 {
+    __m256i w[kAvx2Rows];   // signed int8 weights, row i
+    __m256i wa[kAvx2Rows];  // |w| (as unsigned bytes: -128 gives 128)
+    __m256 d0, d1, m0, m1;  // per-row scale and min of each 16-weight half
+};
+
+// Decoders: chunk c of the eight rows (row pointers rows[i]) into k.
+template <class T>
+struct Decode {
+    BG_AVX2 static void chunk(const uint8_t* const* rows, int64_t c, Chunk8& k) {
+        alignas(32) int8_t v[32];
+        alignas(32) float d[4][kAvx2Rows];
+        for (int i = 0; i < kAvx2Rows; ++i) {
+            float dd[2], mm[2];
+            T::unpack(rows[i], c, v, dd, mm);
+            k.w[i] = _mm256_load_si256(reinterpret_cast<const __m256i*>(v));
+            k.wa[i] = _mm256_abs_epi8(k.w[i]);
+            d[0][i] = dd[0], d[1][i] = dd[1], d[2][i] = mm[0], d[3][i] = mm[1];
+        }
+        k.d0 = _mm256_load_ps(d[0]), k.d1 = _mm256_load_ps(d[1]);
+        k.m0 = _mm256_load_ps(d[2]), k.m1 = _mm256_load_ps(d[3]);
+    }
+};
+
+// MXFP4: the 16 code bytes through a 16-entry table (pshufb), low nibbles then high nibbles.
+template <>
+struct Decode<qtypes::Mxfp4> {
+    BG_AVX2 static void chunk(const uint8_t* const* rows, int64_t c, Chunk8& k) {
+        const __m128i table = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+        const __m128i low4 = _mm_set1_epi8(0x0F);
+        alignas(32) float d[kAvx2Rows];
+        for (int i = 0; i < kAvx2Rows; ++i) {
+            const uint8_t* b = rows[i] + c * qtypes::Mxfp4::kBlockBytes;
+            const __m128i codes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 1));
+            const __m128i lo = _mm_shuffle_epi8(table, _mm_and_si128(codes, low4));
+            const __m128i hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(codes, 4), low4));
+            k.w[i] = _mm256_set_m128i(hi, lo);
+            k.wa[i] = _mm256_abs_epi8(k.w[i]);
+            d[i] = qtypes::Mxfp4::scale_of(b[0]);
+        }
+        k.d0 = k.d1 = _mm256_load_ps(d);
+        k.m0 = k.m1 = _mm256_setzero_ps();
+    }
+};
+
+// Q8_0: the 32 stored bytes are the int8 weights.
+template <>
+struct Decode<qtypes::Q8_0> {
+    BG_AVX2 static void chunk(const uint8_t* const* rows, int64_t c, Chunk8& k) {
+        alignas(32) float d[kAvx2Rows];
+        for (int i = 0; i < kAvx2Rows; ++i) {
+            const uint8_t* b = rows[i] + c * qtypes::Q8_0::kBlockBytes;
+            k.w[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
+            k.wa[i] = _mm256_abs_epi8(k.w[i]);
+            d[i] = qtypes::load_half(b);
+        }
+        k.d0 = k.d1 = _mm256_load_ps(d);
+        k.m0 = k.m1 = _mm256_setzero_ps();
+    }
+};
+
+// Eight rows' int32 lanes (lane 0 half: weights 0..15, lane 1 half: 16..31) to each half's sums.
+BG_AVX2 inline void halves8(const __m256i (&p)[kAvx2Rows], __m256i& h0, __m256i& h1) {
+    // Within each 128-bit lane, two rounds of hadd leave rows 0..3 (resp. 4..7) side by side; the
+    // lane swap then gathers each half's eight rows.
+    const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+    const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
+    h0 = _mm256_permute2x128_si256(a, b, 0x20);
+    h1 = _mm256_permute2x128_si256(a, b, 0x31);
+}
+
+// The eight rows' exact integer dot products with one activation block q[32]: h0 lane i = row i's
+// sum over weights 0..15, h1 over 16..31. pmaddubsw cannot saturate: |w| <= 128, |q| <= 127, so a
+// pair is at most 2 * 128 * 127 = 32512.
+BG_AVX2 inline void dot8(const Chunk8& k, __m256i q, __m256i& h0, __m256i& h1) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i p[kAvx2Rows];
+#pragma GCC unroll 8
+    for (int i = 0; i < kAvx2Rows; ++i)
+        p[i] = _mm256_madd_epi16(_mm256_maddubs_epi16(k.wa[i], _mm256_sign_epi8(q, k.w[i])), ones);
+    halves8(p, h0, h1);
+}
+
+// chunk_partial<T> for the eight rows at once: the same operations in the same order, one lane a row.
+template <class T>
+BG_AVX2 inline __m256 partial8(const Chunk8& k, __m256i h0, __m256i h1, float dx, const int32_t* s) {
+    const __m256 vdx = _mm256_set1_ps(dx);
+    __m256 p;
+    if constexpr (T::kSubK == 32) {
+        p = _mm256_mul_ps(_mm256_mul_ps(k.d0, vdx), _mm256_cvtepi32_ps(_mm256_add_epi32(h0, h1)));
+        if constexpr (T::kHasMin)
+            p = _mm256_sub_ps(p, _mm256_mul_ps(_mm256_mul_ps(k.m0, vdx), _mm256_set1_ps(static_cast<float>(s[0] + s[1]))));
+    } else {
+        p = _mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(k.d0, vdx), _mm256_cvtepi32_ps(h0)),
+                          _mm256_mul_ps(_mm256_mul_ps(k.d1, vdx), _mm256_cvtepi32_ps(h1)));
+        if constexpr (T::kHasMin)
+            p = _mm256_sub_ps(p, _mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(k.m0, vdx), _mm256_set1_ps(static_cast<float>(s[0]))),
+                                               _mm256_mul_ps(_mm256_mul_ps(k.m1, vdx), _mm256_set1_ps(static_cast<float>(s[1])))));
+    }
+    return p;
+}
+
+// One token (decode): the types whose chunk decodes in a few instructions are decoded straight
+// into the product, with nothing stored. MXFP4's table gives the values plus 12 (0..24, unsigned,
+// so pmaddubsw takes them as they are), and the 12 * (block sum of q) this adds is taken off the
+// exact integer sum afterwards; Q8_0 goes through |w| and q * sign(w).
+template <class T>
+struct OneToken {
+    static constexpr bool kDirect = false;
+};
+template <>
+struct OneToken<qtypes::Mxfp4> {
+    static constexpr bool kDirect = true;
+    static constexpr int kOffset = 12;
+    BG_AVX2 static __m256i product(const uint8_t* row, int64_t c, __m256i q) {
+        const __m128i table = _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
+        const __m128i low4 = _mm_set1_epi8(0x0F);
+        const uint8_t* b = row + c * qtypes::Mxfp4::kBlockBytes;
+        const __m128i codes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 1));
+        const __m128i lo = _mm_shuffle_epi8(table, _mm_and_si128(codes, low4));
+        const __m128i hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(codes, 4), low4));
+        return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set_m128i(hi, lo), q), _mm256_set1_epi16(1));
+    }
+    // The eight rows' block scales, Mxfp4::scale_of in vector form: e >= 2 gives the float whose
+    // bits are (e - 1) << 23, e = 0 and 1 the subnormals whose bits are 0x00200000 << e.
+    BG_AVX2 static __m256 scales(const uint8_t* const* rows, int64_t c) {
+        const int64_t o = c * qtypes::Mxfp4::kBlockBytes;
+        const __m256i e = _mm256_setr_epi32(rows[0][o], rows[1][o], rows[2][o], rows[3][o], rows[4][o], rows[5][o],
+                                            rows[6][o], rows[7][o]);
+        const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+        const __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+        return _mm256_castsi256_ps(_mm256_blendv_epi8(subnormal, normal, _mm256_cmpgt_epi32(e, _mm256_set1_epi32(1))));
+    }
+};
+template <>
+struct OneToken<qtypes::Q8_0> {
+    static constexpr bool kDirect = true;
+    static constexpr int kOffset = 0;
+    BG_AVX2 static __m256i product(const uint8_t* row, int64_t c, __m256i q) {
+        const uint8_t* b = row + c * qtypes::Q8_0::kBlockBytes;
+        const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
+        return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(q, w)), _mm256_set1_epi16(1));
+    }
+    BG_AVX2 static __m256 scales(const uint8_t* const* rows, int64_t c) {
+        const int64_t o = c * qtypes::Q8_0::kBlockBytes;
+        alignas(32) float d[kAvx2Rows];
+        for (int i = 0; i < kAvx2Rows; ++i) d[i] = qtypes::load_half(rows[i] + o);
+        return _mm256_load_ps(d);
+    }
+};
+
+template <class T>
+BG_AVX2 void rows8_one_token(const Int8RowsArgs& a, int64_t g, int n_rows, const uint8_t* const* rows) {
+    static_assert(T::kSubK == 32 && !T::kHasMin, "one scale a block, no min");
+    const int64_t nb = a.W->cols / 32;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t c = 0; c < nb; ++c) {
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.xq + c * 32));
+        __m256i p[kAvx2Rows];
+#pragma GCC unroll 8
+        for (int i = 0; i < kAvx2Rows; ++i) p[i] = OneToken<T>::product(rows[i], c, q);
+        __m256i h0, h1;
+        halves8(p, h0, h1);
+        __m256i isum = _mm256_add_epi32(h0, h1);
+        if constexpr (OneToken<T>::kOffset != 0)
+            isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(OneToken<T>::kOffset * (a.xs[2 * c] + a.xs[2 * c + 1])));
+        // chunk_partial: (d * dx) * float(isum), then added in chunk order.
+        const __m256 d = OneToken<T>::scales(rows, c);
+        const __m256 part = _mm256_mul_ps(_mm256_mul_ps(d, _mm256_set1_ps(a.xd[c])), _mm256_cvtepi32_ps(isum));
+        acc = _mm256_add_ps(acc, part);
+    }
+    if (n_rows == kAvx2Rows) {
+        _mm256_storeu_ps(a.y + g, acc);
+    } else {
+        alignas(32) float lanes[kAvx2Rows];
+        _mm256_store_ps(lanes, acc);
+        for (int i = 0; i < n_rows; ++i) a.y[g + i] = lanes[i];
+    }
+}
+
+template <class T>
+BG_AVX2 void rows8(const Int8RowsArgs& a, int64_t r0, int64_t r1) {
+    const MatView& W = *a.W;
+    const int64_t nb = W.cols / 32;
+    for (int64_t g = r0; g < r1; g += kAvx2Rows) {
+        const int n_rows = static_cast<int>(std::min<int64_t>(kAvx2Rows, r1 - g));
+        const uint8_t* rows[kAvx2Rows];
+        // A short last group decodes its last row again in the spare lanes and stores none of them.
+        for (int i = 0; i < kAvx2Rows; ++i)
+            rows[i] = W.data + static_cast<uint64_t>(g + std::min(i, n_rows - 1)) * W.row_stride;
+        if constexpr (OneToken<T>::kDirect) {
+            if (a.n_tok == 1) {
+                rows8_one_token<T>(a, g, n_rows, rows);
+                continue;
+            }
+        }
+        for (int64_t t0 = 0; t0 < a.n_tok; t0 += kTokTile) {
+            const int n_t = static_cast<int>(std::min<int64_t>(kTokTile, a.n_tok - t0));
+            __m256 acc[kTokTile];
+            for (int t = 0; t < kTokTile; ++t) acc[t] = _mm256_setzero_ps();
+            Chunk8 k;
+            for (int64_t c = 0; c < nb; ++c) {
+                Decode<T>::chunk(rows, c, k);
+                for (int t = 0; t < n_t; ++t) {
+                    const int64_t tok = t0 + t;
+                    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.xq + tok * W.cols + c * 32));
+                    __m256i h0, h1;
+                    dot8(k, q, h0, h1);
+                    const int32_t* s = T::kHasMin ? a.xs + tok * 2 * nb + 2 * c : nullptr;
+                    acc[t] = _mm256_add_ps(acc[t], partial8<T>(k, h0, h1, a.xd[tok * nb + c], s));
+                }
+            }
+            for (int t = 0; t < n_t; ++t) {
+                float* y = a.y + (t0 + t) * a.ldy + g;
+                if (n_rows == kAvx2Rows) {
+                    _mm256_storeu_ps(y, acc[t]);
+                } else {
+                    alignas(32) float lanes[kAvx2Rows];
+                    _mm256_store_ps(lanes, acc[t]);
+                    for (int i = 0; i < n_rows; ++i) y[i] = lanes[i];
+                }
+            }
+        }
+    }
+}
+
+}  // namespace
+
+bool int8_avx2_built() { return true; }
+
+void int8_rows_avx2(const Int8RowsArgs& a, int64_t r0, int64_t r1) {
+    qtypes::visit(a.W->type, [&](auto traits) { rows8<decltype(traits)>(a, r0, r1); });
+}
+
+}  // namespace bg::cpu
+
+#else  // not an x86-64 GCC or Clang build: the portable kernel serves alone
+
+namespace bg::cpu {
+
+bool int8_avx2_built() { return false; }
+
+void int8_rows_avx2(const Int8RowsArgs&, int64_t, int64_t) {
+    BG_CHECK_MSG(false, "int8_rows_avx2: this build has no AVX2 kernel (int8_avx2_built() is false)");
+}
+
+}  // namespace bg::cpu
+
+#endif
