@@ -127,6 +127,10 @@ void add_run_flags(CLI::App* cmd, RunConfig& cfg) {
         ->capture_default_str();
     cmd->add_option("--residency", cfg.residency, "Residency plan from 'betelgeuse profile' (default: highest router bias)");
     cmd->add_flag("--promote", cfg.promote, "Move the H most-used resident experts into VRAM at the end of each pass");
+    cmd->add_flag("--preload", cfg.preload,
+                  "Before the first pass, read every resident expert (the --slots of each layer) from the file into "
+                  "its slot at full disk speed (progress shown, time reported); the first pass then reads only "
+                  "non-resident experts from disk and is reported as 'preloaded', not 'cold'");
     cmd->add_option("--transient-slots", cfg.transient_slots, "Device transient slots for non-hot experts")->capture_default_str();
     cmd->add_option("--speculative-copies", cfg.speculative_copies,
                     "Layer-major, resident-only: copy host-resident experts during the attention half, before routing (on | off)")

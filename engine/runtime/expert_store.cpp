@@ -594,6 +594,104 @@ std::vector<int32_t> TieredExpertStore::hot_experts(int64_t layer) const {
     return v;
 }
 
+nlohmann::json PreloadStats::to_json() const {
+    return {{"experts", experts},
+            {"bytes", bytes},
+            {"seconds", seconds},
+            {"gb_s", seconds > 0 ? bytes / seconds / 1e9 : 0.0}};
+}
+
+PreloadStats TieredExpertStore::preload(const std::function<void(uint64_t, uint64_t)>& progress) {
+    std::lock_guard<std::mutex> g(mu_);
+    BG_CHECK(!active_ && !prepared_ && reader_.pending() == 0);
+    const auto t0 = Clock::now();
+    struct Job {
+        int64_t layer;
+        int32_t expert;
+    };
+    std::vector<Job> jobs;
+    uint64_t total = 0;
+    for (int64_t l = 0; l < L_; ++l)
+        for (size_t e = 0; e < homes_[l].size(); ++e) {
+            const Home& h = homes_[l][e];
+            if ((h.tier == 1 || h.tier == 2) && !h.loaded) {
+                jobs.push_back({l, static_cast<int32_t>(e)});
+                total += m_.expert_bytes_each(l);
+            }
+        }
+    const bool hot_in_host_memory = backend_.device_is_host_addressable();
+    // One window slot an expert in flight: its three reads and, for a hot expert on a GPU, the
+    // staging slot its bytes land in first.
+    struct InFlight {
+        size_t job = 0;
+        int reads_left = 0;
+        int32_t staging = -1;
+        io::ReadOp ops[3];
+    };
+    std::vector<InFlight> window(kPreloadWindow);
+    std::vector<int32_t> free_window;
+    for (int i = kPreloadWindow - 1; i >= 0; --i) free_window.push_back(i);
+    PreloadStats st;
+    std::string error;  // the first read error: no new reads, the ones in flight land, then it is thrown
+    size_t next = 0;
+    while ((error.empty() && next < jobs.size()) || free_window.size() < window.size()) {
+        while (error.empty() && next < jobs.size() && !free_window.empty()) {
+            const Job& j = jobs[next];
+            const Home& h = homes_[j.layer][j.expert];
+            const bool staged = h.tier == 2 && !hot_in_host_memory;
+            if (staged && free_staging_.empty()) break;  // the next hot expert waits for a staging slot
+            const int32_t w = free_window.back();
+            free_window.pop_back();
+            InFlight& f = window[w];
+            f.job = next++;
+            f.staging = -1;
+            if (staged) {
+                f.staging = free_staging_.back();
+                free_staging_.pop_back();
+            }
+            uint8_t* dst = staged ? staging_ptr(f.staging) : home_ptr(j.layer, h);
+            const dsv41::ExpertRanges r = m_.expert_ranges(j.layer, j.expert);
+            const dsv41::ByteRange parts[3] = {r.gate, r.up, r.down};
+            f.reads_left = 3;
+            for (int k = 0; k < 3; ++k) {
+                f.ops[k] = io::ReadOp{};
+                f.ops[k].file = parts[k].file;
+                f.ops[k].offset = parts[k].offset;
+                f.ops[k].bytes = parts[k].bytes;
+                f.ops[k].dst = dst;
+                f.ops[k].tag = static_cast<uint64_t>(w);
+                dst += parts[k].bytes;
+                reader_.submit(&f.ops[k]);
+            }
+        }
+        const size_t n = reader_.poll(done_ops_.data(), done_ops_.size(), true);
+        for (size_t i = 0; i < n; ++i) {
+            const io::ReadOp* op = done_ops_[i];
+            InFlight& f = window[op->tag];
+            const Job& j = jobs[f.job];
+            if (op->error != 0 && error.empty())
+                error = strf("preload: reading layer %lld expert %d (%llu bytes at offset %llu of %s) failed: %s",
+                             (long long)j.layer, j.expert, (unsigned long long)op->bytes,
+                             (unsigned long long)op->offset, reader_.path(op->file).c_str(), std::strerror(op->error));
+            if (--f.reads_left > 0) continue;
+            free_window.push_back(static_cast<int32_t>(op->tag));
+            if (f.staging >= 0) free_staging_.push_back(f.staging);
+            if (!error.empty()) continue;  // this expert's bytes may be incomplete: its slot stays empty
+            Home& h = homes_[j.layer][j.expert];
+            const uint64_t bytes = m_.expert_bytes_each(j.layer);
+            if (f.staging >= 0)
+                backend_.copy(home_ptr(j.layer, h), staging_ptr(f.staging), bytes, CopyKind::kHostToDevice);
+            h.loaded = true;
+            st.bytes += bytes;
+            ++st.experts;
+            if (progress) progress(st.bytes, total);
+        }
+    }
+    if (!error.empty()) fail("%s", error.c_str());
+    st.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    return st;
+}
+
 StoreCounters TieredExpertStore::counters() const {
     std::lock_guard<std::mutex> g(mu_);
     return c_;

@@ -27,6 +27,8 @@
 #include <thread>
 #include <vector>
 
+#include <functional>
+
 #include <nlohmann/json_fwd.hpp>
 
 #include "backend/backend.h"
@@ -74,6 +76,14 @@ struct StoreCounters {
     nlohmann::json to_json() const;
 };
 
+// What preload() read: the experts it filled and their bytes, and how long it took.
+struct PreloadStats {
+    uint64_t experts = 0;
+    uint64_t bytes = 0;
+    double seconds = 0;
+    nlohmann::json to_json() const;
+};
+
 class TieredExpertStore final : public ExpertProvider {
 public:
     // Throws bg::Error, naming what would fit, when the budgets cannot hold the pools.
@@ -101,6 +111,14 @@ public:
     void begin_pass();
     void evict_all();
     void promote();
+    // Fills every resident slot (host and hot) whose expert is not in it yet from the file, before
+    // a pass, so that no pass waits for the disk for a resident expert (`--preload`, issue 24).
+    // Up to kPreloadWindow experts' reads are in flight at once (the reader splits them into its
+    // queue of pieces), straight into host slots; hot-slot experts on a GPU go through the
+    // staging slots and a copy. progress(done_bytes, total_bytes) after each expert. Throws
+    // bg::Error on a read error (reads still in flight land before the store goes).
+    PreloadStats preload(const std::function<void(uint64_t, uint64_t)>& progress = {});
+    static constexpr int kPreloadWindow = 16;
 
     StoreCounters counters() const;
     // The intervals of this pass (since begin_pass) with at least one expert read in flight.

@@ -58,6 +58,7 @@ nlohmann::json RunConfig::to_json() const {
         {"hot", hot},
         {"residency_defaults", residency_defaults},
         {"promote", promote},
+        {"preload", preload},
         {"transient_slots", transient_slots},
         {"speculative_copies", speculative_copies},
         {"lru_slots", lru_slots},

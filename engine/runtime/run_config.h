@@ -49,6 +49,7 @@ struct RunConfig {
     int64_t hot = kFromModel;         // H of them in VRAM
     std::string residency_defaults;   // how S and H followed the model, when they did
     bool promote = false;             // end-of-pass promotion of the H most-used into VRAM
+    bool preload = false;             // fill every resident slot from the file before the first pass
     int64_t transient_slots = 32;
     // Layer-major, resident-only: copy a layer's host-resident experts while its attention half
     // computes, before routing names the used ones (ExpertProvider::prepare_layer).
