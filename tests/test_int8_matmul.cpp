@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cpu/int8_matmul.h"
+#include "int8_run.h"
 #include "cpu/thread_pool.h"
 #include "random_inputs.h"
 #include "random_weights.h"
@@ -105,26 +106,14 @@ class Int8Matmul : public ::testing::TestWithParam<Case> {};
 TEST_P(Int8Matmul, MatchesFloat64ReferenceOfItsArithmetic) {
     const Case c = GetParam();
     auto rng = bgtest::fresh_rng();
-    const bgtest::HostMat W = bgtest::random_mat(c.type, c.rows, c.cols, 5, rng);
-    const int64_t ldx = c.cols + 3, ldy = c.rows + 2;
-    const std::vector<float> x = bgtest::uniform(rng, c.M * ldx, -1.0f, 1.0f);
-    cpu::ThreadPool pool(2);
-    cpu::Int8MatmulScratch scratch;
-    MatView v{W.bytes.data(), c.type, c.cols, c.rows, W.stride};
-    std::vector<float> y(static_cast<size_t>(c.M * ldy), NAN);
-    cpu::matmul_int8(pool, scratch, v, x.data(), ldx, c.M, y.data(), ldy);
-
-    std::vector<int8_t> q(static_cast<size_t>(c.M * c.cols));
-    std::vector<float> d(static_cast<size_t>(c.M * c.cols / 32));
-    cpu::quantize_int8_rows(x.data(), ldx, c.M, c.cols, q.data(), d.data());
-    const std::vector<double> ref = ref_int8(W, q, d, c.M);
-    std::vector<float> out(static_cast<size_t>(c.M * c.rows));
-    for (int64_t t = 0; t < c.M; ++t)
-        for (int64_t r = 0; r < c.rows; ++r) out[t * c.rows + r] = y[t * ldy + r];
+    const bgtest::Int8Run run = bgtest::run_int8(c.type, c.rows, c.cols, c.M, rng);
+    const bgtest::HostMat& W = run.W;
+    const std::vector<float>& out = run.out;
+    const std::vector<double> ref = ref_int8(W, run.q, run.d, c.M);
     const bgtest::Cmp same = bgtest::compare(out, ref);
     ASSERT_LT(same.bad, 0) << "output " << same.bad << " not written";
     EXPECT_LE(same.rel, kTolSameArithmetic);
-    const bgtest::Cmp exact = bgtest::compare(out, bgtest::ref_matmul(W, x, ldx, c.M));
+    const bgtest::Cmp exact = bgtest::compare(out, bgtest::ref_matmul(W, run.x, run.ldx, c.M));
     EXPECT_GE(exact.rel, 1e-3) << "the activations were not rounded to int8";
     EXPECT_LE(exact.rel, 1e-2);
     std::printf("  %s r%lld c%lld M%lld: rel err %.3g against its arithmetic, %.3g against the exact product\n",

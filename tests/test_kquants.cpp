@@ -24,6 +24,7 @@
 #include "cpu/int8_matmul.h"
 #include "cpu/ops.h"
 #include "cpu/thread_pool.h"
+#include "int8_run.h"
 #include "random_inputs.h"
 #include "random_weights.h"
 #include "tensor/ggml_types.h"
@@ -647,30 +648,15 @@ class KQuantMatmul : public ::testing::TestWithParam<Case> {};
 TEST_P(KQuantMatmul, Int8PathMatchesFloat64ReferenceOfItsArithmetic) {
     const Case c = GetParam();
     auto rng = bgtest::fresh_rng();
-    const bgtest::HostMat W = bgtest::random_mat(c.type, c.rows, c.cols, 5, rng);
-    const int64_t ldx = c.cols + 3, ldy = c.rows + 2;
-    const std::vector<float> x = bgtest::uniform(rng, c.M * ldx, -1.0f, 1.0f);
-    cpu::ThreadPool pool(2);
-    cpu::Int8MatmulScratch scratch;
-    const MatView v{W.bytes.data(), c.type, c.cols, c.rows, W.stride};
-    std::vector<float> y(static_cast<size_t>(c.M * ldy), NAN);
-    cpu::matmul_int8(pool, scratch, v, x.data(), ldx, c.M, y.data(), ldy);
-
+    const bgtest::Int8Run run = bgtest::run_int8(c.type, c.rows, c.cols, c.M, rng);
+    const std::vector<float>& out = run.out;
     // The activations as the kernel quantises them (int8_act.h), then the products in double.
-    std::vector<int8_t> q(static_cast<size_t>(c.M * c.cols));
-    std::vector<float> d(static_cast<size_t>(c.M * c.cols / 32));
-    cpu::quantize_int8_rows(x.data(), ldx, c.M, c.cols, q.data(), d.data());
-    std::vector<double> aq(static_cast<size_t>(c.M * c.cols)), ax(aq.size());
+    const std::vector<double> aq = run.dequantised_activations();
+    std::vector<double> ax(aq.size());
     for (int64_t t = 0; t < c.M; ++t)
-        for (int64_t i = 0; i < c.cols; ++i) {
-            aq[static_cast<size_t>(t * c.cols + i)] = static_cast<double>(q[static_cast<size_t>(t * c.cols + i)]) *
-                                                      d[static_cast<size_t>(t * (c.cols / 32) + i / 32)];
-            ax[static_cast<size_t>(t * c.cols + i)] = x[static_cast<size_t>(t * ldx + i)];
-        }
-    const std::vector<double> w = ref_weights(W);
-    std::vector<float> out(static_cast<size_t>(c.M * c.rows));
-    for (int64_t t = 0; t < c.M; ++t)
-        for (int64_t r = 0; r < c.rows; ++r) out[static_cast<size_t>(t * c.rows + r)] = y[static_cast<size_t>(t * ldy + r)];
+        for (int64_t i = 0; i < c.cols; ++i)
+            ax[static_cast<size_t>(t * c.cols + i)] = run.x[static_cast<size_t>(t * run.ldx + i)];
+    const std::vector<double> w = ref_weights(run.W);
     const bgtest::Cmp same = bgtest::compare(out, ref_product(w, c.rows, c.cols, aq, c.M));
     ASSERT_LT(same.bad, 0) << "output " << same.bad << " not written";
     EXPECT_LE(same.rel, 1e-5);
@@ -681,8 +667,7 @@ TEST_P(KQuantMatmul, Int8PathMatchesFloat64ReferenceOfItsArithmetic) {
     EXPECT_LE(exact.rel, 3e-2);
     // Rows the call does not own stay as they were.
     for (int64_t t = 0; t < c.M; ++t)
-        for (int64_t r = c.rows; r < ldy && t * ldy + r < static_cast<int64_t>(y.size()); ++r)
-            ASSERT_TRUE(std::isnan(y[static_cast<size_t>(t * ldy + r)]));
+        for (int64_t r = c.rows; r < run.ldy; ++r) ASSERT_TRUE(std::isnan(run.y[static_cast<size_t>(t * run.ldy + r)]));
     std::printf("  %s r%lld c%lld M%lld: rel err %.3g against its arithmetic, %.3g against the exact product\n",
                 type_name(c.type), (long long)c.rows, (long long)c.cols, (long long)c.M, same.rel, exact.rel);
 }
