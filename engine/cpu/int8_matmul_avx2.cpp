@@ -33,7 +33,7 @@ constexpr int kTokTile = 8;
 
 // One chunk of the eight rows as the dot products need it.
 struct Chunk8 {
-    __m256i w[kAvx2Rows];   // signed int8 weights, row i
+    __m256i w[kAvx2Rows];   // int8 weights of row i (plus Decode<T>::kOffset: then unsigned, and wa unused)
     __m256i wa[kAvx2Rows];  // |w| (as unsigned bytes: -128 gives 128)
     __m256 d0, d1, m0, m1;  // per-row scale and min of each 16-weight half
 };
@@ -41,6 +41,7 @@ struct Chunk8 {
 // Decoders: chunk c of the eight rows (row pointers rows[i]) into k.
 template <class T>
 struct Decode {
+    static constexpr int kOffset = 0;
     BG_AVX2 static void chunk(const uint8_t* const* rows, int64_t c, Chunk8& k) {
         alignas(32) int8_t v[32];
         alignas(32) float d[4][kAvx2Rows];
@@ -56,23 +57,36 @@ struct Decode {
     }
 };
 
-// MXFP4: the 16 code bytes through a 16-entry table (pshufb), low nibbles then high nibbles.
+// MXFP4's eight block scales, Mxfp4::scale_of in vector form: e >= 2 gives the float whose bits
+// are (e - 1) << 23, e = 0 and 1 the subnormals whose bits are 0x00200000 << e.
+BG_AVX2 inline __m256 mxfp4_scales8(const uint8_t* const* rows, int64_t c) {
+    const int64_t o = c * qtypes::Mxfp4::kBlockBytes;
+    const __m256i e = _mm256_setr_epi32(rows[0][o], rows[1][o], rows[2][o], rows[3][o], rows[4][o], rows[5][o],
+                                        rows[6][o], rows[7][o]);
+    const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+    const __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(subnormal, normal, _mm256_cmpgt_epi32(e, _mm256_set1_epi32(1))));
+}
+
+// MXFP4's 16 code bytes through a 16-entry table (pshufb), low nibbles then high nibbles, as the
+// values plus 12 (0..24): unsigned, so pmaddubsw takes them as they are, and the 12 x (sum of q)
+// this adds is taken off the exact integer sums (dot8).
+BG_AVX2 inline __m256i mxfp4_plus12(const uint8_t* b) {
+    const __m128i table = _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
+    const __m128i low4 = _mm_set1_epi8(0x0F);
+    const __m128i codes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 1));
+    const __m128i lo = _mm_shuffle_epi8(table, _mm_and_si128(codes, low4));
+    const __m128i hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(codes, 4), low4));
+    return _mm256_set_m128i(hi, lo);
+}
+
 template <>
 struct Decode<qtypes::Mxfp4> {
+    static constexpr int kOffset = 12;
     BG_AVX2 static void chunk(const uint8_t* const* rows, int64_t c, Chunk8& k) {
-        const __m128i table = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
-        const __m128i low4 = _mm_set1_epi8(0x0F);
-        alignas(32) float d[kAvx2Rows];
-        for (int i = 0; i < kAvx2Rows; ++i) {
-            const uint8_t* b = rows[i] + c * qtypes::Mxfp4::kBlockBytes;
-            const __m128i codes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 1));
-            const __m128i lo = _mm_shuffle_epi8(table, _mm_and_si128(codes, low4));
-            const __m128i hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(codes, 4), low4));
-            k.w[i] = _mm256_set_m128i(hi, lo);
-            k.wa[i] = _mm256_abs_epi8(k.w[i]);
-            d[i] = qtypes::Mxfp4::scale_of(b[0]);
-        }
-        k.d0 = k.d1 = _mm256_load_ps(d);
+#pragma GCC unroll 8
+        for (int i = 0; i < kAvx2Rows; ++i) k.w[i] = mxfp4_plus12(rows[i] + c * qtypes::Mxfp4::kBlockBytes);
+        k.d0 = k.d1 = mxfp4_scales8(rows, c);
         k.m0 = k.m1 = _mm256_setzero_ps();
     }
 };
@@ -80,6 +94,7 @@ struct Decode<qtypes::Mxfp4> {
 // Q8_0: the 32 stored bytes are the int8 weights.
 template <>
 struct Decode<qtypes::Q8_0> {
+    static constexpr int kOffset = 0;
     BG_AVX2 static void chunk(const uint8_t* const* rows, int64_t c, Chunk8& k) {
         alignas(32) float d[kAvx2Rows];
         for (int i = 0; i < kAvx2Rows; ++i) {
@@ -103,16 +118,22 @@ BG_AVX2 inline void halves8(const __m256i (&p)[kAvx2Rows], __m256i& h0, __m256i&
     h1 = _mm256_permute2x128_si256(a, b, 0x31);
 }
 
-// The eight rows' exact integer dot products with one activation block q[32]: h0 lane i = row i's
-// sum over weights 0..15, h1 over 16..31. pmaddubsw cannot saturate: |w| <= 128, |q| <= 127, so a
-// pair is at most 2 * 128 * 127 = 32512.
-BG_AVX2 inline void dot8(const Chunk8& k, __m256i q, __m256i& h0, __m256i& h1) {
+// The eight rows' exact integer dot products with one activation block q[32] (s: its two half
+// sums): h0 lane i = row i's sum over weights 0..15, h1 over 16..31. pmaddubsw cannot saturate:
+// |w| <= 128 (or w + offset <= 24), |q| <= 127, so a pair is at most 2 * 128 * 127 = 32512.
+template <int kOffset>
+BG_AVX2 inline void dot8(const Chunk8& k, __m256i q, const int32_t* s, __m256i& h0, __m256i& h1) {
     const __m256i ones = _mm256_set1_epi16(1);
     __m256i p[kAvx2Rows];
 #pragma GCC unroll 8
     for (int i = 0; i < kAvx2Rows; ++i)
-        p[i] = _mm256_madd_epi16(_mm256_maddubs_epi16(k.wa[i], _mm256_sign_epi8(q, k.w[i])), ones);
+        p[i] = kOffset ? _mm256_madd_epi16(_mm256_maddubs_epi16(k.w[i], q), ones)
+                       : _mm256_madd_epi16(_mm256_maddubs_epi16(k.wa[i], _mm256_sign_epi8(q, k.w[i])), ones);
     halves8(p, h0, h1);
+    if constexpr (kOffset != 0) {
+        h0 = _mm256_sub_epi32(h0, _mm256_set1_epi32(kOffset * s[0]));
+        h1 = _mm256_sub_epi32(h1, _mm256_set1_epi32(kOffset * s[1]));
+    }
 }
 
 // chunk_partial<T> for the eight rows at once: the same operations in the same order, one lane a row.
@@ -147,24 +168,10 @@ struct OneToken<qtypes::Mxfp4> {
     static constexpr bool kDirect = true;
     static constexpr int kOffset = 12;
     BG_AVX2 static __m256i product(const uint8_t* row, int64_t c, __m256i q) {
-        const __m128i table = _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
-        const __m128i low4 = _mm_set1_epi8(0x0F);
-        const uint8_t* b = row + c * qtypes::Mxfp4::kBlockBytes;
-        const __m128i codes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 1));
-        const __m128i lo = _mm_shuffle_epi8(table, _mm_and_si128(codes, low4));
-        const __m128i hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(codes, 4), low4));
-        return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set_m128i(hi, lo), q), _mm256_set1_epi16(1));
+        return _mm256_madd_epi16(_mm256_maddubs_epi16(mxfp4_plus12(row + c * qtypes::Mxfp4::kBlockBytes), q),
+                                 _mm256_set1_epi16(1));
     }
-    // The eight rows' block scales, Mxfp4::scale_of in vector form: e >= 2 gives the float whose
-    // bits are (e - 1) << 23, e = 0 and 1 the subnormals whose bits are 0x00200000 << e.
-    BG_AVX2 static __m256 scales(const uint8_t* const* rows, int64_t c) {
-        const int64_t o = c * qtypes::Mxfp4::kBlockBytes;
-        const __m256i e = _mm256_setr_epi32(rows[0][o], rows[1][o], rows[2][o], rows[3][o], rows[4][o], rows[5][o],
-                                            rows[6][o], rows[7][o]);
-        const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
-        const __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
-        return _mm256_castsi256_ps(_mm256_blendv_epi8(subnormal, normal, _mm256_cmpgt_epi32(e, _mm256_set1_epi32(1))));
-    }
+    BG_AVX2 static __m256 scales(const uint8_t* const* rows, int64_t c) { return mxfp4_scales8(rows, c); }
 };
 template <>
 struct OneToken<qtypes::Q8_0> {
@@ -238,9 +245,9 @@ BG_AVX2 void rows8(const Int8RowsArgs& a, int64_t r0, int64_t r1) {
                 for (int t = 0; t < n_t; ++t) {
                     const int64_t tok = t0 + t;
                     const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.xq + tok * W.cols + c * 32));
+                    const int32_t* s = a.xs + tok * 2 * nb + 2 * c;
                     __m256i h0, h1;
-                    dot8(k, q, h0, h1);
-                    const int32_t* s = T::kHasMin ? a.xs + tok * 2 * nb + 2 * c : nullptr;
+                    dot8<Decode<T>::kOffset>(k, q, s, h0, h1);
                     acc[t] = _mm256_add_ps(acc[t], partial8<T>(k, h0, h1, a.xd[tok * nb + c], s));
                 }
             }
