@@ -33,7 +33,7 @@ constexpr int kTokTile = 8;
 
 // One chunk of the eight rows as the dot products need it.
 struct Chunk8 {
-    __m256i w[kAvx2Rows];   // int8 weights of row i (plus Decode<T>::kOffset: then unsigned, and wa unused)
+    __m256i w[kAvx2Rows];   // int8 weights of row i (Decode<T>::kUnsigned: w + kOffset as unsigned bytes, wa unused)
     __m256i wa[kAvx2Rows];  // |w| (as unsigned bytes: -128 gives 128)
     __m256 d0, d1, m0, m1;  // per-row scale and min of each 16-weight half
 };
@@ -41,6 +41,7 @@ struct Chunk8 {
 // Decoders: chunk c of the eight rows (row pointers rows[i]) into k.
 template <class T>
 struct Decode {
+    static constexpr bool kUnsigned = false;  // k.w signed: products through |w| and q * sign(w)
     static constexpr int kOffset = 0;
     BG_AVX2 static void chunk(const uint8_t* const* rows, int64_t c, Chunk8& k) {
         alignas(32) int8_t v[32];
@@ -82,6 +83,7 @@ BG_AVX2 inline __m256i mxfp4_plus12(const uint8_t* b) {
 
 template <>
 struct Decode<qtypes::Mxfp4> {
+    static constexpr bool kUnsigned = true;  // k.w = value + kOffset
     static constexpr int kOffset = 12;
     BG_AVX2 static void chunk(const uint8_t* const* rows, int64_t c, Chunk8& k) {
 #pragma GCC unroll 8
@@ -94,6 +96,7 @@ struct Decode<qtypes::Mxfp4> {
 // Q8_0: the 32 stored bytes are the int8 weights.
 template <>
 struct Decode<qtypes::Q8_0> {
+    static constexpr bool kUnsigned = false;
     static constexpr int kOffset = 0;
     BG_AVX2 static void chunk(const uint8_t* const* rows, int64_t c, Chunk8& k) {
         alignas(32) float d[kAvx2Rows];
@@ -108,6 +111,83 @@ struct Decode<qtypes::Q8_0> {
     }
 };
 
+// The K-quants: chunk k (0..7) of a 256-weight block holds 32 weights whose codes sit in one
+// 32-byte run of each bit plane, lane l the weight 32k + l (ggml's layouts, tensor/qtypes/*.h),
+// so a chunk's codes are a few loads, shifts and masks, as unsigned bytes (value + kOffset); the
+// two 16-weight halves' scales and mins come from the traits' sub_scale.
+BG_AVX2 inline __m256i bits_at(const uint8_t* p, int shift, int mask) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(shift)), _mm256_set1_epi8(static_cast<char>(mask)));
+}
+
+template <class T>
+struct KCodes;
+template <>
+struct KCodes<qtypes::Q2_K> {  // q in 0..3
+    static constexpr int kOffset = 0;
+    BG_AVX2 static __m256i at(const uint8_t* b, int k) { return bits_at(b + 16 + 32 * (k >> 2), 2 * (k & 3), 3); }
+};
+template <>
+struct KCodes<qtypes::Q3_K> {  // q = (low | high << 2) - 4 in -4..3
+    static constexpr int kOffset = 4;
+    BG_AVX2 static __m256i at(const uint8_t* b, int k) {
+        const __m256i lo = bits_at(b + 32 + 32 * (k >> 2), 2 * (k & 3), 3);
+        const __m256i hi = bits_at(b, 4 * (k >> 2) + (k & 3), 1);
+        return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 2));
+    }
+};
+template <>
+struct KCodes<qtypes::Q4_K> {  // q in 0..15
+    static constexpr int kOffset = 0;
+    BG_AVX2 static __m256i at(const uint8_t* b, int k) { return bits_at(b + 16 + 32 * (k >> 1), 4 * (k & 1), 0x0F); }
+};
+template <>
+struct KCodes<qtypes::Q5_K> {  // q = low | fifth << 4 in 0..31
+    static constexpr int kOffset = 0;
+    BG_AVX2 static __m256i at(const uint8_t* b, int k) {
+        const __m256i lo = bits_at(b + 48 + 32 * (k >> 1), 4 * (k & 1), 0x0F);
+        return _mm256_or_si256(lo, _mm256_slli_epi16(bits_at(b + 16, k, 1), 4));
+    }
+};
+template <>
+struct KCodes<qtypes::Q6_K> {  // q = (low | top << 4) - 32 in -32..31
+    static constexpr int kOffset = 32;
+    BG_AVX2 static __m256i at(const uint8_t* b, int k) {
+        const int h = k >> 2, kk = k & 3;
+        const __m256i lo = bits_at(b + 64 * h + 32 * (kk & 1), 4 * (kk >> 1), 0x0F);
+        const __m256i top = bits_at(b + 128 + 32 * h, 2 * kk, 3);
+        return _mm256_or_si256(lo, _mm256_slli_epi16(top, 4));
+    }
+};
+
+template <class T>
+struct KDecode {
+    static constexpr bool kUnsigned = true;
+    static constexpr int kOffset = KCodes<T>::kOffset;
+    BG_AVX2 static void chunk(const uint8_t* const* rows, int64_t c, Chunk8& k) {
+        alignas(32) float d[4][kAvx2Rows];
+        const int in_block = static_cast<int>(c % 8);
+        for (int i = 0; i < kAvx2Rows; ++i) {
+            const uint8_t* blk = rows[i] + (c / 8) * T::kBlockBytes;
+            k.w[i] = KCodes<T>::at(blk, in_block);
+            T::sub_scale(blk, 2 * in_block, &d[0][i], &d[2][i]);
+            T::sub_scale(blk, 2 * in_block + 1, &d[1][i], &d[3][i]);
+        }
+        k.d0 = _mm256_load_ps(d[0]), k.d1 = _mm256_load_ps(d[1]);
+        k.m0 = _mm256_load_ps(d[2]), k.m1 = _mm256_load_ps(d[3]);
+    }
+};
+template <>
+struct Decode<qtypes::Q2_K> : KDecode<qtypes::Q2_K> {};
+template <>
+struct Decode<qtypes::Q3_K> : KDecode<qtypes::Q3_K> {};
+template <>
+struct Decode<qtypes::Q4_K> : KDecode<qtypes::Q4_K> {};
+template <>
+struct Decode<qtypes::Q5_K> : KDecode<qtypes::Q5_K> {};
+template <>
+struct Decode<qtypes::Q6_K> : KDecode<qtypes::Q6_K> {};
+
 // Eight rows' int32 lanes (lane 0 half: weights 0..15, lane 1 half: 16..31) to each half's sums.
 BG_AVX2 inline void halves8(const __m256i (&p)[kAvx2Rows], __m256i& h0, __m256i& h1) {
     // Within each 128-bit lane, two rounds of hadd leave rows 0..3 (resp. 4..7) side by side; the
@@ -120,15 +200,15 @@ BG_AVX2 inline void halves8(const __m256i (&p)[kAvx2Rows], __m256i& h0, __m256i&
 
 // The eight rows' exact integer dot products with one activation block q[32] (s: its two half
 // sums): h0 lane i = row i's sum over weights 0..15, h1 over 16..31. pmaddubsw cannot saturate:
-// |w| <= 128 (or w + offset <= 24), |q| <= 127, so a pair is at most 2 * 128 * 127 = 32512.
-template <int kOffset>
+// |w| <= 128 (or, unsigned, w + offset <= 63), |q| <= 127, so a pair is at most 2 * 128 * 127.
+template <bool kUnsigned, int kOffset>
 BG_AVX2 inline void dot8(const Chunk8& k, __m256i q, const int32_t* s, __m256i& h0, __m256i& h1) {
     const __m256i ones = _mm256_set1_epi16(1);
     __m256i p[kAvx2Rows];
 #pragma GCC unroll 8
     for (int i = 0; i < kAvx2Rows; ++i)
-        p[i] = kOffset ? _mm256_madd_epi16(_mm256_maddubs_epi16(k.w[i], q), ones)
-                       : _mm256_madd_epi16(_mm256_maddubs_epi16(k.wa[i], _mm256_sign_epi8(q, k.w[i])), ones);
+        p[i] = kUnsigned ? _mm256_madd_epi16(_mm256_maddubs_epi16(k.w[i], q), ones)
+                         : _mm256_madd_epi16(_mm256_maddubs_epi16(k.wa[i], _mm256_sign_epi8(q, k.w[i])), ones);
     halves8(p, h0, h1);
     if constexpr (kOffset != 0) {
         h0 = _mm256_sub_epi32(h0, _mm256_set1_epi32(kOffset * s[0]));
@@ -247,7 +327,7 @@ BG_AVX2 void rows8(const Int8RowsArgs& a, int64_t r0, int64_t r1) {
                     const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.xq + tok * W.cols + c * 32));
                     const int32_t* s = a.xs + tok * 2 * nb + 2 * c;
                     __m256i h0, h1;
-                    dot8<Decode<T>::kOffset>(k, q, s, h0, h1);
+                    dot8<Decode<T>::kUnsigned, Decode<T>::kOffset>(k, q, s, h0, h1);
                     acc[t] = _mm256_add_ps(acc[t], partial8<T>(k, h0, h1, a.xd[tok * nb + c], s));
                 }
             }
