@@ -23,7 +23,6 @@
 #include <memory>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "cpu/int8_matmul.h"

@@ -94,19 +94,24 @@ struct Decode<qtypes::Mxfp4> {
 };
 
 // Q8_0: the 32 stored bytes are the int8 weights.
+// Q8_0's eight block scales (FP16, converted as the traits convert them).
+BG_AVX2 inline __m256 q8_0_scales8(const uint8_t* const* rows, int64_t c) {
+    const int64_t o = c * qtypes::Q8_0::kBlockBytes;
+    alignas(32) float d[kAvx2Rows];
+    for (int i = 0; i < kAvx2Rows; ++i) d[i] = qtypes::load_half(rows[i] + o);
+    return _mm256_load_ps(d);
+}
+
 template <>
 struct Decode<qtypes::Q8_0> {
     static constexpr bool kUnsigned = false;
     static constexpr int kOffset = 0;
     BG_AVX2 static void chunk(const uint8_t* const* rows, int64_t c, Chunk8& k) {
-        alignas(32) float d[kAvx2Rows];
         for (int i = 0; i < kAvx2Rows; ++i) {
-            const uint8_t* b = rows[i] + c * qtypes::Q8_0::kBlockBytes;
-            k.w[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
+            k.w[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[i] + c * qtypes::Q8_0::kBlockBytes + 2));
             k.wa[i] = _mm256_abs_epi8(k.w[i]);
-            d[i] = qtypes::load_half(b);
         }
-        k.d0 = k.d1 = _mm256_load_ps(d);
+        k.d0 = k.d1 = q8_0_scales8(rows, c);
         k.m0 = k.m1 = _mm256_setzero_ps();
     }
 };
@@ -262,12 +267,7 @@ struct OneToken<qtypes::Q8_0> {
         const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
         return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(q, w)), _mm256_set1_epi16(1));
     }
-    BG_AVX2 static __m256 scales(const uint8_t* const* rows, int64_t c) {
-        const int64_t o = c * qtypes::Q8_0::kBlockBytes;
-        alignas(32) float d[kAvx2Rows];
-        for (int i = 0; i < kAvx2Rows; ++i) d[i] = qtypes::load_half(rows[i] + o);
-        return _mm256_load_ps(d);
-    }
+    BG_AVX2 static __m256 scales(const uint8_t* const* rows, int64_t c) { return q8_0_scales8(rows, c); }
 };
 
 template <class T>
