@@ -83,7 +83,7 @@ public:
         if (lim_.matmul.int8_takes(W.type, W.cols)) {
             BG_CHECK_MSG(n_tok * W.cols <= static_cast<int64_t>(int8_.xq.size()),
                          "cpu ops: an integer-path matmul larger than reserve() was told of");
-            cpu::matmul_int8(pool_, int8_, W, x, ldx, n_tok, y, ldy);
+            cpu::matmul_int8(pool_, int8_, W, x, ldx, n_tok, y, ldy, isa_);
             return;
         }
         cpu::matmul(pool_, W, x, ldx, n_tok, y, ldy);
@@ -261,6 +261,7 @@ private:
     std::vector<float> xg_, g_, up_, h_, eo_;  // expert_ffn: gathered x, gate, up, hidden, output
     std::vector<int32_t> route_order_;
     Int8MatmulScratch int8_;  // --matmul fast: the int8 activations of the largest call
+    const CpuIsa isa_ = best_cpu_isa();  // its row kernel, chosen once (the metrics' engine.cpu_int8_kernel)
 };
 
 }  // namespace
