@@ -395,16 +395,25 @@ TEST(Ops, HcMix) {
                 EXPECT_LT(h.post[i], 2.0f);
                 for (int s = 0; s < 4; ++s) ASSERT_NEAR(h.comb[i][s], r.comb[i][s], 1e-5) << n_iter;
             }
-            // Each step ends with the dst normalisation: rows sum to 1 up to eps. After 20
-            // rounds the columns have converged as well, to 1e-3 for moderate logits (strongly
-            // skewed ones converge more slowly, in the reference too).
+            // Each step ends with the dst normalisation, so a row sums to S / (S + eps) with S
+            // its sum before the division: a hair below 1, and further below when the row
+            // started out small. How far depends on the draw: with n_iter 1 and wide logits a
+            // row can hold softmax values near e^-10 in every column, S ~ 2e-4, and then the sum
+            // is 1 - eps / S ~ 0.995. So the sum is checked against the float64 reference's sum
+            // of the same row, with a floor that holds for every draw (S >= 4 e^-10 here), and
+            // tightly where S is near 1 (20 rounds of moderate logits). After 20 rounds the
+            // columns have converged as well, to 1e-3 for moderate logits (strongly skewed ones
+            // converge more slowly, in the reference too).
             for (int d = 0; d < 4; ++d) {
                 float row = 0;
-                for (int s = 0; s < 4; ++s) row += h.comb[d][s];
-                // Exactly S / (S + eps) with S the row sum before the division: a hair below
-                // 1, more so when a row started out small.
+                double want_row = 0;
+                for (int s = 0; s < 4; ++s) {
+                    row += h.comb[d][s];
+                    want_row += r.comb[d][s];
+                }
+                EXPECT_NEAR(row, want_row, 4e-6) << "row " << d << " n_iter " << n_iter;
                 EXPECT_LE(row, 1.0f + 1e-6f);
-                EXPECT_GT(row, 1.0f - ((n_iter == 20 && !wide) ? 1e-5f : 2e-4f));
+                EXPECT_GT(row, (n_iter == 20 && !wide) ? 1.0f - 1e-5f : 0.99f);
             }
             if (n_iter == 20 && !wide) {
                 for (int s = 0; s < 4; ++s) {

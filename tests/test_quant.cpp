@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "random_inputs.h"
 #include "tensor/ggml_types.h"
 #include "util/check.h"
 
@@ -25,12 +26,6 @@ float from_bits(uint32_t u) {
     float f;
     std::memcpy(&f, &u, 4);
     return f;
-}
-
-std::mt19937 fresh_rng(const char* what) {
-    const uint32_t seed = std::random_device{}();
-    std::printf("[%s] seed %u\n", what, seed);
-    return std::mt19937(seed);
 }
 
 }  // namespace
@@ -175,7 +170,7 @@ TEST(Quant, Fp16ExhaustiveRoundTrip) {
 
 // Every random float lands on the nearest half, ties to the even mantissa.
 TEST(Quant, Fp16RandomNearest) {
-    std::mt19937 rng = fresh_rng("Fp16RandomNearest");
+    std::mt19937 rng = bgtest::fresh_rng();
     std::uniform_int_distribution<int> expo(-27, 16);
     std::uniform_real_distribution<float> mant(1.0f, 2.0f);
     for (int it = 0; it < 200000; ++it) {
@@ -445,7 +440,7 @@ std::vector<float> round_trip(GgmlType t, const std::vector<float>& x) {
 }  // namespace
 
 TEST(Quant, RoundTripFloatTypes) {
-    std::mt19937 rng = fresh_rng("RoundTripFloatTypes");
+    std::mt19937 rng = bgtest::fresh_rng();
     const auto x = random_row(rng, 4096);
     const auto f32 = round_trip(GgmlType::F32, x);
     for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(bits(f32[i]), bits(x[i]));
@@ -461,7 +456,7 @@ TEST(Quant, RoundTripFloatTypes) {
 }
 
 TEST(Quant, RoundTripQ8_0) {
-    std::mt19937 rng = fresh_rng("RoundTripQ8_0");
+    std::mt19937 rng = bgtest::fresh_rng();
     const auto x = random_row(rng, 32 * 200);
     const auto y = round_trip(GgmlType::Q8_0, x);
     for (size_t b = 0; b < x.size() / 32; ++b) {
@@ -476,7 +471,7 @@ TEST(Quant, RoundTripQ8_0) {
 }
 
 TEST(Quant, RoundTripMxfp4) {
-    std::mt19937 rng = fresh_rng("RoundTripMxfp4");
+    std::mt19937 rng = bgtest::fresh_rng();
     const int64_t n = 32 * 300;
     const auto x = random_row(rng, n);
     std::vector<uint8_t> q(row_bytes(GgmlType::MXFP4, n));
