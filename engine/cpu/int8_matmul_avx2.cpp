@@ -119,7 +119,7 @@ struct Decode<qtypes::Q8_0> {
 // The K-quants: chunk k (0..7) of a 256-weight block holds 32 weights whose codes sit in one
 // 32-byte run of each bit plane, lane l the weight 32k + l (ggml's layouts, tensor/qtypes/*.h),
 // so a chunk's codes are a few loads, shifts and masks, as unsigned bytes (value + kOffset); the
-// two 16-weight halves' scales and mins come from the traits' sub_scale.
+// scales and mins come from the block's (KBlockScales below).
 BG_AVX2 inline __m256i bits_at(const uint8_t* p, int shift, int mask) {
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
     return _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(shift)), _mm256_set1_epi8(static_cast<char>(mask)));
@@ -165,21 +165,56 @@ struct KCodes<qtypes::Q6_K> {  // q = (low | top << 4) - 32 in -32..31
     }
 };
 
+// The scales and mins of one block of the eight rows, for every group sharing one (kSubK
+// weights), decoded when a chunk loop enters the block and read by its eight chunks: each FP16
+// super-scale is converted once a block rather than twice a chunk. The products are the traits'
+// sub_scale (super_block.h) in vector form: each operand is exact, so one rounded multiply gives
+// the same float.
+template <class T>
+struct KBlockScales {
+    static constexpr int kGroups = qtypes::SuperBlock<T>::kBlockWeights / T::kSubK;  // 8 or 16
+    __m256 d[kGroups], m[kGroups];  // lane i: row i
+
+    BG_AVX2 void load(const uint8_t* const* rows, int64_t block) {
+        alignas(32) float dh[kAvx2Rows], mh[kAvx2Rows];
+        alignas(32) int32_t sc[kGroups][kAvx2Rows], mn[kGroups][kAvx2Rows];
+        for (int i = 0; i < kAvx2Rows; ++i) {
+            const uint8_t* blk = rows[i] + block * T::kBlockBytes;
+            dh[i] = qtypes::load_half(blk + T::kOffD);
+            if constexpr (T::kHasMin) mh[i] = qtypes::load_half(blk + T::kOffDmin);
+            for (int g = 0; g < kGroups; ++g) T::sub_ints(blk, g * (T::kSubK / 16), &sc[g][i], &mn[g][i]);
+        }
+        const __m256 vd = _mm256_load_ps(dh);
+        for (int g = 0; g < kGroups; ++g)
+            d[g] = _mm256_mul_ps(vd, _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(sc[g]))));
+        if constexpr (T::kHasMin) {
+            const __m256 vm = _mm256_load_ps(mh);
+            for (int g = 0; g < kGroups; ++g)
+                m[g] = _mm256_mul_ps(vm, _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(mn[g]))));
+        }
+    }
+};
+
+// Stateful, unlike the other decoders: it keeps the block's scales between chunks, so a chunk
+// loop must visit a block's chunks in order from its first (rows8 does).
 template <class T>
 struct KDecode {
     static constexpr bool kUnsigned = true;
     static constexpr int kOffset = KCodes<T>::kOffset;
-    BG_AVX2 static void chunk(const uint8_t* const* rows, int64_t c, Chunk8& k) {
-        alignas(32) float d[4][kAvx2Rows];
+    KBlockScales<T> scales;
+
+    BG_AVX2 void chunk(const uint8_t* const* rows, int64_t c, Chunk8& k) {
         const int in_block = static_cast<int>(c % 8);
-        for (int i = 0; i < kAvx2Rows; ++i) {
-            const uint8_t* blk = rows[i] + (c / 8) * T::kBlockBytes;
-            k.w[i] = KCodes<T>::at(blk, in_block);
-            T::sub_scale(blk, 2 * in_block, &d[0][i], &d[2][i]);
-            T::sub_scale(blk, 2 * in_block + 1, &d[1][i], &d[3][i]);
+        if (in_block == 0) scales.load(rows, c / 8);
+        for (int i = 0; i < kAvx2Rows; ++i) k.w[i] = KCodes<T>::at(rows[i] + (c / 8) * T::kBlockBytes, in_block);
+        if constexpr (T::kSubK == 32) {
+            k.d0 = k.d1 = scales.d[in_block];
+            if constexpr (T::kHasMin) k.m0 = k.m1 = scales.m[in_block];
+        } else {
+            k.d0 = scales.d[2 * in_block], k.d1 = scales.d[2 * in_block + 1];
+            if constexpr (T::kHasMin) k.m0 = scales.m[2 * in_block], k.m1 = scales.m[2 * in_block + 1];
         }
-        k.d0 = _mm256_load_ps(d[0]), k.d1 = _mm256_load_ps(d[1]);
-        k.m0 = _mm256_load_ps(d[2]), k.m1 = _mm256_load_ps(d[3]);
+        if constexpr (!T::kHasMin) k.m0 = k.m1 = _mm256_setzero_ps();
     }
 };
 template <>
@@ -320,8 +355,9 @@ BG_AVX2 void rows8(const Int8RowsArgs& a, int64_t r0, int64_t r1) {
             __m256 acc[kTokTile];
             for (int t = 0; t < kTokTile; ++t) acc[t] = _mm256_setzero_ps();
             Chunk8 k;
+            Decode<T> decode;
             for (int64_t c = 0; c < nb; ++c) {
-                Decode<T>::chunk(rows, c, k);
+                decode.chunk(rows, c, k);
                 for (int t = 0; t < n_t; ++t) {
                     const int64_t tok = t0 + t;
                     const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.xq + tok * W.cols + c * 32));

@@ -22,10 +22,10 @@ struct Q2_K : SuperBlock<Q2_K> {
     static constexpr bool kHasMin = true;
     static constexpr int kOffScales = 0, kOffQs = 16, kOffD = 80, kOffDmin = 82;
 
-    BG_HD static void sub_scale(const uint8_t* blk, int s16, float* d, float* m) {
+    BG_HD static void sub_ints(const uint8_t* blk, int s16, int* sc, int* mn) {
         const int sm = blk[kOffScales + s16];
-        *d = mul_rn(load_half(blk + kOffD), static_cast<float>(sm & 0x0F));
-        *m = mul_rn(load_half(blk + kOffDmin), static_cast<float>(sm >> 4));
+        *sc = sm & 0x0F;
+        *mn = sm >> 4;
     }
     BG_HD static int code(const uint8_t* blk, int i) {
         return (blk[kOffQs + 32 * (i / 128) + i % 32] >> (2 * ((i % 128) / 32))) & 3;

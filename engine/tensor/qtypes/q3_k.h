@@ -30,9 +30,9 @@ struct Q3_K : SuperBlock<Q3_K> {
         const int hi = (sc[8 + s % 4] >> (2 * (s / 4))) & 3;
         return (lo | (hi << 4)) - 32;
     }
-    BG_HD static void sub_scale(const uint8_t* blk, int s16, float* d, float* m) {
-        *d = mul_rn(load_half(blk + kOffD), static_cast<float>(scale6(blk, s16)));
-        *m = 0.0f;
+    BG_HD static void sub_ints(const uint8_t* blk, int s16, int* sc, int* mn) {
+        *sc = scale6(blk, s16);
+        *mn = 0;
     }
     BG_HD static int code(const uint8_t* blk, int i) {
         const int j = (i % 128) / 32, l = i % 32;

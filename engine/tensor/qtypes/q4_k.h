@@ -23,11 +23,8 @@ struct Q4_K : SuperBlock<Q4_K> {
     static constexpr bool kHasMin = true;
     static constexpr int kOffD = 0, kOffDmin = 2, kOffScales = 4, kOffQs = 16;
 
-    BG_HD static void sub_scale(const uint8_t* blk, int s16, float* d, float* m) {
-        int sc, mn;
-        k_scale_min(blk + kOffScales, s16 / 2, &sc, &mn);
-        *d = mul_rn(load_half(blk + kOffD), static_cast<float>(sc));
-        *m = mul_rn(load_half(blk + kOffDmin), static_cast<float>(mn));
+    BG_HD static void sub_ints(const uint8_t* blk, int s16, int* sc, int* mn) {
+        k_scale_min(blk + kOffScales, s16 / 2, sc, mn);
     }
     BG_HD static int code(const uint8_t* blk, int i) {
         return (blk[kOffQs + 32 * (i / 64) + i % 32] >> (4 * ((i / 32) & 1))) & 0x0F;

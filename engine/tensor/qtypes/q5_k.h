@@ -24,11 +24,8 @@ struct Q5_K : SuperBlock<Q5_K> {
     static constexpr bool kHasMin = true;
     static constexpr int kOffD = 0, kOffDmin = 2, kOffScales = 4, kOffQh = 16, kOffQs = 48;
 
-    BG_HD static void sub_scale(const uint8_t* blk, int s16, float* d, float* m) {
-        int sc, mn;
-        k_scale_min(blk + kOffScales, s16 / 2, &sc, &mn);
-        *d = mul_rn(load_half(blk + kOffD), static_cast<float>(sc));
-        *m = mul_rn(load_half(blk + kOffDmin), static_cast<float>(mn));
+    BG_HD static void sub_ints(const uint8_t* blk, int s16, int* sc, int* mn) {
+        k_scale_min(blk + kOffScales, s16 / 2, sc, mn);
     }
     BG_HD static int code(const uint8_t* blk, int i) {
         const int lo = (blk[kOffQs + 32 * (i / 64) + i % 32] >> (4 * ((i / 32) & 1))) & 0x0F;

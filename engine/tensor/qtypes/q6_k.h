@@ -23,9 +23,9 @@ struct Q6_K : SuperBlock<Q6_K> {
     static constexpr bool kHasMin = false;
     static constexpr int kOffQl = 0, kOffQh = 128, kOffScales = 192, kOffD = 208;
 
-    BG_HD static void sub_scale(const uint8_t* blk, int s16, float* d, float* m) {
-        *d = mul_rn(load_half(blk + kOffD), static_cast<float>(static_cast<int8_t>(blk[kOffScales + s16])));
-        *m = 0.0f;
+    BG_HD static void sub_ints(const uint8_t* blk, int s16, int* sc, int* mn) {
+        *sc = static_cast<int8_t>(blk[kOffScales + s16]);
+        *mn = 0;
     }
     BG_HD static int code(const uint8_t* blk, int i) {
         const int h = i / 128, k = (i % 128) / 32, l = i % 32;

@@ -2,7 +2,13 @@
 // decoders, and this base builds the rest of the traits contract (tensor/qtypes/all.h) from them:
 //   sub_scale(blk, s, &d, &m)  scale and min of 16-weight group s (0..15) of one block, rounded as
 //                              ggml rounds them (float products of the FP16 super-scale and the
-//                              small integer scale; m = 0 for types without a min);
+//                              small integer scale; m = 0 for types without a min). The K-quants
+//                              name only the small integers, sub_ints(blk, s, &sc, &mn), and their
+//                              FP16 super-scales' offsets kOffD (and kOffDmin with a min); this
+//                              base multiplies them out. A kernel that keeps a block's scales
+//                              (the AVX2 one) can then convert the two FP16 values once a block
+//                              and do the same products in vector form. IQ2_XXS, whose scale is
+//                              not such a product, names sub_scale itself.
 //   code(blk, i)               the integer value of weight i (0..255), what the int8 path takes.
 // Every weight is then value = d * code - m, each operation rounded to float, which is ggml's
 // dequantize_row_* bit for bit (its expressions are that product and that difference).
@@ -18,6 +24,17 @@ template <class T>
 struct SuperBlock {
     static constexpr int kBlockWeights = 256;
     static constexpr int kChunksPerBlock = kBlockWeights / 32;
+
+    BG_HD static void sub_scale(const uint8_t* blk, int s16, float* d, float* m) {
+        int sc, mn;
+        T::sub_ints(blk, s16, &sc, &mn);
+        *d = mul_rn(load_half(blk + T::kOffD), static_cast<float>(sc));
+        if constexpr (T::kHasMin) {
+            *m = mul_rn(load_half(blk + T::kOffDmin), static_cast<float>(mn));
+        } else {
+            *m = 0.0f;
+        }
+    }
 
     // n weights from weight i of one block, all inside one 16-weight group (i % 16 + n <= 16),
     // decoded exactly as ggml's dequantize_row does.
