@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <numbers>
 #include <numeric>
 #include <vector>
@@ -147,12 +148,23 @@ inline std::vector<int32_t> top_k(const std::vector<T>& x, int64_t k) {
 struct Route {
     std::vector<int32_t> ids;
     std::vector<double> weights, p;
+    std::vector<double> score;  // what the top-k ranks: p + bias
+    // Whether two of the k + 1 best scores are closer than rel (relative): a float engine may
+    // then rank them either way, its rounding being the only thing that separates them.
+    bool near_tie(int k, double rel) const {
+        std::vector<double> s = score;
+        std::sort(s.begin(), s.end(), std::greater<double>());
+        for (int j = 0; j < k && j + 1 < static_cast<int>(s.size()); ++j)
+            if (s[j] - s[j + 1] <= rel * std::max(1.0, std::abs(s[j]))) return true;
+        return false;
+    }
 };
 
 // norm: divide by the chosen sum (expert_weights_norm); scale applied as given.
 inline Route router(const float* logits, const float* bias, int64_t n, int k, double scale, bool norm = true) {
     Route r;
-    std::vector<double> score(static_cast<size_t>(n));
+    std::vector<double>& score = r.score;
+    score.resize(static_cast<size_t>(n));
     r.p.resize(static_cast<size_t>(n));
     for (int64_t e = 0; e < n; ++e) {
         r.p[e] = std::sqrt(softplus(logits[e]));

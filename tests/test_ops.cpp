@@ -429,10 +429,13 @@ TEST(Ops, HcMix) {
 // ---------------------------------------------------------------------------------------------
 // Router
 
-// Weights to relative 1e-6; ids exact.
+// Weights to relative 1e-6; ids exact, except where two of the k + 1 best float64 scores lie
+// within float rounding (1e-6 relative) of each other: there the float router may rank them
+// either way (seed 3788298236 gave one such pair). Such draws are counted and must stay rare.
 TEST(Ops, RouterMatchesReference) {
     std::mt19937 rng = fresh_rng();
     const int64_t n = 256;
+    int near_ties = 0;
     for (int rep = 0; rep < 100; ++rep) {
         const int k = rep % 2 ? 6 : 8;
         const float scale = 2.5f;
@@ -443,6 +446,11 @@ TEST(Ops, RouterMatchesReference) {
             std::vector<float> w(k), p(n);
             router_exact(logits.data(), b, n, k, RouteWeighting{true, scale}, ids.data(), w.data(), p.data());
             const ref::Route r = ref::router(logits.data(), b, n, k, scale);
+            for (int64_t e = 0; e < n; ++e) ASSERT_NEAR(p[e], r.p[e], 1e-6 * r.p[e]);
+            if (r.near_tie(k, 1e-6)) {
+                ++near_ties;
+                continue;
+            }
             double sum = 0;
             for (int j = 0; j < k; ++j) {
                 ASSERT_EQ(ids[j], r.ids[j]) << "rank " << j;
@@ -450,9 +458,9 @@ TEST(Ops, RouterMatchesReference) {
                 sum += w[j];
             }
             EXPECT_NEAR(sum, scale, 1e-5);
-            for (int64_t e = 0; e < n; ++e) ASSERT_NEAR(p[e], r.p[e], 1e-6 * r.p[e]);
         }
     }
+    EXPECT_LE(near_ties, 10) << "of 200 draws";
 }
 
 // expert_weights_norm false: the chosen p, times the scale, are the weights, undivided.
