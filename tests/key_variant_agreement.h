@@ -27,8 +27,8 @@ inline bg::RunConfig variant_config(const std::string& path, const char* matmul)
     c.prompt_tokens = 24;
     c.prompt_seed = 5;
     c.gen = 8;
-    c.routing = "exact";
-    c.matmul = matmul;
+    c.routing = bg::RoutingPolicy::kExact;
+    c.matmul = bg::parse_enum<bg::MatmulMode>(matmul);
     c.vram_budget_mib = 1024;
     return c;
 }

@@ -77,7 +77,7 @@ inline bg::RunConfig device_scale_config(const char* path) {
     c.prompt_tokens = 32;
     c.prompt_seed = 5;
     c.gen = 4;
-    c.routing = "exact";
+    c.routing = bg::RoutingPolicy::kExact;
     c.vram_budget_mib = 16384;
     c.host_budget_mib = 65536;
     return c;

@@ -43,8 +43,8 @@ bg::RunConfig ci_cfg(const std::string& routing) {
     c.prompt_tokens = 64;
     c.prompt_seed = 5;
     c.gen = 6;
-    c.routing = routing;
-    c.matmul = "precise";  // the rounding emulated is the float path's (quant_matmul.cuh)
+    c.routing = bg::parse_enum<bg::RoutingPolicy>(routing);
+    c.matmul = bg::MatmulMode::kPrecise;  // the rounding emulated is the float path's (quant_matmul.cuh)
     c.vram_budget_mib = 4096;
     return c;
 }
@@ -54,7 +54,7 @@ TEST(EmulatedGpuNumerics, CiScaleSameExpertsTokensAndLogitsWithinTolerance) {
     for (const char* routing : {"exact", "pinned-top1"}) {
         SCOPED_TRACE(routing);
         const bg::RunConfig c = ci_cfg(routing);
-        const bg::RoutingPolicy policy = bg::parse_routing_policy(routing);
+        const bg::RoutingPolicy policy = bg::parse_enum<bg::RoutingPolicy>(routing);
         bg::Session cpu(c);
         bg::Session emu(c, &emulated);
         const bgtest::RoutingAgreement agree = bgtest::run_both_recording_routes(cpu, emu);
@@ -80,7 +80,7 @@ TEST(EmulatedGpuNumerics, DeviceScaleSameExperts) {
     if (!path || !*path) GTEST_SKIP() << "BG_DEVICE_MODEL (the device-scale model's path) is not set";
     bgtest::GpuNumericsDevice emulated;
     bg::RunConfig c = bgtest::device_scale_config(path);
-    c.matmul = "precise";
+    c.matmul = bg::MatmulMode::kPrecise;
     bg::Session cpu(c);
     bg::Session emu(c, &emulated);
     const bgtest::RoutingAgreement agree = bgtest::run_both_recording_routes(cpu, emu);

@@ -20,18 +20,18 @@ TEST(FastMatmul, AgainstPreciseOnEveryKeyVariant) {
 
 TEST(FastMatmul, IsTheDefaultAndTierStateInvariant) {
     bg::RunConfig c;
-    EXPECT_EQ(c.matmul, "fast");
+    EXPECT_EQ(c.matmul, bg::MatmulMode::kFast);
     c.model_path = bgtest::tiny_model();
     c.prompt_tokens = 20;
     c.gen = 4;
-    c.routing = "resident-only";
+    c.routing = bg::RoutingPolicy::kResidentOnly;
     c.slots = 8;
     c.hot = 2;
     bg::Session s(c);
     const std::vector<float> cold = s.all_logits(bg::RoutingPolicy::kResidentOnly);
     const std::vector<float> warm = s.all_logits(bg::RoutingPolicy::kResidentOnly);
     EXPECT_EQ(cold, warm);
-    c.matmul = "precise";
+    c.matmul = bg::MatmulMode::kPrecise;
     bg::Session p(c);
     EXPECT_NE(cold, p.all_logits(bg::RoutingPolicy::kResidentOnly)) << "fast and precise took the same path";
 }

@@ -42,7 +42,7 @@ bg::RunConfig base_cfg(const std::string& model) {
     c.transient_slots = 6;
     c.threads = 2;
     c.ubatch = 8;
-    c.routing = "exact";  // leaves the resident set, so cold and warm passes both read the disk
+    c.routing = bg::RoutingPolicy::kExact;  // leaves the resident set, so cold and warm passes both read the disk
     c.passes = 2;
     c.read_size = 8192;   // several pieces per expert: more completions for the faults to hit
     return c;
@@ -65,7 +65,7 @@ const Outcome& reference(const std::string& io) {
     auto it = cache.find(io);
     if (it == cache.end()) {
         bg::RunConfig c = base_cfg(bgtest::tiny_model());
-        c.io = io;
+        c.io = bg::parse_enum<bg::io::IoEngine>(io);
         it = cache.emplace(io, run_session(c)).first;
     }
     return it->second;
@@ -95,7 +95,7 @@ TEST(Faults, SlowRequestsGiveIdenticalTokens) {
     for (const char* io : kEngines) {
         SCOPED_TRACE(io);
         bg::RunConfig c = base_cfg(bgtest::tiny_model());
-        c.io = io;
+        c.io = bg::parse_enum<bg::io::IoEngine>(io);
         c.queue_depth = 2;         // the delays add up instead of overlapping
         c.faults.delay_us = 400;
         const Outcome got = run_session(c);
@@ -112,7 +112,7 @@ TEST(Faults, ShortReadsEintrAndEagainGiveIdenticalTokensAndVerifiedSlots) {
     for (const char* io : kEngines) {
         SCOPED_TRACE(io);
         bg::RunConfig c = base_cfg(bgtest::tiny_model());
-        c.io = io;
+        c.io = bg::parse_enum<bg::io::IoEngine>(io);
         c.faults.short_read_every = 2;
         c.faults.eintr_every = 3;
         c.faults.eagain_every = 5;
@@ -129,7 +129,7 @@ TEST(Faults, EioOnOneRequestIsAClearErrorNeverAResult) {
         for (int64_t at : {0, 7, 40}) {
             SCOPED_TRACE(std::string(io) + " eio_at " + std::to_string(at));
             bg::RunConfig c = base_cfg(bgtest::tiny_model());
-            c.io = io;
+            c.io = bg::parse_enum<bg::io::IoEngine>(io);
             c.faults.eio_at = at;
             bg::Session s(c);
             try {
@@ -189,7 +189,7 @@ void expect_truncation_is_a_read_error(TempDir& tmp, const char* io, uint64_t ne
     ASSERT_GT(model.size(), 1u << 20);
     const std::string path = tmp.file(std::string("shrinks-") + io + "-" + std::to_string(new_size) + ".gguf", model);
     bg::RunConfig c = base_cfg(path);
-    c.io = io;
+    c.io = bg::parse_enum<bg::io::IoEngine>(io);
     bg::Session s(c);  // header and dense weights read while the file was whole
     const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
     ASSERT_GE(fd, 0);

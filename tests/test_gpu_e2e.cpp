@@ -50,7 +50,7 @@ bg::RunConfig ci_cfg(const std::string& routing) {
     c.prompt_seed = 5;
     c.gen = 6;
     c.passes = 2;
-    c.routing = routing;
+    c.routing = bg::parse_enum<bg::RoutingPolicy>(routing);
     c.promote = true;
     c.vram_budget_mib = 4096;
     return c;
@@ -62,7 +62,7 @@ TEST(GpuE2E, SameExpertsAndTokensAsTheCpuBackend) {
     for (const char* routing : {"exact", "pinned-top1"}) {
         SCOPED_TRACE(std::string(mode) + " " + routing);
         bg::RunConfig c = ci_cfg(routing);
-        c.matmul = mode;
+        c.matmul = bg::parse_enum<bg::MatmulMode>(mode);
         bg::Session cpu(c);
         bg::Session gpu(c, &bg::cuda::cuda_device());
         nlohmann::json m;
@@ -85,7 +85,7 @@ TEST(GpuE2E, FastMatmulRoutesAsTheCpuInTheFirstLayers) {
     for (const char* routing : {"exact", "pinned-top1"}) {
         SCOPED_TRACE(routing);
         bg::RunConfig c = ci_cfg(routing);
-        c.matmul = "fast";
+        c.matmul = bg::MatmulMode::kFast;
         c.gen = 0;  // prompt positions only: generated tokens that differ would feed different inputs
         bg::Session cpu(c);
         bg::Session gpu(c, &bg::cuda::cuda_device());
@@ -108,7 +108,7 @@ TEST(GpuE2E, LogitsCloseToTheCpuAndTierStateInvariant) {
     SCOPED_TRACE(mode);
     bg::RunConfig c = ci_cfg("pinned-top1");
     c.prompt_tokens = 40;
-    c.matmul = mode;
+    c.matmul = bg::parse_enum<bg::MatmulMode>(mode);
     bg::Session cpu(c);
     const std::vector<float> want = cpu.all_logits(bg::RoutingPolicy::kPinnedTop1);
     bg::Session gpu(c, &bg::cuda::cuda_device());
@@ -148,7 +148,7 @@ TEST(GpuE2E, DenseWeightsOnTheDeviceOnlyAndReportedVramWithinBudget) {
     if (bg::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
     bg::RunConfig c = ci_cfg("resident-only");
     c.vram_budget_mib = 1024;
-    c.matmul = "precise";  // the tokens below are compared with the CPU's
+    c.matmul = bg::MatmulMode::kPrecise;  // the tokens below are compared with the CPU's
     bg::Session gpu(c, &bg::cuda::cuda_device());
     const auto& m = gpu.model();
     EXPECT_EQ(m.dense_home(), bg::dsv41::DenseHome::kDevice);
@@ -175,7 +175,7 @@ TEST(GpuE2E, DeviceScaleSameExpertsAsTheCpuBackend) {
     for (const char* mode : {"fast", "precise"}) {
         SCOPED_TRACE(mode);
         bg::RunConfig c = bgtest::device_scale_config(path);
-        c.matmul = mode;
+        c.matmul = bg::parse_enum<bg::MatmulMode>(mode);
         bg::Session cpu(c);
         bg::Session gpu(c, &bg::cuda::cuda_device());
         std::vector<bgtest::RoutingAgreement> by_layer;

@@ -28,12 +28,12 @@ bg::RunConfig preset_cfg(bg::QuantPreset p, const char* matmul) {
     c.prompt_tokens = 64;
     c.prompt_seed = 5;
     c.gen = std::string(matmul) == "precise" ? 6 : 0;  // fast: prompt positions only
-    c.routing = "exact";
+    c.routing = bg::RoutingPolicy::kExact;
     c.slots = 8;
     c.hot = 2;
     c.transient_slots = 6;
     c.vram_budget_mib = 4096;
-    c.matmul = matmul;
+    c.matmul = bg::parse_enum<bg::MatmulMode>(matmul);
     return c;
 }
 

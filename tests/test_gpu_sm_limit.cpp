@@ -161,7 +161,7 @@ TEST(GpuSmLimit, ARunRecordsTheLimitAndGeneratesTheSameTokens) {
     c.prompt_seed = 3;
     c.gen = 4;
     c.passes = 2;
-    c.routing = "resident-only";
+    c.routing = bg::RoutingPolicy::kResidentOnly;
     c.promote = true;
     c.vram_budget_mib = 4096;
     std::vector<int32_t> unlimited;

@@ -26,7 +26,7 @@ TEST(MemoryPlan, RunAllocatesExactlyWhatThePlanFromTheScalePrinted) {
     c.model_path = bgtest::ci_model();
     c.prompt_tokens = 64;
     c.gen = 4;
-    c.routing = "resident-only";
+    c.routing = bg::RoutingPolicy::kResidentOnly;
     c.transient_slots = 24;
     c.lru_slots = 7;
     c.host_budget_mib = 1024;

@@ -260,7 +260,7 @@ bg::RunConfig preset_cfg(const std::string& path) {
     c.hot = 2;
     c.transient_slots = 6;
     c.ubatch = 8;
-    c.backend = "cpu";
+    c.backend = bg::BackendChoice::kCpu;
     return c;
 }
 
@@ -371,7 +371,7 @@ TEST(QuantPresetFiles, SlotsBudgetsAndPlanFollowEachLayersExpertBytes) {
     EXPECT_FALSE(es.uniform());
 
     bg::RunConfig c = preset_cfg(path);
-    c.routing = "pinned-top1";
+    c.routing = bg::RoutingPolicy::kPinnedTop1;
     c.passes = 3;
     c.promote = true;
     c.verify_slots = true;

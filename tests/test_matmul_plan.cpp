@@ -92,7 +92,7 @@ TEST(MatmulPlan, FullScaleHoldsTheFusedWorkspaceOnly) {
     EXPECT_EQ(i8->what, "matmul workspace (integer kernels)");
     EXPECT_EQ(i8->bytes, bg::int8_workspace_bytes(4 * 5120, 2304));
     EXPECT_LT(i8->bytes, uint64_t{12} << 20);
-    cfg.matmul = "precise";
+    cfg.matmul = bg::MatmulMode::kPrecise;
     const bg::MemoryPlan p = bg::plan_memory(shape, cfg, true, 64, 20, 5);
     const bg::MemoryItem* m = item(p, "matmul workspace");
     ASSERT_NE(m, nullptr);

@@ -124,7 +124,7 @@ bg::RunConfig run_cfg(const std::string& path, const std::string& io) {
     c.transient_slots = 6;
     c.threads = 2;
     c.ubatch = 16;
-    c.io = io;
+    c.io = bg::parse_enum<bg::io::IoEngine>(io);
     c.verify_slots = true;
     return c;
 }

@@ -26,8 +26,8 @@ bg::RunConfig run_cfg(const std::string& io, bool preload) {
     c.threads = 2;
     c.ubatch = 16;
     c.passes = 2;
-    c.routing = "resident-only";  // every routed expert is resident: a preloaded pass reads none
-    c.io = io;
+    c.routing = bg::RoutingPolicy::kResidentOnly;  // every routed expert is resident: a preloaded pass reads none
+    c.io = bg::parse_enum<bg::io::IoEngine>(io);
     c.verify_slots = true;  // each pass compares every loaded slot with the file
     c.preload = preload;
     return c;

@@ -65,7 +65,7 @@ TEST(Store, ColdWarmPromotionAndPolicyOrderInvariance) {
     for (RoutingPolicy pol : kPolicies) {
         SCOPED_TRACE(bg::routing_policy_name(pol));
         bg::RunConfig c = tiny_cfg();
-        c.routing = bg::routing_policy_name(pol);
+        c.routing = pol;
         bg::Session lm(c);
         const std::vector<float> cold = lm.all_logits(pol);
         const std::vector<float> warm = lm.all_logits(pol);
@@ -74,7 +74,7 @@ TEST(Store, ColdWarmPromotionAndPolicyOrderInvariance) {
         EXPECT_EQ(cold, lm.all_logits(pol)) << "promotion must not change a result";
 
         bg::RunConfig t = c;
-        t.prefill = "token-major";
+        t.prefill = bg::PrefillOrder::kTokenMajor;
         t.ubatch = 3;
         bg::Session tm(t);
         EXPECT_LT(bgtest::max_rel_diff(cold, tm.all_logits(pol)), 1e-4);
@@ -83,14 +83,14 @@ TEST(Store, ColdWarmPromotionAndPolicyOrderInvariance) {
 
 TEST(Store, SameTokensWhateverTheIoAndBudgets) {
     bg::RunConfig base = tiny_cfg();
-    base.routing = "pinned-top1";
+    base.routing = bg::RoutingPolicy::kPinnedTop1;
     base.passes = 2;
     base.promote = true;
     const std::vector<int32_t> want = tokens_of(base);
     ASSERT_EQ(want.size(), 4u);
     {
         bg::RunConfig c = base;
-        c.io = "pread";
+        c.io = bg::io::IoEngine::kPread;
         EXPECT_EQ(tokens_of(c), want) << "--io pread";
     }
     for (uint32_t qd : {1u, 64u}) {
@@ -131,7 +131,7 @@ public:
 
 TEST(Store, ResidentOnlyReadsExactlyTheResidentExpertsColdAndNothingWarm) {
     bg::RunConfig c = tiny_cfg();
-    c.routing = "resident-only";
+    c.routing = bg::RoutingPolicy::kResidentOnly;
     c.passes = 2;
     c.gen = 1;
     bg::Session s(c);
@@ -158,7 +158,7 @@ TEST(Store, ResidentOnlyReadsExactlyTheResidentExpertsColdAndNothingWarm) {
 
 TEST(Store, NoExpertReadTwiceInALayerPassAndPoolsOnlyAtStartUp) {
     bg::RunConfig c = tiny_cfg();
-    c.routing = "exact";
+    c.routing = bg::RoutingPolicy::kExact;
     c.passes = 2;
     c.transient_slots = 2;  // forces staging to recycle many times
     bg::Session s(c);
@@ -177,7 +177,7 @@ TEST(Store, NoExpertReadTwiceInALayerPassAndPoolsOnlyAtStartUp) {
 // GPU-side figures are null, not zero.
 TEST(Store, OverlapTimelineCoversTheDiskReadsOfThePass) {
     bg::RunConfig c = tiny_cfg();
-    c.routing = "exact";
+    c.routing = bg::RoutingPolicy::kExact;
     c.passes = 2;
     bg::Session s(c);
     const nlohmann::json m = s.run(false);
@@ -201,7 +201,7 @@ TEST(Store, OverlapTimelineCoversTheDiskReadsOfThePass) {
 
 TEST(Store, EverySlotMatchesTheFileAfterPassesAndPromotion) {
     bg::RunConfig c = tiny_cfg();
-    c.routing = "pinned-top1";
+    c.routing = bg::RoutingPolicy::kPinnedTop1;
     c.passes = 3;
     c.promote = true;
     c.verify_slots = true;
@@ -213,7 +213,7 @@ TEST(Store, EverySlotMatchesTheFileAfterPassesAndPromotion) {
 
 TEST(Store, PromotionPutsTheMostUsedResidentExpertsInVram) {
     bg::RunConfig c = tiny_cfg();
-    c.routing = "resident-only";
+    c.routing = bg::RoutingPolicy::kResidentOnly;
     c.hot = 3;
     bg::Session s(c);
     UsedExperts obs;
@@ -264,7 +264,7 @@ private:
 
 bg::RunConfig hot_pool_cfg() {
     bg::RunConfig c = tiny_cfg();
-    c.routing = "hot-pool";
+    c.routing = bg::RoutingPolicy::kHotPool;
     c.slots = 12;
     c.hot = 7;  // the tiny model routes 6 per token
     return c;
@@ -364,7 +364,7 @@ TEST(Residency, PlanRoundTripsAndBadPlansAreRejected) {
 // decode (k slots per layer, under the threshold) speculates.
 TEST(Store, SpeculativeCopiesChangeNoResultAndAreCounted) {
     bg::RunConfig c = tiny_cfg();
-    c.routing = "resident-only";
+    c.routing = bg::RoutingPolicy::kResidentOnly;
     c.passes = 2;
     c.gen = 3;
     c.transient_slots = 3;  // fewer slots than host-resident experts: speculation waits for releases too
@@ -403,7 +403,7 @@ TEST(Store, CiScaleWarmPassReadsLessThanCold) {
     c.prompt_tokens = 64;
     c.passes = 2;
     c.gen = 2;
-    c.routing = "pinned-top1";
+    c.routing = bg::RoutingPolicy::kPinnedTop1;
     c.promote = true;
     bg::Session s(c);
     const nlohmann::json m = s.run(false);
@@ -421,7 +421,7 @@ namespace {
 
 TEST(Store, LruKeepsNonResidentExpertsWithoutChangingResults) {
     bg::RunConfig c = tiny_cfg();
-    c.routing = "exact";
+    c.routing = bg::RoutingPolicy::kExact;
     c.passes = 2;
     const std::vector<int32_t> want = tokens_of(c);
     c.lru_slots = 6 * 64;  // room for every expert of the tiny model

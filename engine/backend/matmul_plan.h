@@ -25,6 +25,7 @@
 
 #include "tensor/ggml_types.h"
 #include "tensor/qtypes/all.h"
+#include "util/named_enum.h"
 
 namespace bg {
 
@@ -33,8 +34,11 @@ namespace bg {
 // kPrecise through the float path (activations kept to about 2^-22, weights decoded exactly;
 // engine/cuda/quant_matmul.cuh, cpu::matmul), which the float64 reference checks use.
 enum class MatmulMode { kFast, kPrecise };
-MatmulMode parse_matmul_mode(const std::string& s);  // "fast" | "precise"; throws bg::Error otherwise
-const char* matmul_mode_name(MatmulMode m);
+template <>
+struct EnumNames<MatmulMode> {
+    static constexpr NamedValue<MatmulMode> kNames[] = {{MatmulMode::kFast, "fast"}, {MatmulMode::kPrecise, "precise"}};
+    static constexpr const char* kWhat = "--matmul";
+};
 
 // `addr` is the matrix's address, or its offset from a base aligned to at least 16 bytes.
 inline bool fused_matmul_takes(GgmlType t, int64_t cols, uint64_t addr) {

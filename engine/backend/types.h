@@ -9,6 +9,7 @@
 
 #include "tensor/ggml_types.h"
 #include "util/check.h"
+#include "util/named_enum.h"
 
 namespace bg {
 
@@ -68,6 +69,12 @@ struct RopeParams {
 // when the limit is > 1e-6).
 constexpr float kSwigluNoClamp = 1e-6f;
 enum class SwigluClamp { kDeepSeek, kLlamaCpp };
+template <>
+struct EnumNames<SwigluClamp> {
+    static constexpr NamedValue<SwigluClamp> kNames[] = {{SwigluClamp::kDeepSeek, "deepseek"},
+                                                         {SwigluClamp::kLlamaCpp, "llamacpp"}};
+    static constexpr const char* kWhat = "--swiglu-clamp";
+};
 
 // mHC mix coefficients from the 24 projections m of the RMS-normalised residual copies
 // (H = 4 copies):  a = scale[0]*m[0:4] + base[0:4]; pre = sigmoid(a) + eps
@@ -98,7 +105,14 @@ struct RouteWeighting {
 // interpretation of the seed, which also reads the hot set (the experts in VRAM now);
 // cpu/routing.h says how.
 enum class RoutingPolicy { kExact, kPinnedTop1, kResidentOnly, kHotPool };
-RoutingPolicy parse_routing_policy(const std::string& s);
-const char* routing_policy_name(RoutingPolicy p);
+template <>
+struct EnumNames<RoutingPolicy> {
+    static constexpr NamedValue<RoutingPolicy> kNames[] = {{RoutingPolicy::kExact, "exact"},
+                                                           {RoutingPolicy::kPinnedTop1, "pinned-top1"},
+                                                           {RoutingPolicy::kResidentOnly, "resident-only"},
+                                                           {RoutingPolicy::kHotPool, "hot-pool"}};
+    static constexpr const char* kWhat = "--routing";
+};
+inline const char* routing_policy_name(RoutingPolicy p) { return enum_name(p); }
 
 }  // namespace bg

@@ -60,7 +60,7 @@ void plan(const PlanArgs& a) {
     // S and H as the run would resolve them when not given.
     cfg.resolve_residency_defaults(shape.hp.n_expert, shape.hp.n_expert_used);
     // A plan is for the machine the run is meant for: the GPU unless --backend cpu.
-    const bool cuda = cfg.backend != "cpu";
+    const bool cuda = cfg.backend != BackendChoice::kCpu;
     // The prompt as the run would build it: a text prompt through the tokenizer the model file
     // carries, or, for a scale, the one make-model would embed in it.
     std::unique_ptr<tok::Tokenizer> tokenizer;

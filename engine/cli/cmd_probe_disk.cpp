@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/enum_option.h"
 #include "io/reader.h"
 #include "util/check.h"
 
@@ -16,7 +17,7 @@ void probe(const std::string& path, const io::ProbeConfig& cfg, bool json) {
     if (json) {
         nlohmann::json j = {{"file", path},
                             {"engine", r.engine},
-                            {"io", cfg.io.engine},
+                            {"io", enum_name(cfg.io.engine)},
                             {"queue_depth", cfg.io.queue_depth},
                             {"read_bytes", cfg.io.read_bytes},
                             {"seq_bytes", r.seq_bytes},
@@ -50,7 +51,7 @@ void register_probe_disk(CLI::App& app) {
         ->transform(CLI::AsSizeValue(false))
         ->capture_default_str();
     cmd->add_option("--rand-reads", cfg.rand_reads, "Random 4 KiB reads")->capture_default_str();
-    cmd->add_option("--io", cfg.io.engine, "Read engine: uring or pread")->capture_default_str();
+    add_enum_option(cmd, "--io", cfg.io.engine, "Read engine: uring (O_DIRECT) | pread");
     cmd->add_flag("--json", json, "Print the result as JSON");
     cmd->callback([] { probe(path, cfg, json); });
 }

@@ -40,7 +40,7 @@ void profile(RunConfig cfg, const std::string& out) {
     dsv41::ForwardConfig fc;
     fc.n_ctx = static_cast<int64_t>(prompt.size());
     fc.max_ubatch = cfg.ubatch;
-    fc.matmul = parse_matmul_mode(cfg.matmul);
+    fc.matmul = cfg.matmul;
     dsv41::Forward fwd(*model, cpu::make_cpu_ops(pool), experts, engram, fc);
     RouteCounter counter(hp);
     fwd.set_observer(&counter);

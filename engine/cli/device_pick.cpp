@@ -9,19 +9,18 @@
 namespace bg::cli {
 
 DeviceFactory* pick_device(RunConfig& cfg) {
-    const std::string want = cfg.backend;
-    if (want != "auto" && want != "cpu" && want != "cuda") fail("--backend must be auto, cpu or cuda, got '%s'", want.c_str());
+    const BackendChoice want = cfg.backend;
 #ifdef BG_HAVE_CUDA
     const bool gpu = cuda::device_count() > 0;
-    if (want == "cuda" && !gpu) fail("--backend cuda: no CUDA device is visible");
-    if (want == "cuda" || (want == "auto" && gpu)) {
-        cfg.backend = "cuda";
+    if (want == BackendChoice::kCuda && !gpu) fail("--backend cuda: no CUDA device is visible");
+    if (want == BackendChoice::kCuda || (want == BackendChoice::kAuto && gpu)) {
+        cfg.backend = BackendChoice::kCuda;
         return &cuda::cuda_device();
     }
 #else
-    if (want == "cuda") fail("--backend cuda: this build has no CUDA backend (configure with nvcc present)");
+    if (want == BackendChoice::kCuda) fail("--backend cuda: this build has no CUDA backend (configure with nvcc present)");
 #endif
-    cfg.backend = "cpu";
+    cfg.backend = BackendChoice::kCpu;
     return nullptr;
 }
 

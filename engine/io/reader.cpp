@@ -41,9 +41,12 @@ std::unique_ptr<Reader> Reader::open(const std::vector<std::string>& paths, cons
         fail("io queue depth must be 1..4096, got %u", cfg.queue_depth);
     if (cfg.read_bytes < detail::kAlign || cfg.read_bytes % detail::kAlign != 0)
         fail("io read size must be a multiple of 4096 and at least 4096, got %u", cfg.read_bytes);
-    if (cfg.engine == "uring") return detail::make_uring_reader(paths, cfg, faults);
-    if (cfg.engine == "pread") return detail::make_pread_reader(paths, cfg, faults);
-    fail("unknown io engine '%s' (expected 'uring' or 'pread')", cfg.engine.c_str());
+    switch (cfg.engine) {
+        case IoEngine::kUring: return detail::make_uring_reader(paths, cfg, faults);
+        case IoEngine::kPread: return detail::make_pread_reader(paths, cfg, faults);
+    }
+    BG_CHECK_MSG(false, "an io engine without a reader");
+    return nullptr;
 }
 
 void read_blocking(Reader& r, uint32_t file, uint8_t* dst, uint64_t bytes, uint64_t offset) {

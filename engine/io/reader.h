@@ -18,10 +18,24 @@
 #include <string>
 #include <vector>
 
+#include "util/named_enum.h"
+
+namespace bg::io {
+enum class IoEngine { kUring, kPread };
+}  // namespace bg::io
+
+namespace bg {
+template <>
+struct EnumNames<io::IoEngine> {
+    static constexpr NamedValue<io::IoEngine> kNames[] = {{io::IoEngine::kUring, "uring"}, {io::IoEngine::kPread, "pread"}};
+    static constexpr const char* kWhat = "--io";
+};
+}  // namespace bg
+
 namespace bg::io {
 
 struct IoConfig {
-    std::string engine = "uring";     // "uring" | "pread"
+    IoEngine engine = IoEngine::kUring;
     uint32_t queue_depth = 64;        // pieces in flight at most
     uint32_t read_bytes = 1u << 20;   // largest piece (multiple of 4096)
     bool direct = true;               // O_DIRECT; falls back to buffered only if the FS refuses

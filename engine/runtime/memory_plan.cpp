@@ -141,7 +141,7 @@ MemoryPlan plan_memory(const ModelShape& shape, const RunConfig& cfg, bool cuda,
     dsv41::ForwardConfig fc;
     fc.n_ctx = cfg.n_ctx > 0 ? cfg.n_ctx : n_prompt + std::max<int64_t>(cfg.gen, 1);
     fc.max_ubatch = cfg.ubatch;
-    fc.matmul = parse_matmul_mode(cfg.matmul);
+    fc.matmul = cfg.matmul;
     // A run always builds a residency plan (the default from router bias): a resident and a hot
     // mask per layer.
     const std::vector<std::vector<uint8_t>> masks(static_cast<size_t>(hp.n_layer), std::vector<uint8_t>(hp.n_expert));

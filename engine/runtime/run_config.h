@@ -1,5 +1,6 @@
 // Everything `betelgeuse run` was asked to do, printed at the start of every run and embedded in
-// every metrics file so each number says how it was made.
+// every metrics file so each number says how it was made. Options that name a choice are parsed
+// once, at the CLI edge (util/named_enum.h), and held here as enums.
 #pragma once
 
 #include <cstdint>
@@ -7,10 +8,24 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "backend/matmul_plan.h"
+#include "backend/types.h"
 #include "io/reader.h"
+#include "runtime/runner.h"
 #include "runtime/sampler.h"
+#include "util/named_enum.h"
 
 namespace bg {
+
+// --backend: auto picks cuda when the build has it and a GPU is visible (cli/device_pick.cpp,
+// which leaves the choice it made here).
+enum class BackendChoice { kAuto, kCpu, kCuda };
+template <>
+struct EnumNames<BackendChoice> {
+    static constexpr NamedValue<BackendChoice> kNames[] = {
+        {BackendChoice::kAuto, "auto"}, {BackendChoice::kCpu, "cpu"}, {BackendChoice::kCuda, "cuda"}};
+    static constexpr const char* kWhat = "--backend";
+};
 
 struct RunConfig {
     // --slots and --hot left at this value follow the model: see resolve_residency_defaults.
@@ -31,19 +46,19 @@ struct RunConfig {
     // false: decoding stops at the model's end-of-generation tokens (tok::end_of_generation);
     // true: they are never chosen and exactly `gen` tokens are decoded (benchmarks).
     bool ignore_eos = false;
-    std::string prefill = "layer-major";  // layer-major overlaps reads and copies with compute
+    PrefillOrder prefill = PrefillOrder::kLayerMajor;  // layer-major overlaps reads and copies with compute
     int64_t ubatch = 16;
     int64_t passes = 1;               // prefill passes over the same prompt: 1 cold, then warm
     int threads = 0;                  // 0: all cores
-    std::string backend = "auto";     // auto (cuda when built with it and a GPU is present) | cpu | cuda
+    BackendChoice backend = BackendChoice::kAuto;
     int64_t sm_limit = 0;             // CUDA: run on this many SMs (rounded down to what the GPU allows); 0: all
-    std::string swiglu_clamp = "deepseek";  // or "llamacpp"
+    SwigluClamp swiglu_clamp = SwigluClamp::kDeepSeek;
     // fast: int8 activations and exact integer block sums for quantized weights (llama.cpp's
     // default); precise: the float path the float64 reference checks use.
-    std::string matmul = "fast";
+    MatmulMode matmul = MatmulMode::kFast;
     int64_t n_ctx = 0;                // 0: prompt + gen
     // Tiered store
-    std::string routing = "exact";    // exact | pinned-top1 | resident-only | hot-pool (an interpretation)
+    RoutingPolicy routing = RoutingPolicy::kExact;  // hot-pool: an interpretation
     std::string residency;            // plan file from `betelgeuse profile`; "" = highest bias
     int64_t slots = kFromModel;       // S resident experts per layer
     int64_t hot = kFromModel;         // H of them in VRAM
@@ -55,7 +70,7 @@ struct RunConfig {
     // computes, before routing names the used ones (ExpertProvider::prepare_layer).
     bool speculative_copies = true;
     int64_t lru_slots = 0;            // host LRU cache for non-resident experts
-    std::string io = "uring";         // uring | pread
+    io::IoEngine io = io::IoEngine::kUring;
     uint32_t queue_depth = 64;
     uint32_t read_size = 1u << 20;
     uint64_t host_budget_mib = 12288;

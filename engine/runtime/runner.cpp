@@ -8,16 +8,6 @@
 
 namespace bg {
 
-PrefillOrder parse_prefill_order(const std::string& s) {
-    if (s == "token-major") return PrefillOrder::kTokenMajor;
-    if (s == "layer-major") return PrefillOrder::kLayerMajor;
-    fail("--prefill must be 'token-major' or 'layer-major', got '%s'", s.c_str());
-}
-
-const char* prefill_order_name(PrefillOrder o) {
-    return o == PrefillOrder::kTokenMajor ? "token-major" : "layer-major";
-}
-
 std::vector<int32_t> random_prompt(int64_t n, uint64_t seed, int64_t n_vocab, int32_t bos) {
     if (n < 1) fail("prompt: --prompt-tokens must be >= 1");
     std::vector<int32_t> p(static_cast<size_t>(n));

@@ -8,6 +8,7 @@
 #include <functional>
 
 #include "model/dsv41_forward.h"
+#include "util/named_enum.h"
 #include "runtime/sampler.h"
 #include "tokenizer/end_of_generation.h"
 
@@ -27,8 +28,12 @@ struct DecodeStop {
         return !ignore_eos && eog && !tokens.empty() && eog->contains(tokens.back());
     }
 };
-PrefillOrder parse_prefill_order(const std::string& s);  // "token-major" | "layer-major"
-const char* prefill_order_name(PrefillOrder o);
+template <>
+struct EnumNames<PrefillOrder> {
+    static constexpr NamedValue<PrefillOrder> kNames[] = {{PrefillOrder::kTokenMajor, "token-major"},
+                                                          {PrefillOrder::kLayerMajor, "layer-major"}};
+    static constexpr const char* kWhat = "--prefill";
+};
 
 // Prompt token ids: n ids drawn uniformly from [3, n_vocab) by a seeded generator (0-2 are
 // bos/eos/pad), starting with bos; or read from a file of whitespace-separated ids.

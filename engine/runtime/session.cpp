@@ -80,12 +80,8 @@ Fidelity compare_logits(const std::vector<float>& exact, const std::vector<float
 
 Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
     if (!device) device = &cpu::cpu_device();
-    order_ = parse_prefill_order(cfg.prefill);
-    routing_ = parse_routing_policy(cfg.routing);
-    SwigluClamp clamp;
-    if (cfg.swiglu_clamp == "deepseek") clamp = SwigluClamp::kDeepSeek;
-    else if (cfg.swiglu_clamp == "llamacpp") clamp = SwigluClamp::kLlamaCpp;
-    else fail("--swiglu-clamp must be 'deepseek' or 'llamacpp', got '%s'", cfg.swiglu_clamp.c_str());
+    order_ = cfg.prefill;
+    routing_ = cfg.routing;
     if (cfg.passes < 1) fail("--passes must be >= 1");
     if (cfg.gen < 0) fail("--gen must be >= 0");
 
@@ -130,8 +126,8 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
     const int64_t n_prompt = static_cast<int64_t>(prompt_.size());
     fc.n_ctx = cfg.n_ctx > 0 ? cfg.n_ctx : n_prompt + std::max<int64_t>(cfg.gen, 1);
     fc.max_ubatch = cfg.ubatch;
-    fc.swiglu_form = clamp;
-    fc.matmul = parse_matmul_mode(cfg.matmul);
+    fc.swiglu_form = cfg.swiglu_clamp;
+    fc.matmul = cfg.matmul;
     fc.routing = routing_;
     fc.resident = &plan_.mask;
     // The hot set starts as the plan's; promotion changes it (only hot-pool reads it).

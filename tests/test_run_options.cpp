@@ -1,0 +1,96 @@
+// Options that name a choice (--prefill, --backend, --swiglu-clamp, --matmul, --routing, --io)
+// are parsed once, at the command line, into enums (util/named_enum.h): every name maps to one
+// value and back, a wrong word is refused with the choices, and what a run records in its
+// metrics is the name it was given.
+#include <sys/wait.h>
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <set>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_fixture.h"
+#include "model_fixture.h"
+#include "runtime/run_config.h"
+#include "temp_dir.h"
+
+namespace {
+
+template <class E>
+void expect_names_round_trip(size_t n_values) {
+    std::set<std::string> names;
+    std::set<int> values;
+    for (const bg::NamedValue<E>& n : bg::EnumNames<E>::kNames) {
+        names.insert(n.name);
+        values.insert(static_cast<int>(n.value));
+        EXPECT_EQ(bg::parse_enum<E>(n.name), n.value) << n.name;
+        EXPECT_STREQ(bg::enum_name(n.value), n.name);
+    }
+    EXPECT_EQ(names.size(), n_values) << bg::EnumNames<E>::kWhat << ": names must be distinct";
+    EXPECT_EQ(values.size(), n_values) << bg::EnumNames<E>::kWhat << ": every value named once";
+    E v{};
+    EXPECT_FALSE(bg::try_parse_enum<E>("", &v));
+    EXPECT_FALSE(bg::try_parse_enum<E>(std::string(bg::EnumNames<E>::kNames[0].name) + " ", &v));
+}
+
+TEST(RunOptions, EveryNameParsesToOneValueAndBack) {
+    expect_names_round_trip<bg::PrefillOrder>(2);
+    expect_names_round_trip<bg::BackendChoice>(3);
+    expect_names_round_trip<bg::SwigluClamp>(2);
+    expect_names_round_trip<bg::MatmulMode>(2);
+    expect_names_round_trip<bg::RoutingPolicy>(4);
+    expect_names_round_trip<bg::io::IoEngine>(2);
+}
+
+TEST(RunOptions, AWrongWordNamesTheFlagAndTheChoices) {
+    try {
+        (void)bg::parse_enum<bg::RoutingPolicy>("resident");
+        ADD_FAILURE() << "'resident' parsed";
+    } catch (const bg::Error& e) {
+        EXPECT_STREQ(e.what(), "--routing must be one of exact | pinned-top1 | resident-only | hot-pool, got 'resident'");
+    }
+    const bgtest::Exit r = bgtest::run_cli({"run", "--model", bgtest::tiny_model(), "--io", "mmap"});
+    ASSERT_TRUE(WIFEXITED(r.status)) << r.err;
+    EXPECT_NE(WEXITSTATUS(r.status), 0);
+    EXPECT_NE(r.err.find("--io"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("uring"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("pread"), std::string::npos) << r.err;
+}
+
+TEST(RunOptions, DefaultsAreTheDocumentedOnes) {
+    const bg::RunConfig c;
+    const nlohmann::json j = c.to_json();
+    EXPECT_EQ(j["prefill"], "layer-major");
+    EXPECT_EQ(j["backend"], "auto");
+    EXPECT_EQ(j["swiglu_clamp"], "deepseek");
+    EXPECT_EQ(j["matmul"], "fast");
+    EXPECT_EQ(j["routing"], "exact");
+    EXPECT_EQ(j["io"], "uring");
+}
+
+// A run given every choice but the defaults records each by its name (the backend as the one it
+// resolved to).
+TEST(RunOptions, ARunRecordsTheNamesItWasGiven) {
+    bgtest::TempDir tmp("run-options");
+    const std::string metrics = tmp.file("metrics.json");
+    const bgtest::Exit r = bgtest::run_cli({"run", "--model", bgtest::tiny_model(), "--prompt-tokens", "8", "--gen", "2",
+                                            "--prefill", "token-major", "--backend", "cpu", "--swiglu-clamp", "llamacpp",
+                                            "--matmul", "precise", "--routing", "pinned-top1", "--io", "pread",
+                                            "--metrics-json", metrics});
+    ASSERT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << r.err;
+    std::ifstream f(metrics);
+    const nlohmann::json j = nlohmann::json::parse(f);
+    const nlohmann::json& c = j.at("config");
+    EXPECT_EQ(c["prefill"], "token-major");
+    EXPECT_EQ(c["backend"], "cpu");
+    EXPECT_EQ(c["swiglu_clamp"], "llamacpp");
+    EXPECT_EQ(c["matmul"], "precise");
+    EXPECT_EQ(c["routing"], "pinned-top1");
+    EXPECT_EQ(c["io"], "pread");
+    EXPECT_EQ(j.at("engine")["io_engine"], "pread (buffered)");
+}
+
+}  // namespace
