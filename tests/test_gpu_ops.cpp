@@ -879,10 +879,10 @@ TEST_F(GpuTest, RouterMatchesRouteForEveryPolicy) {
                 const std::vector<int32_t> ids = d_ids.download();
                 const std::vector<float> w = d_w.download();
                 for (int64_t i = 0; i < n * c.k; ++i) {
-                    ASSERT_EQ(ids[i], want_ids[i]) << routing_policy_name(policy) << " ne " << ne << " hot " << n_hot
+                    ASSERT_EQ(ids[i], want_ids[i]) << enum_name(policy) << " ne " << ne << " hot " << n_hot
                                                    << " token " << i / c.k << " rank " << i % c.k;
                     ASSERT_LE(std::fabs(w[i] - want_w[i]), 2e-6f * std::fabs(want_w[i]))
-                        << routing_policy_name(policy) << " hot " << n_hot << " token " << i / c.k << " rank " << i % c.k;
+                        << enum_name(policy) << " hot " << n_hot << " token " << i / c.k << " rank " << i % c.k;
                 }
             }
         }

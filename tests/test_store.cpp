@@ -63,7 +63,7 @@ TEST(Routing, PoliciesArePureFunctionsOfScoresAndResidentSet) {
 
 TEST(Store, ColdWarmPromotionAndPolicyOrderInvariance) {
     for (RoutingPolicy pol : kPolicies) {
-        SCOPED_TRACE(bg::routing_policy_name(pol));
+        SCOPED_TRACE(bg::enum_name(pol));
         bg::RunConfig c = tiny_cfg();
         c.routing = pol;
         bg::Session lm(c);

@@ -113,6 +113,5 @@ struct EnumNames<RoutingPolicy> {
                                                            {RoutingPolicy::kHotPool, "hot-pool"}};
     static constexpr const char* kWhat = "--routing";
 };
-inline const char* routing_policy_name(RoutingPolicy p) { return enum_name(p); }
 
 }  // namespace bg

@@ -51,7 +51,7 @@ void register_probe_disk(CLI::App& app) {
         ->transform(CLI::AsSizeValue(false))
         ->capture_default_str();
     cmd->add_option("--rand-reads", cfg.rand_reads, "Random 4 KiB reads")->capture_default_str();
-    add_enum_option(cmd, "--io", cfg.io.engine, "Read engine: uring (O_DIRECT) | pread");
+    add_enum_option(cmd, cfg.io.engine, "Read engine: uring (O_DIRECT) | pread");
     cmd->add_flag("--json", json, "Print the result as JSON");
     cmd->callback([] { probe(path, cfg, json); });
 }

@@ -108,19 +108,19 @@ void add_run_flags(CLI::App* cmd, RunConfig& cfg) {
     cmd->add_option("--top-p", cfg.sampling.top_p, "Keep the most likely tokens up to this probability mass (1: all)")->capture_default_str();
     cmd->add_option("--min-p", cfg.sampling.min_p, "Keep tokens at least this fraction as likely as the best (0: all)")->capture_default_str();
     cmd->add_option("--seed", cfg.sampling.seed, "Sampling seed")->capture_default_str();
-    add_enum_option(cmd, "--prefill", cfg.prefill, "token-major (synchronous loads) | layer-major (overlapped)");
+    add_enum_option(cmd, cfg.prefill, "token-major (synchronous loads) | layer-major (overlapped)");
     cmd->add_option("--passes", cfg.passes, "Prefill passes over the prompt (1 cold, then warm)")->capture_default_str();
-    add_enum_option(cmd, "--backend", cfg.backend, "auto (cuda when built with it and a GPU is visible) | cpu | cuda");
+    add_enum_option(cmd, cfg.backend, "auto (cuda when built with it and a GPU is visible) | cpu | cuda");
     cmd->add_option("--sm-limit", cfg.sm_limit,
                     "CUDA: run the work on this many SMs only (a green context; rounded down to what the GPU can "
                     "partition, e.g. steps of 8 on sm_90; the count used is printed and recorded); 0: all SMs")
         ->capture_default_str()
         ->check(CLI::NonNegativeNumber);
-    add_enum_option(cmd, "--swiglu-clamp", cfg.swiglu_clamp, "Form of the SwiGLU clamp (backend/types.h says both)");
-    add_enum_option(cmd, "--matmul", cfg.matmul,
+    add_enum_option(cmd, cfg.swiglu_clamp, "Form of the SwiGLU clamp (backend/types.h says both)");
+    add_enum_option(cmd, cfg.matmul,
                     "fast (int8 activations, integer tensor cores) | precise (float path, for reference checks)");
     cmd->add_option("--n-ctx", cfg.n_ctx, "Context length (0: prompt + gen)")->capture_default_str();
-    add_enum_option(cmd, "--routing", cfg.routing,
+    add_enum_option(cmd, cfg.routing,
                     "exact | pinned-top1 (ours) | resident-only (the seed's) | hot-pool (ours, an INTERPRETATION of the "
                     "seed, not its rule: rank 1 among the S resident experts, ranks 2..k among the H in VRAM, topped "
                     "up from the resident ones when fewer than k-1 hot remain; depends on the tier)");
@@ -135,7 +135,7 @@ void add_run_flags(CLI::App* cmd, RunConfig& cfg) {
                     "Layer-major, resident-only: copy host-resident experts during the attention half, before routing (on | off)")
         ->capture_default_str();
     cmd->add_option("--lru-slots", cfg.lru_slots, "Host slots keeping non-resident experts, least recently used out (0: none)")->capture_default_str();
-    add_enum_option(cmd, "--io", cfg.io, "uring (O_DIRECT) | pread");
+    add_enum_option(cmd, cfg.io, "uring (O_DIRECT) | pread");
     cmd->add_option("--queue-depth", cfg.queue_depth, "Disk reads in flight at most")->capture_default_str();
     cmd->add_option("--read-size", cfg.read_size, "Largest single disk read, bytes")->capture_default_str();
     cmd->add_option("--host-budget", cfg.host_budget_mib, "Host memory budget, MiB")->capture_default_str();

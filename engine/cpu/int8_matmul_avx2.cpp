@@ -207,14 +207,11 @@ struct KDecode {
         const int in_block = static_cast<int>(c % 8);
         if (in_block == 0) scales.load(rows, c / 8);
         for (int i = 0; i < kAvx2Rows; ++i) k.w[i] = KCodes<T>::at(rows[i] + (c / 8) * T::kBlockBytes, in_block);
-        if constexpr (T::kSubK == 32) {
-            k.d0 = k.d1 = scales.d[in_block];
-            if constexpr (T::kHasMin) k.m0 = k.m1 = scales.m[in_block];
-        } else {
-            k.d0 = scales.d[2 * in_block], k.d1 = scales.d[2 * in_block + 1];
-            if constexpr (T::kHasMin) k.m0 = scales.m[2 * in_block], k.m1 = scales.m[2 * in_block + 1];
-        }
-        if constexpr (!T::kHasMin) k.m0 = k.m1 = _mm256_setzero_ps();
+        // The groups of the chunk's two 16-weight halves (one group for both when kSubK is 32).
+        const int g0 = T::kSubK == 32 ? in_block : 2 * in_block, g1 = T::kSubK == 32 ? in_block : 2 * in_block + 1;
+        k.d0 = scales.d[g0], k.d1 = scales.d[g1];
+        k.m0 = T::kHasMin ? scales.m[g0] : _mm256_setzero_ps();
+        k.m1 = T::kHasMin ? scales.m[g1] : _mm256_setzero_ps();
     }
 };
 template <>

@@ -113,7 +113,7 @@ Forward::Forward(const Model& m, std::unique_ptr<Ops> ops, ExpertProvider& exper
     BG_CHECK(hp_.hc_count == kHc);
     if (cfg_.n_ctx < 1 || cfg_.max_ubatch < 1 || cfg_.moe_chunk < 1) fail("forward: n_ctx, max_ubatch and moe_chunk must be >= 1");
     if (cfg_.routing != RoutingPolicy::kExact && (!cfg_.resident || static_cast<int64_t>(cfg_.resident->size()) != hp_.n_layer))
-        fail("forward: routing '%s' needs a residency plan for all %lld layers", routing_policy_name(cfg_.routing),
+        fail("forward: routing '%s' needs a residency plan for all %lld layers", enum_name(cfg_.routing),
              (long long)hp_.n_layer);
     if (cfg_.hot && (!cfg_.resident || static_cast<int64_t>(cfg_.hot->size()) != hp_.n_layer))
         fail("forward: a hot set needs a residency plan, and one mask for each of the %lld layers", (long long)hp_.n_layer);
@@ -227,7 +227,7 @@ Forward::~Forward() {
 }
 
 void Forward::set_routing(RoutingPolicy p) {
-    if (p != RoutingPolicy::kExact && !cfg_.resident) fail("forward: routing '%s' needs a residency plan", routing_policy_name(p));
+    if (p != RoutingPolicy::kExact && !cfg_.resident) fail("forward: routing '%s' needs a residency plan", enum_name(p));
     if (p == RoutingPolicy::kHotPool && !cfg_.hot) fail("forward: routing 'hot-pool' needs the hot set");
     cfg_.routing = p;
 }

@@ -380,13 +380,13 @@ nlohmann::json Session::run(bool verbose, const std::function<void(int32_t)>& on
         const std::vector<float> exact = all_logits(RoutingPolicy::kExact);
         const std::vector<float> chosen = all_logits(routing_);
         const Fidelity f = compare_logits(exact, chosen, hp.n_vocab);
-        metrics["fidelity"] = {{"policy", routing_policy_name(routing_)},
+        metrics["fidelity"] = {{"policy", enum_name(routing_)},
                                {"top1_agreement", f.top1_agreement},
                                {"mean_kl", f.mean_kl},
                                {"positions", f.positions}};
         if (verbose)
             std::fprintf(stderr, "fidelity of %s vs exact: top-1 agreement %.3f, mean KL %.5f over %lld positions\n",
-                         routing_policy_name(routing_), f.top1_agreement, f.mean_kl, (long long)f.positions);
+                         enum_name(routing_), f.top1_agreement, f.mean_kl, (long long)f.positions);
     }
     metrics["host_peak_rss_mib"] = host_peak_rss_mib();
     const double cg = cgroup_memory_peak_mib();
