@@ -40,6 +40,14 @@
 #   slice-timeline  Nsight Systems GPU trace of the 64-token cold+warm run: gaps, launches, streams -> measurements/slice/timeline/
 #   slice-ubatch    engine: the warm pass with 16-, 32- and 64-token units (dense weights read once a unit) -> measurements/slice/ubatch/
 #   slice-fidelity  engine: resident-only and pinned-top1 against exact, 64 and 500 tokens -> measurements/slice/
+# The slice as llama-quantize's Q2_K preset makes it (scenarios/models/slice-q2_k.json, about 26 GB;
+# drop-models first where the MXFP4 slice is there: both do not fit the 64 GiB disk with room):
+#   slice-q2_k-model   make-model --quant Q2_K for it, and plan: bytes per expert, experts the budgets hold
+#   slice-q2_k-4a4b    harness: scenarios/slice-q2_k/seed-4a-4b (S 20, H 5 as MXFP4) and seed-4a-4b-s28-h17
+#   slice-q2_k-decode  harness: scenarios/slice-q2_k/decode and decode-s28-h17
+#   slice-q4_k_m-model, slice-q4_k_m-4a4b, slice-q4_k_m-decode: the same for Q4_K_M (about 42.7 GB; S 20, H 5 only:
+#                      the published PC's budgets do not hold more with it). make-model takes about 7 minutes for
+#                      either on 16 cores (K-quant rounding searches; MXFP4's slice about one)
 # Suggested calls (estimates from the 4-layer measurement of issue 13, not timed): --run slice-model
 # slice-4a4b slice-decode slice-500 (the 500-token baseline reads about 160 GB on demand), then
 # --run slice-ablation slice-fidelity; a call cut at its limit still brings back every part that
@@ -49,8 +57,10 @@
 # (the device tool returns at most 8 files, two folders deep).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=.device-bin
+# BG_STAGE: where the binaries are, for a background part (below); else the carried folder.
+stage=${BG_STAGE:-.device-bin}
 if [ "${1:-}" != "--stage" ]; then . scripts/device-unpack.sh; fi
+stage=$(cd "$stage" 2>/dev/null && pwd || echo "$stage")
 
 if [ "${1:-}" = "--stage" ]; then exec bash scripts/device-stage.sh "${2:-build}"; fi
 # Parts longer than one call (the slice ablation: two token-major configurations read about 160 GB
@@ -61,7 +71,11 @@ bg=/tmp/betelgeuse-background
 if [ "${1:-}" = "--background" ]; then
   shift
   rm -rf "$bg" && mkdir -p "$bg/out"
-  setsid bash -c 'OUT="$1/out" BG_RESULTS_ROOT="$1/tree" bash scripts/device-reproduce.sh --run "${@:2}" > "$1/log" 2>&1; echo $? > "$1/rc"' \
+  # The binaries too run from outside the tree: the next call's copy of the tree removed the
+  # unpacked .device-bin under a running background part once (2026-12-03: the harness was gone
+  # when the part after make-model started).
+  cp -r "$stage" "$bg/bin"
+  setsid bash -c 'OUT="$1/out" BG_RESULTS_ROOT="$1/tree" BG_STAGE="$1/bin" bash scripts/device-reproduce.sh --run "${@:2}" > "$1/log" 2>&1; echo $? > "$1/rc"' \
     _ "$bg" "$@" < /dev/null > /dev/null 2>&1 &
   echo "background: parts $* started (pid $!); collect with --wait SECONDS"
   exit 0
@@ -84,7 +98,7 @@ out=${OUT:-device-out}
 # files it does not have (a background part's output written there was lost once).
 root=${BG_RESULTS_ROOT:-.}
 mkdir -p "$out" "$root/results/device" "$root/results/slice"
-export LD_LIBRARY_PATH="$PWD/$stage${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export LD_LIBRARY_PATH="$stage${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 bin=$stage/betelgeuse
 harness=$stage/betelgeuse-harness
 status=0
@@ -105,13 +119,29 @@ harness_run() {  # run|ablate scenario [profile]
   [ -n "$md" ] && cat "$md" | tee -a "$log" >/dev/null && grep -E "^\| |Hardware use|  - |Same-run|Decode|Partition" "$md"
 }
 
-slice_model() {  # the harness would generate it too; done first so its time is logged on its own
-  [ -f models/slice.gguf ] && return 0
-  note "make-model slice"
+slice_model() {  # [SCALE] (default slice): the harness would generate it too; done first so its time is logged on its own
+  local scale=${1:-slice}
+  [ -f "models/$scale.gguf" ] && return 0
+  note "make-model $scale"
   mkdir -p models
   df -h . | tail -1 | tee -a "$log"
-  "$bin" make-model --scale scenarios/models/slice.json --out models/slice.gguf --seed 1 2>&1 | tail -n 1 | tee -a "$log" \
-    || status=1
+  local quant; quant=$(sed -n 's/.*"quant": *"\([^"]*\)".*/\1/p' "scenarios/models/$scale.json")
+  "$bin" make-model --scale "scenarios/models/$scale.json" ${quant:+--quant "$quant"} --out "models/$scale.gguf" --seed 1 2>&1 \
+    | tail -n 1 | tee -a "$log" || status=1
+  ls -la "models/$scale.gguf" | tee -a "$log"
+}
+
+# What plan says of a K-quant slice: its experts' bytes, and how many experts the slice's budgets
+# and the published PC's 12 GiB budgets (the full model in the same preset) hold.
+kquant_plan() {  # SCALE
+  local dir="$root/measurements/$1/plan"
+  mkdir -p "$dir"
+  local quant; quant=$(sed -n 's/.*"quant": *"\([^"]*\)".*/\1/p' "scenarios/models/$1.json")
+  "$bin" plan --model "models/$1.gguf" --backend cuda -f scenarios/prompts/64-tokens.txt --routing resident-only \
+    --transient-slots 12 --vram-budget 3068 --host-budget 2875 --cgroup-memory 2875 > "$dir/slice-budgets.txt" 2>&1
+  "$bin" plan --scale scenarios/models/full.json --quant "$quant" -f scenarios/prompts/64-tokens.txt --routing resident-only \
+    --transient-slots 12 --cgroup-memory 12288 > "$dir/full-rtx3060-budgets.txt" 2>&1
+  grep -h -E "per expert|budgets hold" "$dir"/*.txt | tee -a "$log"
 }
 
 for part in "$@"; do
@@ -148,6 +178,12 @@ for part in "$@"; do
     slice-decode-hot-pool) slice_model; harness_run run decode-hot-pool slice ;;
     slice-500) slice_model; harness_run run seed-500-baseline slice; harness_run run seed-500-optimized slice ;;
     slice-500-baseline) slice_model; harness_run run seed-500-baseline slice ;;
+    slice-q2_k-model) slice_model slice-q2_k; kquant_plan slice-q2_k ;;
+    slice-q2_k-4a4b) slice_model slice-q2_k; harness_run run seed-4a-4b slice-q2_k; harness_run run seed-4a-4b-s28-h17 slice-q2_k ;;
+    slice-q2_k-decode) slice_model slice-q2_k; harness_run run decode slice-q2_k; harness_run run decode-s28-h17 slice-q2_k ;;
+    slice-q4_k_m-model) slice_model slice-q4_k_m; kquant_plan slice-q4_k_m ;;
+    slice-q4_k_m-4a4b) slice_model slice-q4_k_m; harness_run run seed-4a-4b slice-q4_k_m ;;
+    slice-q4_k_m-decode) slice_model slice-q4_k_m; harness_run run decode slice-q4_k_m ;;
     slice-ablation) slice_model; harness_run ablate ablation slice ;;
     slice-warm)
       # The warm pass of issue 14's target, alone (no same-run baseline, which takes minutes):
@@ -212,7 +248,7 @@ for part in "$@"; do
       else
         # No Nsight Systems: the CUPTI tracer (bench/cupti_trace.cpp), loaded by the driver.
         note "CUPTI timeline: slice, 64 tokens, cold + warm pass"
-        CUDA_INJECTION64_PATH=$PWD/$stage/libbg_cupti_trace.so LD_LIBRARY_PATH=$PWD/$stage:${LD_LIBRARY_PATH:-} \
+        CUDA_INJECTION64_PATH=$stage/libbg_cupti_trace.so LD_LIBRARY_PATH=$stage:${LD_LIBRARY_PATH:-} \
           BG_CUPTI_TRACE_OUT="$dir/trace.csv" "$bin" "${run_args[@]}" > "$dir/run.log" 2>&1 || status=1
       fi
       if [ -n "$(ls "$dir"/trace*.csv 2>/dev/null)" ]; then
@@ -339,6 +375,9 @@ for part in "$@"; do
   esac
   # After every part, so a call cut at its time limit still brings back what finished.
   case "$part" in
+    slice-q2_k-* | slice-q4_k_m-*)
+      p=${part%-*}; p=${p%-model}
+      tar czf "$out/results-$p.tgz" -C "$root" "results/$p" $(cd "$root" && ls -d "measurements/$p" 2>/dev/null) 2>/dev/null ;;
     slice-*) tar czf "$out/results-slice.tgz" -C "$root" results/slice $(cd "$root" && ls -d measurements/slice 2>/dev/null) 2>/dev/null ;;
     *) tar czf "$out/results-device.tgz" -C "$root" results/device $(cd "$root" && ls -d measurements/device 2>/dev/null) 2>/dev/null ;;
   esac

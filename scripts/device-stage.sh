@@ -31,8 +31,11 @@ for bin in "$build/betelgeuse-harness" "$build/bench/bench_io" "$build/bench/ben
   ldd "$bin" | awk '/libcgroup|libbenchmark/ {print $3}' | while read -r lib; do cp "$lib" "$stage/"; done
 done
 grep -qx "/$stage/" .git/info/exclude 2>/dev/null || echo "/$stage/" >> .git/info/exclude
-# The GPU binaries carry the kernels for two architectures (about 13 MB each, 90 MB in all): packed,
-# they fit the device tool's 64 MiB carry; the device scripts unpack them there.
-# (Written beside the folder, then moved in: a bundle inside it could be caught by the glob.)
-( cd "$stage" && tar -cf - --remove-files * | xz -T0 -6 > "../$stage.bundle.tmp" ) && mv "$stage.bundle.tmp" "$stage/bundle.tar.xz"
+# Every GPU binary links the whole engine, so each holds the same kernels (about 20 MB; 200 MB in
+# all, more than the device tool's 64 MiB carry). One xz stream with a dictionary larger than a
+# binary finds the repeats: about 13 MB. (Multi-threaded xz would cut the stream into blocks and
+# lose them.) The device scripts unpack it there. Written beside the folder, then moved in: a
+# bundle inside it could be caught by the glob.
+( cd "$stage" && tar -cf - --remove-files * | xz -T1 --lzma2=preset=3,dict=256MiB > "../$stage.bundle.tmp" ) \
+  && mv "$stage.bundle.tmp" "$stage/bundle.tar.xz"
 du -sh "$stage"
