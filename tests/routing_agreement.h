@@ -17,7 +17,7 @@ namespace bgtest {
 
 constexpr double kRoutingAgreement = 0.995;
 
-class RouteRecorder final : public bg::dsv41::RoutingObserver {
+class RouteRecorder final : public bg::RoutingObserver {
 public:
     void on_route(int64_t layer, int64_t pos, const int32_t* ids, const float*, int k) override {
         std::vector<int32_t> v(ids, ids + k);

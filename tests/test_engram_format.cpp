@@ -67,7 +67,7 @@ std::vector<float> table_rows(const Model& m, int64_t layer) {
     std::vector<float> out(rows * dim);
     std::vector<uint8_t> row(f.row_bytes(dim));
     for (uint64_t r = 0; r < rows; ++r) {
-        const bg::dsv41::EngramRowRanges rr = m.engram_row(layer, r);
+        const bg::EngramRowRanges rr = m.engram_row(layer, r);
         bg::pread_exact(m.fd(rr.values.file), row.data(), rr.values.bytes, rr.values.offset, "test");
         if (rr.scales.bytes) bg::pread_exact(m.fd(rr.scales.file), row.data() + rr.values.bytes, rr.scales.bytes, rr.scales.offset, "test");
         bg::dequantize_engram_rows(f, row.data(), out.data() + r * dim, 1, dim);

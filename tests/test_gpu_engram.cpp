@@ -54,7 +54,7 @@ TEST(GpuEngram, StoreRowsEqualTheCpuDecodeBitForBit) {
             ops->sync();
             std::vector<uint8_t> row(f.row_bytes(dim));
             for (int64_t i = 0; i < n; ++i) {
-                const bg::dsv41::EngramRowRanges rr = m->engram_row(l, rows[i]);
+                const bg::EngramRowRanges rr = m->engram_row(l, rows[i]);
                 bg::pread_exact(m->fd(rr.values.file), row.data(), rr.values.bytes, rr.values.offset, "test");
                 if (rr.scales.bytes) bg::pread_exact(m->fd(rr.scales.file), row.data() + rr.values.bytes, rr.scales.bytes, rr.scales.offset, "test");
                 bg::dequantize_engram_rows(f, row.data(), want.data(), 1, dim);

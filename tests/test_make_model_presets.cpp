@@ -395,6 +395,71 @@ TEST(QuantPresetFiles, SlotsBudgetsAndPlanFollowEachLayersExpertBytes) {
     EXPECT_EQ(m["model"]["expert_bytes_by_layer"].get<std::vector<uint64_t>>(), want);
 }
 
+// The runtime reads a model through bg::MoeModel alone (model/moe_model.h). On the Q4_K_M file,
+// whose layers differ in their down type, what the interface says of each layer's experts is
+// what the file holds: the counts, each matrix's type, each expert's byte ranges inside its
+// tensor, views of the right shapes over a slot, and the router bias the default plan reads.
+TEST(QuantPresetFiles, MoeInterfaceSaysWhatTheFileHolds) {
+    const std::unique_ptr<bg::dsv41::Model> owned = bg::dsv41::Model::open(bgtest::preset_model(QuantPreset::kQ4_K_M));
+    const bg::dsv41::Model& m = *owned;
+    const bg::MoeModel& moe = m;
+    const auto& hp = m.hp();
+    const bg::MoeShape& sh = moe.moe_shape();
+    EXPECT_EQ(sh.n_layer, hp.n_layer);
+    EXPECT_EQ(sh.n_expert, hp.n_expert);
+    EXPECT_EQ(sh.n_expert_used, hp.n_expert_used);
+    EXPECT_EQ(sh.n_vocab, hp.n_vocab);
+    EXPECT_EQ(sh.bos_id, hp.bos_id);
+    EXPECT_EQ(sh.engram_layers, hp.engram_layers);
+    EXPECT_EQ(sh.engram_dim, hp.engram_dim);
+    EXPECT_EQ(moe.shard_paths().size(), 1u);
+    int layers_with_q6k_down = 0;
+    for (int64_t l = 0; l < sh.n_layer; ++l) {
+        SCOPED_TRACE(l);
+        const bg::gguf::TensorInfo* t[3] = {m.gguf().tensor(bg::dsv41::layer_tensor_name(l, "ffn_gate_exps")),
+                                            m.gguf().tensor(bg::dsv41::layer_tensor_name(l, "ffn_up_exps")),
+                                            m.gguf().tensor(bg::dsv41::layer_tensor_name(l, "ffn_down_exps"))};
+        for (const auto* x : t) ASSERT_NE(x, nullptr);
+        const bg::ExpertTypes types = moe.expert_types(l);
+        EXPECT_EQ(types.gate, t[0]->type);
+        EXPECT_EQ(types.up, t[1]->type);
+        EXPECT_EQ(types.down, t[2]->type);
+        EXPECT_EQ(types.down, q4km_more_bits_tiny(static_cast<int>(l)) ? GgmlType::Q6_K : GgmlType::Q4_K);
+        layers_with_q6k_down += types.down == GgmlType::Q6_K;
+        const uint64_t each[3] = {bg::row_bytes(types.gate, hp.n_embd) * static_cast<uint64_t>(hp.n_ff_exp),
+                                  bg::row_bytes(types.up, hp.n_embd) * static_cast<uint64_t>(hp.n_ff_exp),
+                                  bg::row_bytes(types.down, hp.n_ff_exp) * static_cast<uint64_t>(hp.n_embd)};
+        EXPECT_EQ(moe.expert_bytes_each(l), each[0] + each[1] + each[2]);
+        for (int64_t e : {int64_t{0}, sh.n_expert / 2, sh.n_expert - 1}) {
+            const bg::ExpertRanges r = moe.expert_ranges(l, e);
+            const bg::ByteRange got[3] = {r.gate, r.up, r.down};
+            for (int j = 0; j < 3; ++j) {
+                EXPECT_EQ(got[j].bytes, each[j]);
+                EXPECT_EQ(got[j].offset, t[j]->file_offset + static_cast<uint64_t>(e) * each[j]);
+                EXPECT_EQ(got[j].file, 0u);
+            }
+        }
+        std::vector<uint8_t> slot(moe.expert_bytes_each(l));
+        bg::MatView g, u, d;
+        moe.expert_views(l, slot.data(), &g, &u, &d);
+        EXPECT_EQ(g.data, slot.data());
+        EXPECT_EQ(u.data, slot.data() + each[0]);
+        EXPECT_EQ(d.data, slot.data() + each[0] + each[1]);
+        EXPECT_EQ(g.type, types.gate);
+        EXPECT_EQ(d.type, types.down);
+        EXPECT_EQ(g.cols, hp.n_embd);
+        EXPECT_EQ(g.rows, hp.n_ff_exp);
+        EXPECT_EQ(d.cols, hp.n_ff_exp);
+        EXPECT_EQ(d.rows, hp.n_embd);
+        const float* bias = moe.router_bias(l);
+        ASSERT_NE(bias, nullptr);
+        EXPECT_EQ(bias, m.layer(l).exp_probs_b);
+        for (int64_t e = 0; e < sh.n_expert; ++e) EXPECT_TRUE(std::isfinite(bias[e]));
+    }
+    EXPECT_GT(layers_with_q6k_down, 0);
+    EXPECT_LT(layers_with_q6k_down, sh.n_layer);
+}
+
 // The budgets' capacity: the most hot slots per layer VRAM holds and the most resident slots the
 // host holds, each exactly (one more does not fit), at the published PC's budgets for the real
 // shape. A Q2_K expert (Q2_K gate and up, Q3_K down: 12.8 MB) is smaller than an MXFP4 one

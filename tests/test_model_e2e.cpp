@@ -100,7 +100,7 @@ TEST(ModelE2E, OneCallEqualsTokenByTokenThroughTheKvCache) {
     std::vector<int32_t> head(prompt.begin(), prompt.end() - 1);
     std::vector<float> last;
     step.runner.prefill(head, bg::PrefillOrder::kTokenMajor, 1, &last);
-    bg::dsv41::Ubatch u;
+    bg::Ubatch u;
     step.fwd.embed(u, &prompt.back(), 1, 39);
     for (int64_t l = 0; l < step.model->hp().n_layer; ++l) step.fwd.layer(l, u);
     std::vector<float> lg(512);
@@ -147,7 +147,7 @@ TEST(ModelE2E, OutputDependsOnTheEngramRowsATokenHashesTo) {
     }
     // The runner's units hold the final activations: position `target` is in unit 0.
     // Re-run to read hidden states through the forward object directly.
-    bg::dsv41::Ubatch u;
+    bg::Ubatch u;
     base.fwd.reset();
     base.fwd.embed(u, prompt.data(), 12, 0);
     for (int64_t l = 0; l < base.model->hp().n_layer; ++l) base.fwd.layer(l, u);
@@ -157,7 +157,7 @@ TEST(ModelE2E, OutputDependsOnTheEngramRowsATokenHashesTo) {
     auto m2 = Model::open(path);
     PerturbedEngram pe(*m2, layer, chosen);
     Engine pert(std::move(m2), config(16, 16), &pe);
-    bg::dsv41::Ubatch v;
+    bg::Ubatch v;
     pert.fwd.embed(v, prompt.data(), 12, 0);
     for (int64_t l = 0; l < pert.model->hp().n_layer; ++l) pert.fwd.layer(l, v);
     pert.fwd.final_hidden(v, target, pert_hidden.data());

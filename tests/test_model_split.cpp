@@ -86,11 +86,11 @@ TEST(ModelSplit, ShardsHoldTheUnsplitBytesOfEveryTensor) {
     std::set<uint32_t> expert_files, engram_files;
     for (int64_t l = 0; l < hp.n_layer; ++l)
         for (int64_t e : {int64_t{0}, hp.n_expert - 1}) {
-            const bg::dsv41::ExpertRanges r = split->expert_ranges(l, e), wr = whole->expert_ranges(l, e);
-            const bg::dsv41::ByteRange xs[3] = {r.gate, r.up, r.down}, ys[3] = {wr.gate, wr.up, wr.down};
+            const bg::ExpertRanges r = split->expert_ranges(l, e), wr = whole->expert_ranges(l, e);
+            const bg::ByteRange xs[3] = {r.gate, r.up, r.down}, ys[3] = {wr.gate, wr.up, wr.down};
             for (int j = 0; j < 3; ++j) {
-                const bg::dsv41::ByteRange& x = xs[j];
-                const bg::dsv41::ByteRange& y = ys[j];
+                const bg::ByteRange& x = xs[j];
+                const bg::ByteRange& y = ys[j];
                 expert_files.insert(x.file);
                 a.resize(x.bytes);
                 bg::pread_exact(split->fd(x.file), a.data(), x.bytes, x.offset, "test");
@@ -100,7 +100,7 @@ TEST(ModelSplit, ShardsHoldTheUnsplitBytesOfEveryTensor) {
             }
         }
     for (int64_t l : hp.engram_layers) {
-        const bg::dsv41::ByteRange r = split->engram_row(l, 5).values, w = whole->engram_row(l, 5).values;
+        const bg::ByteRange r = split->engram_row(l, 5).values, w = whole->engram_row(l, 5).values;
         engram_files.insert(r.file);
         a.resize(r.bytes);
         b.resize(w.bytes);

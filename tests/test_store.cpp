@@ -121,7 +121,7 @@ TEST(Store, SameTokensWhateverTheIoAndBudgets) {
 }
 
 // Records the distinct (layer, expert) pairs routing used.
-class UsedExperts final : public bg::dsv41::RoutingObserver {
+class UsedExperts final : public bg::RoutingObserver {
 public:
     void on_route(int64_t layer, int64_t, const int32_t* ids, const float*, int k) override {
         for (int j = 0; j < k; ++j) used.insert({layer, ids[j]});
@@ -223,7 +223,7 @@ TEST(Store, PromotionPutsTheMostUsedResidentExpertsInVram) {
     s.store().promote();
     // Count tokens per resident expert of layer 0 independently and compare with the hot set.
     bg::Session ref(c);
-    class Counter final : public bg::dsv41::RoutingObserver {
+    class Counter final : public bg::RoutingObserver {
     public:
         std::vector<uint64_t> n = std::vector<uint64_t>(64, 0);
         void on_route(int64_t layer, int64_t, const int32_t* ids, const float*, int k) override {
@@ -243,7 +243,7 @@ TEST(Store, PromotionPutsTheMostUsedResidentExpertsInVram) {
 // Hot-pool routes among the experts in VRAM at the time (SPEC: it depends on the tier): with
 // H >= k, ranks 2..k are hot, also after promotion moved other experts into VRAM; rank 1 is
 // resident; a warm pass reads nothing from disk.
-class HotCheck final : public bg::dsv41::RoutingObserver {
+class HotCheck final : public bg::RoutingObserver {
 public:
     explicit HotCheck(bg::Session& s) : s_(s) {}
     int64_t tokens = 0, moved = 0;  // routed tokens; of them, routed with a hot set promotion changed

@@ -70,7 +70,7 @@ void plan(const PlanArgs& a) {
         else v = tok::import_hf_tokenizer(default_tokenizer_dir(), shape.hp.n_vocab);
         if (v) tokenizer = std::make_unique<tok::Tokenizer>(std::move(*v));
     }
-    const int64_t n_prompt = static_cast<int64_t>(build_prompt(cfg, shape.hp, tokenizer.get()).size());
+    const int64_t n_prompt = static_cast<int64_t>(build_prompt(cfg, shape.hp.n_vocab, shape.hp.bos_id, tokenizer.get()).size());
     const uint64_t cgroup = a.cgroup_mib << 20;
     const MemoryPlan p = plan_memory(shape, cfg, cuda, n_prompt, cfg.slots, cfg.hot, cgroup);
     const std::string problems = p.problems();

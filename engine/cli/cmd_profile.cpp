@@ -17,7 +17,7 @@ void add_model_prompt_flags(CLI::App* cmd, RunConfig& cfg, bool model_required);
 namespace {
 
 // Counts, per layer and expert, the tokens exact routing sends there.
-class RouteCounter final : public dsv41::RoutingObserver {
+class RouteCounter final : public RoutingObserver {
 public:
     explicit RouteCounter(const dsv41::HParams& hp)
         : counts(static_cast<size_t>(hp.n_layer), std::vector<uint64_t>(static_cast<size_t>(hp.n_expert), 0)) {}

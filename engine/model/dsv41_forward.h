@@ -16,25 +16,10 @@
 #include "backend/ops.h"
 #include "model/dsv41_model.h"
 #include "model/forward_layout.h"
+#include "model/layer_forward.h"
 #include "model/providers.h"
 
 namespace bg::dsv41 {
-
-// A unit of work: positions pos0..pos0+n-1, and its routing as the host reads it (only with a
-// RoutingObserver attached: otherwise the routing stays on the device).
-struct Ubatch {
-    int64_t pos0 = 0;
-    int64_t n = 0;
-    std::vector<int32_t> ids;  // [n][k] routed experts, in rank order (observer only)
-    std::vector<float> wts;    // [n][k] their weights (observer only)
-};
-
-// Observes routing decisions (metrics, profiling); called once per token per MoE layer.
-class RoutingObserver {
-public:
-    virtual ~RoutingObserver() = default;
-    virtual void on_route(int64_t layer, int64_t pos, const int32_t* ids, const float* weights, int k) = 0;
-};
 
 // Engram n-gram hash of one token for one table. c[0] is the token's compressed id, c[1..3] the
 // three before it (pad_id where missing). h = c0*m0 (mod 2^64); for k = 1..3: h ^= c_k*m_k, then
@@ -47,11 +32,11 @@ void engram_hash(const uint64_t c[4], const uint64_t mult[4], const uint64_t* pr
 // tokens[0..pos] is the sequence so far.
 void engram_rows_for(const HParams& hp, int64_t layer, const int32_t* tokens, int64_t pos, uint64_t* rows);
 
-class Forward final {
+class Forward final : public LayerForward {
 public:
     Forward(const Model& m, std::unique_ptr<Ops> ops, ExpertProvider& experts, EngramProvider& engram,
             const ForwardConfig& cfg);
-    ~Forward();
+    ~Forward() override;
     Forward(const Forward&) = delete;
     Forward& operator=(const Forward&) = delete;
 
@@ -74,39 +59,32 @@ public:
     // begin_timeline(), so it can be laid over the disk's; nullptr where not measured (CPU).
     void begin_timeline() { ops_->begin_timeline(); }
     const Timeline* device_timeline() const { return ops_->timeline(); }
-    // Empties the sequence: the next token is at position 0.
-    void reset();
+    int64_t max_ubatch() const override { return cfg_.max_ubatch; }
+    int64_t n_ctx() const override { return cfg_.n_ctx; }
+    void reset() override;
 
-    // Starts a unit at positions pos0..pos0+n-1: records the tokens and embeds them.
-    void embed(Ubatch& u, const int32_t* tokens, int64_t n, int64_t pos0);
+    void embed(Ubatch& u, const int32_t* tokens, int64_t n, int64_t pos0) override;
     // Engram, the attention sub-layer, the MoE mix and routing. The routing stays on the device
     // for moe_half; with an observer attached it is also copied into u.ids / u.wts.
-    void attention_half(int64_t l, Ubatch& u);
+    void attention_half(int64_t l, Ubatch& u) override;
     // The MoE sub-layer of several units at once: every expert any of them routed to is
     // brought in once and applied to all of their tokens (layer-major prefill passes every
     // unit of the prompt). Per token the outputs are summed in rank order, so the result does
     // not depend on which units share the call or on the order experts arrive in.
-    void moe_half(int64_t l, Ubatch* const* units, int64_t n_units);
+    void moe_half(int64_t l, Ubatch* const* units, int64_t n_units) override;
     // Before layer l's attention halves for n_pos positions: under resident-only and hot-pool
     // routing every expert the layer can use is known already, and the provider may start moving
     // the host-resident ones (ExpertProvider::prepare_layer: as many slots as routing may give
     // them, k per position, or under hot-pool about one, rank 1, when H >= k - 1); under other
     // policies, nothing.
-    void prepare_moe(int64_t l, int64_t n_pos) {
+    void prepare_moe(int64_t l, int64_t n_pos) override {
         if (cfg_.routing == RoutingPolicy::kResidentOnly) experts_.prepare_layer(l, n_pos * hp_.n_expert_used);
         if (cfg_.routing == RoutingPolicy::kHotPool) experts_.prepare_layer(l, n_pos);
-    }
-    // One whole layer of one unit (token-major): attention_half then moe_half on {u}.
-    void layer(int64_t l, Ubatch& u) {
-        prepare_moe(l, u.n);
-        attention_half(l, u);
-        Ubatch* one = &u;
-        moe_half(l, &one, 1);
     }
     // After the last layer: the final normalised hidden state [n_embd] and logits [n_vocab] of
     // token i of the unit, in host memory.
     void final_hidden(const Ubatch& u, int64_t i, float* out);
-    void logits(const Ubatch& u, int64_t i, float* out);
+    void logits(const Ubatch& u, int64_t i, float* out) override;
     // Rows of the layer's Engram table the token at `pos` hashes to.
     void engram_rows(int64_t layer, int64_t pos, uint64_t* rows) const;
 

@@ -36,6 +36,7 @@ std::unique_ptr<Model> Model::open(const std::string& path, DenseHome home) {
     m->hp_ = read_hparams(m->reader_);
     m->roles_ = validate_tensors(m->hp_, m->reader_);
     const HParams& hp = m->hp_;
+    m->shape_ = MoeShape{hp.n_layer, hp.n_expert, hp.n_expert_used, hp.n_vocab, hp.bos_id, hp.engram_layers, hp.engram_dim};
     for (const gguf::Shard& s : m->reader_.shards()) {
         const std::string& p = s.path;
         const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
@@ -210,6 +211,11 @@ ExpertRanges Model::expert_ranges(int64_t layer, int64_t expert) const {
         return ByteRange{t->file_offset + each * static_cast<uint64_t>(expert), each, t->shard};
     };
     return {slice(w.gate_exps), slice(w.up_exps), slice(w.down_exps)};
+}
+
+ExpertTypes Model::expert_types(int64_t layer) const {
+    const LayerWeights& w = layer_at(layer);
+    return {w.expert_type_gate, w.expert_type_up, w.expert_type_down};
 }
 
 void Model::expert_views(int64_t layer, const uint8_t* buf, MatView* gate, MatView* up,

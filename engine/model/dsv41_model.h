@@ -13,30 +13,9 @@
 #include "gguf/gguf.h"
 #include "model/dsv41.h"
 #include "model/engram_format.h"
+#include "model/moe_model.h"
 
 namespace bg::dsv41 {
-
-// Where bytes lie on disk: a file of the model (a shard of a split model; 0 for an unsplit
-// one, the index into gguf().shards() and shard_paths()) and a range of it.
-struct ByteRange {
-    uint64_t offset = 0;  // absolute offset in that file
-    uint64_t bytes = 0;
-    uint32_t file = 0;
-};
-
-// One Engram row: its bytes in the table, and for a fork-fp8 table its E8M0 scales in the scales
-// tensor (bytes 0 otherwise). Read back to back, values then scales, they are the packed row that
-// dequantize_engram_rows takes.
-struct EngramRowRanges {
-    ByteRange values, scales;
-    uint64_t bytes() const { return values.bytes + scales.bytes; }
-};
-
-// One routed expert: three contiguous slices of the merged 3-D tensors.
-struct ExpertRanges {
-    ByteRange gate, up, down;
-    uint64_t total() const { return gate.bytes + up.bytes + down.bytes; }
-};
 
 struct LayerWeights {
     const float* attn_norm = nullptr;   // [n_embd]
@@ -115,24 +94,24 @@ struct DenseLayout {
 };
 DenseLayout dense_layout(const std::vector<DenseEntry>& entries);
 
-class Model {
+// The dsv41 architecture's file: the MoE interface the runtime reads (model/moe_model.h), and
+// every weight the forward pass (model/dsv41_forward.h) needs.
+class Model final : public MoeModel {
 public:
     // Opens, validates and loads the dense weights that `home` puts in host memory. Throws
     // bg::Error on any problem.
     static std::unique_ptr<Model> open(const std::string& path, DenseHome home = DenseHome::kHost);
-    ~Model();
+    ~Model() override;
     Model(const Model&) = delete;
     Model& operator=(const Model&) = delete;
 
     const HParams& hp() const { return hp_; }
     const std::vector<LayerRoles>& roles() const { return roles_; }
-    const LayerWeights& layer(int64_t l) const { return layers_[static_cast<size_t>(l)]; }
-    const gguf::Reader& gguf() const { return reader_; }
-    const std::string& path() const { return path_; }  // the file given: the first shard of a split model
-    // Every file of the model, in shard order (one for an unsplit model): what a disk reader opens.
-    const std::vector<std::string>& shard_paths() const { return shard_paths_; }
-    // The model's descriptor for file `file` (an index into shard_paths()), open for its lifetime.
-    int fd(uint32_t file) const { return fds_.at(file); }
+    const LayerWeights& layer(int64_t l) const { return layer_at(l); }
+    const gguf::Reader& gguf() const override { return reader_; }
+    const std::string& path() const override { return path_; }
+    const std::vector<std::string>& shard_paths() const override { return shard_paths_; }
+    int fd(uint32_t file) const override { return fds_.at(file); }
     // Reads `bytes` of tensor `t` from `at` bytes into it, from the file that holds it; throws
     // bg::Error "<what>: ..." on failure.
     void read_tensor(const gguf::TensorInfo& t, void* dst, uint64_t bytes, uint64_t at, const char* what) const;
@@ -141,13 +120,13 @@ public:
     MatView output() const { return output_; }
     const float* output_norm() const { return output_norm_; }
 
-    ExpertRanges expert_ranges(int64_t layer, int64_t expert) const;
-    // Views of an expert's three matrices over a buffer holding gate, up and down back to back.
-    void expert_views(int64_t layer, const uint8_t* buf, MatView* gate, MatView* up,
-                      MatView* down) const;
-    uint64_t expert_bytes_each(int64_t layer) const { return expert_ranges(layer, 0).total(); }
-    EngramRowRanges engram_row(int64_t layer, uint64_t row) const;
-    EngramFormat engram_format(int64_t layer) const;
+    const MoeShape& moe_shape() const override { return shape_; }
+    ExpertRanges expert_ranges(int64_t layer, int64_t expert) const override;
+    ExpertTypes expert_types(int64_t layer) const override;
+    void expert_views(int64_t layer, const uint8_t* buf, MatView* gate, MatView* up, MatView* down) const override;
+    const float* router_bias(int64_t layer) const override { return layer_at(layer).exp_probs_b; }
+    EngramRowRanges engram_row(int64_t layer, uint64_t row) const override;
+    EngramFormat engram_format(int64_t layer) const override;
 
     DenseHome dense_home() const { return home_; }
     // Host bytes held for dense weights: the whole image (kHost), or the 1-D weights and the
@@ -166,11 +145,13 @@ public:
 
 private:
     Model() = default;
+    const LayerWeights& layer_at(int64_t l) const { return layers_.at(static_cast<size_t>(l)); }
     std::string path_;
     std::vector<std::string> shard_paths_;
     std::vector<int> fds_;  // one per shard, closed with the model
     gguf::Reader reader_;
     HParams hp_;
+    MoeShape shape_;
     std::vector<LayerRoles> roles_;
     std::vector<LayerWeights> layers_;
     MatView token_embd_, output_;

@@ -17,11 +17,11 @@ nlohmann::json EngramCounters::to_json() const {
     return {{"rows", rows}, {"row_bytes", row_bytes}, {"disk_read_bytes", disk_read_bytes}, {"disk_ms", disk_ms}};
 }
 
-EngramStore::EngramStore(const dsv41::Model& m, Backend& backend, io::Reader& reader, uint64_t buffer_bytes)
+EngramStore::EngramStore(const MoeModel& m, Backend& backend, io::Reader& reader, uint64_t buffer_bytes)
     : m_(m), backend_(backend), reader_(reader), buffer_bytes_(buffer_bytes) {
     uint64_t row_bytes = 0;
     uint64_t reads_per_row = 1;
-    for (int64_t l : m.hp().engram_layers) {
+    for (int64_t l : m.moe_shape().engram_layers) {
         row_bytes = std::max(row_bytes, m.engram_row(l, 0).bytes());
         if (m.engram_format(l).fork()) reads_per_row = 2;
     }
@@ -47,7 +47,7 @@ const uint8_t* EngramStore::fetch_raw(int64_t layer, const uint64_t* rows, int64
     const uint64_t before = reader_.stats().bytes_read;
     uint64_t at = 0;
     size_t n_ops = 0;
-    auto submit = [&](const dsv41::ByteRange& r, int64_t i) {
+    auto submit = [&](const ByteRange& r, int64_t i) {
         io::ReadOp& op = ops_[n_ops++];
         op = io::ReadOp{};
         op.file = r.file;
@@ -60,7 +60,7 @@ const uint8_t* EngramStore::fetch_raw(int64_t layer, const uint64_t* rows, int64
     };
     for (int64_t i = 0; i < n; ++i) {
         // Values, then (fork-fp8) the scales right behind them: the packed row.
-        const dsv41::EngramRowRanges r = m_.engram_row(layer, rows[i]);
+        const EngramRowRanges r = m_.engram_row(layer, rows[i]);
         submit(r.values, i);
         if (r.scales.bytes) submit(r.scales, i);
     }
@@ -92,7 +92,7 @@ const uint8_t* EngramStore::fetch_raw(int64_t layer, const uint64_t* rows, int64
 }
 
 void EngramStore::fetch_rows(int64_t layer, const uint64_t* rows, int64_t n, float* out, Ops& ops) {
-    const int64_t dim = m_.hp().engram_dim;
+    const int64_t dim = m_.moe_shape().engram_dim;
     const EngramFormat f = m_.engram_format(layer);
     for (int64_t i0 = 0; i0 < n; i0 += rows_per_fetch()) {
         const int64_t cnt = std::min<int64_t>(n - i0, rows_per_fetch());

@@ -13,7 +13,7 @@
 
 #include "backend/backend.h"
 #include "io/reader.h"
-#include "model/dsv41_model.h"
+#include "model/moe_model.h"
 #include "model/providers.h"
 #include "util/timeline.h"
 
@@ -30,7 +30,7 @@ struct EngramCounters {
 
 class EngramStore final : public EngramProvider {
 public:
-    EngramStore(const dsv41::Model& m, Backend& backend, io::Reader& reader, uint64_t buffer_bytes);
+    EngramStore(const MoeModel& m, Backend& backend, io::Reader& reader, uint64_t buffer_bytes);
     ~EngramStore() override;
     // Any backend: each buffer's worth of rows fetched, then dequantised by the backend into out.
     void fetch_rows(int64_t layer, const uint64_t* rows, int64_t n, float* out, Ops& ops) override;
@@ -46,7 +46,7 @@ private:
     // type, valid until the next call.
     const uint8_t* fetch_raw(int64_t layer, const uint64_t* rows, int64_t n, Ops& ops);
 
-    const dsv41::Model& m_;
+    const MoeModel& m_;
     Backend& backend_;
     io::Reader& reader_;
     uint64_t buffer_bytes_ = 0;
@@ -60,7 +60,7 @@ private:
     // before it goes, so nothing queued outlives it.
     bool buffer_read_pending_ = false;
     EngramCounters c_;
-    Timeline timeline_{timeline_capacity(m_.hp().n_layer, m_.hp().n_expert)};
+    Timeline timeline_{timeline_capacity(m_.moe_shape().n_layer, m_.moe_shape().n_expert)};
 };
 
 }  // namespace bg

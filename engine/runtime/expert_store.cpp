@@ -80,11 +80,11 @@ nlohmann::json StoreCounters::to_json() const {
             {"max_reads_one_expert_pass", max_reads_one_expert_pass}};
 }
 
-TieredExpertStore::TieredExpertStore(const dsv41::Model& m, Backend& backend, io::Reader& reader,
+TieredExpertStore::TieredExpertStore(const MoeModel& m, Backend& backend, io::Reader& reader,
                                      const ResidencyPlan& plan, const StoreConfig& cfg)
     : m_(m), backend_(backend), reader_(reader), plan_(plan), cfg_(cfg) {
-    const auto& hp = m.hp();
-    L_ = hp.n_layer;
+    const MoeShape& shape = m.moe_shape();
+    L_ = shape.n_layer;
     S_ = plan.slots;
     H_ = plan.hot;
     T_ = cfg.transient_slots;
@@ -153,7 +153,7 @@ TieredExpertStore::TieredExpertStore(const dsv41::Model& m, Backend& backend, io
     staging_base_ = static_cast<uint64_t>(S_ - H_) * every_layer;
     lru_base_ = staging_base_ + static_cast<uint64_t>(T_) * shared;
 
-    const int64_t ne = hp.n_expert;
+    const int64_t ne = shape.n_expert;
     homes_.assign(L_, std::vector<Home>(ne));
     hot_owner_.assign(L_, std::vector<int32_t>(H_, -1));
     host_owner_.assign(L_, std::vector<int32_t>(S_ - H_, -1));
@@ -425,8 +425,8 @@ bool TieredExpertStore::start_reads_locked() {
             free_staging_.pop_back();
             dst = staging_ptr(it.staging);
         }
-        const dsv41::ExpertRanges r = m_.expert_ranges(layer_, it.expert);
-        const dsv41::ByteRange parts[3] = {r.gate, r.up, r.down};
+        const ExpertRanges r = m_.expert_ranges(layer_, it.expert);
+        const ByteRange parts[3] = {r.gate, r.up, r.down};
         uint64_t at = 0;
         for (int p = 0; p < 3; ++p) {
             io::ReadOp& op = it.ops[p];
@@ -650,8 +650,8 @@ PreloadStats TieredExpertStore::preload(const std::function<void(uint64_t, uint6
                 free_staging_.pop_back();
             }
             uint8_t* dst = staged ? staging_ptr(f.staging) : home_ptr(j.layer, h);
-            const dsv41::ExpertRanges r = m_.expert_ranges(j.layer, j.expert);
-            const dsv41::ByteRange parts[3] = {r.gate, r.up, r.down};
+            const ExpertRanges r = m_.expert_ranges(j.layer, j.expert);
+            const ByteRange parts[3] = {r.gate, r.up, r.down};
             f.reads_left = 3;
             for (int k = 0; k < 3; ++k) {
                 f.ops[k] = io::ReadOp{};
@@ -698,7 +698,7 @@ StoreCounters TieredExpertStore::counters() const {
 }
 
 void TieredExpertStore::read_expert_blocking(int64_t layer, int32_t e, uint8_t* dst) const {
-    const dsv41::ExpertRanges r = m_.expert_ranges(layer, e);
+    const ExpertRanges r = m_.expert_ranges(layer, e);
     io::read_blocking(reader_, r.gate.file, dst, r.gate.bytes, r.gate.offset);
     io::read_blocking(reader_, r.up.file, dst + r.gate.bytes, r.up.bytes, r.up.offset);
     io::read_blocking(reader_, r.down.file, dst + r.gate.bytes + r.up.bytes, r.down.bytes, r.down.offset);

@@ -33,7 +33,7 @@
 
 #include "backend/backend.h"
 #include "io/reader.h"
-#include "model/dsv41_model.h"
+#include "model/moe_model.h"
 #include "runtime/expert_slots.h"
 #include "runtime/providers.h"
 #include "runtime/residency.h"
@@ -87,7 +87,7 @@ struct PreloadStats {
 class TieredExpertStore final : public ExpertProvider {
 public:
     // Throws bg::Error, naming what would fit, when the budgets cannot hold the pools.
-    TieredExpertStore(const dsv41::Model& m, Backend& backend, io::Reader& reader, const ResidencyPlan& plan,
+    TieredExpertStore(const MoeModel& m, Backend& backend, io::Reader& reader, const ResidencyPlan& plan,
                       const StoreConfig& cfg);
     ~TieredExpertStore() override;
 
@@ -170,7 +170,7 @@ private:
     uint8_t* home_ptr(int64_t layer, const Home& h) const;
     void read_expert_blocking(int64_t layer, int32_t e, uint8_t* dst) const;
 
-    const dsv41::Model& m_;
+    const MoeModel& m_;
     Backend& backend_;
     io::Reader& reader_;
     const ResidencyPlan& plan_;
@@ -217,8 +217,8 @@ private:
     // release, a request): a counter, not done_, so a layer boundary cannot hide a wake-up.
     uint64_t events_ = 0;
     double disk_busy_since_ms_ = 0;    // now_ms() when the first read of a busy interval went out
-    Timeline disk_timeline_{timeline_capacity(m_.hp().n_layer, m_.hp().n_expert)};  // this pass's disk-busy intervals
-    Timeline copy_timeline_{timeline_capacity(m_.hp().n_layer, m_.hp().n_expert)};  // this pass's copy batches
+    Timeline disk_timeline_{timeline_capacity(m_.moe_shape().n_layer, m_.moe_shape().n_expert)};  // this pass's disk-busy intervals
+    Timeline copy_timeline_{timeline_capacity(m_.moe_shape().n_layer, m_.moe_shape().n_expert)};  // this pass's copy batches
     StoreCounters c_;
     std::string error_;  // an I/O error seen by the streamer, rethrown to the compute thread
 };

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "model/dsv41_model.h"
+#include "model/moe_model.h"
 #include "model/providers.h"
 
 namespace bg {
@@ -13,7 +13,7 @@ namespace bg {
 // announced order (no overlap: the simplest correct provider).
 class PreadExpertProvider final : public ExpertProvider {
 public:
-    explicit PreadExpertProvider(const dsv41::Model& m);
+    explicit PreadExpertProvider(const MoeModel& m);
     void begin_layer(int64_t layer, const int32_t* experts, const int32_t* tokens, int64_t n) override;
     int32_t next_ready(ExpertView* view) override;
     void release(int32_t) override {}
@@ -22,7 +22,7 @@ public:
     uint64_t fetches() const { return fetches_; }
 
 private:
-    const dsv41::Model& m_;
+    const MoeModel& m_;
     std::vector<uint8_t> buf_;  // [largest expert's bytes]
     int64_t layer_ = -1;
     const int32_t* list_ = nullptr;
@@ -33,12 +33,12 @@ private:
 // Reads Engram rows with pread, one row at a time (rows are scattered).
 class PreadEngramProvider final : public EngramProvider {
 public:
-    explicit PreadEngramProvider(const dsv41::Model& m);
+    explicit PreadEngramProvider(const MoeModel& m);
     void fetch_rows(int64_t layer, const uint64_t* rows, int64_t n, float* out, Ops& ops) override;
     uint64_t bytes_read() const { return bytes_read_; }
 
 private:
-    const dsv41::Model& m_;
+    const MoeModel& m_;
     std::vector<uint8_t> row_;  // [one row's bytes]
     uint64_t bytes_read_ = 0;
 };

@@ -12,30 +12,30 @@ namespace bg {
 
 namespace {
 
-void check_sizes(const dsv41::Model& m, int64_t slots, int64_t hot) {
-    const auto& hp = m.hp();
-    if (slots < hp.n_expert_used || slots > hp.n_expert)
+void check_sizes(const MoeModel& m, int64_t slots, int64_t hot) {
+    const MoeShape& shape = m.moe_shape();
+    if (slots < shape.n_expert_used || slots > shape.n_expert)
         fail("residency: --slots %lld must be in [%lld (experts per token), %lld (experts per layer)]",
-             (long long)slots, (long long)hp.n_expert_used, (long long)hp.n_expert);
+             (long long)slots, (long long)shape.n_expert_used, (long long)shape.n_expert);
     if (hot < 0 || hot > slots) fail("residency: --hot %lld must be in [0, --slots %lld]", (long long)hot, (long long)slots);
 }
 
-void finish(ResidencyPlan& p, const dsv41::Model& m) {
-    p.mask.assign(p.resident.size(), std::vector<uint8_t>(static_cast<size_t>(m.hp().n_expert), 0));
+void finish(ResidencyPlan& p, const MoeModel& m) {
+    p.mask.assign(p.resident.size(), std::vector<uint8_t>(static_cast<size_t>(m.moe_shape().n_expert), 0));
     for (size_t l = 0; l < p.resident.size(); ++l)
         for (int32_t e : p.resident[l]) p.mask[l][e] = 1;
 }
 
-ResidencyPlan plan_by_key(const dsv41::Model& m, int64_t slots, int64_t hot,
+ResidencyPlan plan_by_key(const MoeModel& m, int64_t slots, int64_t hot,
                           const std::vector<std::vector<uint64_t>>* counts) {
     check_sizes(m, slots, hot);
-    const auto& hp = m.hp();
+    const MoeShape& shape = m.moe_shape();
     ResidencyPlan p;
     p.slots = slots;
     p.hot = hot;
-    for (int64_t l = 0; l < hp.n_layer; ++l) {
-        const float* bias = m.layer(l).exp_probs_b;
-        std::vector<int32_t> order(static_cast<size_t>(hp.n_expert));
+    for (int64_t l = 0; l < shape.n_layer; ++l) {
+        const float* bias = m.router_bias(l);
+        std::vector<int32_t> order(static_cast<size_t>(shape.n_expert));
         std::iota(order.begin(), order.end(), 0);
         std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
             if (counts && (*counts)[l][a] != (*counts)[l][b]) return (*counts)[l][a] > (*counts)[l][b];
@@ -65,21 +65,21 @@ std::vector<std::vector<uint8_t>> ResidencyPlan::hot_masks(int64_t n_expert) con
     return m;
 }
 
-ResidencyPlan plan_from_bias(const dsv41::Model& m, int64_t slots, int64_t hot) {
+ResidencyPlan plan_from_bias(const MoeModel& m, int64_t slots, int64_t hot) {
     ResidencyPlan p = plan_by_key(m, slots, hot, nullptr);
     p.source = "bias";
     return p;
 }
 
-ResidencyPlan plan_from_counts(const dsv41::Model& m, const std::vector<std::vector<uint64_t>>& counts,
+ResidencyPlan plan_from_counts(const MoeModel& m, const std::vector<std::vector<uint64_t>>& counts,
                                int64_t slots, int64_t hot) {
-    BG_CHECK(static_cast<int64_t>(counts.size()) == m.hp().n_layer);
+    BG_CHECK(static_cast<int64_t>(counts.size()) == m.moe_shape().n_layer);
     ResidencyPlan p = plan_by_key(m, slots, hot, &counts);
     p.source = "profile";
     return p;
 }
 
-ResidencyPlan load_plan(const std::string& path, const dsv41::Model& m) {
+ResidencyPlan load_plan(const std::string& path, const MoeModel& m) {
     const std::string text = read_file(path, "residency");
     nlohmann::json j;
     try {
@@ -91,16 +91,16 @@ ResidencyPlan load_plan(const std::string& path, const dsv41::Model& m) {
         if (!o.is_object() || !o.contains(k)) fail("residency: '%s': missing key '%s'", path.c_str(), k);
         return o.at(k);
     };
-    const auto& hp = m.hp();
+    const MoeShape& shape = m.moe_shape();
     ResidencyPlan p;
     try {
         p.slots = need(j, "slots").get<int64_t>();
         p.hot = need(j, "hot").get<int64_t>();
         check_sizes(m, p.slots, p.hot);
         const auto& layers = need(j, "layers");
-        if (!layers.is_array() || static_cast<int64_t>(layers.size()) != hp.n_layer)
-            fail("residency: '%s': 'layers' must hold %lld entries", path.c_str(), (long long)hp.n_layer);
-        for (int64_t l = 0; l < hp.n_layer; ++l) {
+        if (!layers.is_array() || static_cast<int64_t>(layers.size()) != shape.n_layer)
+            fail("residency: '%s': 'layers' must hold %lld entries", path.c_str(), (long long)shape.n_layer);
+        for (int64_t l = 0; l < shape.n_layer; ++l) {
             const auto& e = layers[l];
             if (need(e, "layer").get<int64_t>() != l) fail("residency: '%s': layers[%lld] is not layer %lld", path.c_str(), (long long)l, (long long)l);
             std::vector<int32_t> res = need(e, "resident").get<std::vector<int32_t>>();
@@ -108,14 +108,14 @@ ResidencyPlan load_plan(const std::string& path, const dsv41::Model& m) {
             if (static_cast<int64_t>(res.size()) != p.slots || static_cast<int64_t>(hot.size()) != p.hot)
                 fail("residency: '%s': layer %lld must list %lld resident and %lld hot experts", path.c_str(),
                      (long long)l, (long long)p.slots, (long long)p.hot);
-            std::vector<uint8_t> seen(static_cast<size_t>(hp.n_expert), 0);
+            std::vector<uint8_t> seen(static_cast<size_t>(shape.n_expert), 0);
             for (int32_t x : res) {
-                if (x < 0 || x >= hp.n_expert || seen[x])
+                if (x < 0 || x >= shape.n_expert || seen[x])
                     fail("residency: '%s': layer %lld lists expert %d twice or out of range", path.c_str(), (long long)l, x);
                 seen[x] = 1;
             }
             for (int32_t x : hot)
-                if (x < 0 || x >= hp.n_expert || !seen[x])
+                if (x < 0 || x >= shape.n_expert || !seen[x])
                     fail("residency: '%s': layer %lld hot expert %d is not resident", path.c_str(), (long long)l, x);
             p.resident.push_back(res);
             p.hot_ids.push_back(hot);

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "model/dsv41_model.h"
+#include "model/moe_model.h"
 
 namespace bg {
 
@@ -30,15 +30,15 @@ struct ResidencyPlan {
 
 // Default: per layer the S experts with the highest router bias (ties: lower id), the first H
 // hot.
-ResidencyPlan plan_from_bias(const dsv41::Model& m, int64_t slots, int64_t hot);
+ResidencyPlan plan_from_bias(const MoeModel& m, int64_t slots, int64_t hot);
 // From routing counts [layer][expert] (exact routing over a calibration prompt): most used
 // first, ties by higher bias then lower id.
-ResidencyPlan plan_from_counts(const dsv41::Model& m, const std::vector<std::vector<uint64_t>>& counts,
+ResidencyPlan plan_from_counts(const MoeModel& m, const std::vector<std::vector<uint64_t>>& counts,
                                int64_t slots, int64_t hot);
 // Reads a plan file written by `betelgeuse profile`; checks it against the model (layer
 // count, ids in range and distinct, hot a subset of resident). Throws bg::Error naming the
 // problem.
-ResidencyPlan load_plan(const std::string& path, const dsv41::Model& m);
+ResidencyPlan load_plan(const std::string& path, const MoeModel& m);
 void save_plan(const ResidencyPlan& p, const std::string& path);
 
 }  // namespace bg

@@ -33,19 +33,19 @@ std::vector<int32_t> read_prompt_file(const std::string& path, int64_t n_vocab) 
     return p;
 }
 
-Runner::Runner(const dsv41::Model& m, dsv41::Forward& fwd) : m_(m), fwd_(fwd) {}
+Runner::Runner(const MoeModel& m, LayerForward& fwd) : m_(m), fwd_(fwd) {}
 
 void Runner::prefill(const std::vector<int32_t>& prompt, PrefillOrder order, int64_t ubatch,
                      std::vector<float>* last_logits, std::vector<float>* all_logits) {
-    const int64_t n = static_cast<int64_t>(prompt.size()), L = m_.hp().n_layer, V = m_.hp().n_vocab;
-    if (ubatch < 1 || ubatch > fwd_.config().max_ubatch)
-        fail("--ubatch %lld is outside [1, %lld]", (long long)ubatch, (long long)fwd_.config().max_ubatch);
-    if (n > fwd_.config().n_ctx) fail("prompt of %lld tokens exceeds the context of %lld", (long long)n, (long long)fwd_.config().n_ctx);
+    const int64_t n = static_cast<int64_t>(prompt.size()), L = m_.moe_shape().n_layer, V = m_.moe_shape().n_vocab;
+    if (ubatch < 1 || ubatch > fwd_.max_ubatch())
+        fail("--ubatch %lld is outside [1, %lld]", (long long)ubatch, (long long)fwd_.max_ubatch());
+    if (n > fwd_.n_ctx()) fail("prompt of %lld tokens exceeds the context of %lld", (long long)n, (long long)fwd_.n_ctx());
     fwd_.reset();
     const int64_t n_units = (n + ubatch - 1) / ubatch;
     if (static_cast<int64_t>(units_.size()) < n_units) units_.resize(static_cast<size_t>(n_units));
     if (all_logits) all_logits->assign(static_cast<size_t>(n * V), 0.0f);
-    auto unit_logits = [&](const dsv41::Ubatch& u) {
+    auto unit_logits = [&](const Ubatch& u) {
         if (!all_logits) return;
         for (int64_t i = 0; i < u.n; ++i) fwd_.logits(u, i, &(*all_logits)[(u.pos0 + i) * V]);
     };
@@ -76,7 +76,7 @@ void Runner::prefill(const std::vector<int32_t>& prompt, PrefillOrder order, int
     }
     if (last_logits) {
         last_logits->resize(static_cast<size_t>(V));
-        const dsv41::Ubatch& u = units_[n_units - 1];
+        const Ubatch& u = units_[n_units - 1];
         fwd_.logits(u, u.n - 1, last_logits->data());
     }
     n_past_ = n;
@@ -84,10 +84,10 @@ void Runner::prefill(const std::vector<int32_t>& prompt, PrefillOrder order, int
 
 std::vector<int32_t> Runner::decode(std::vector<float>& logits, int64_t n_gen, Sampler* sampler,
                                     const std::function<void(int32_t)>& on_token, const DecodeStop& stop) {
-    const int64_t L = m_.hp().n_layer, V = m_.hp().n_vocab;
+    const int64_t L = m_.moe_shape().n_layer, V = m_.moe_shape().n_vocab;
     std::vector<int32_t> out;
     if (units_.empty()) units_.resize(1);
-    dsv41::Ubatch& u = units_[0];
+    Ubatch& u = units_[0];
     for (int64_t g = 0; g < n_gen; ++g) {
         if (stop.ignore_eos && stop.eog)
             for (int32_t id : stop.eog->ids)
@@ -96,7 +96,7 @@ std::vector<int32_t> Runner::decode(std::vector<float>& logits, int64_t n_gen, S
         out.push_back(t);
         if (on_token) on_token(t);
         if (g + 1 == n_gen || stop.stopped_at(out)) break;
-        if (n_past_ >= fwd_.config().n_ctx) fail("decode: context of %lld tokens is full", (long long)fwd_.config().n_ctx);
+        if (n_past_ >= fwd_.n_ctx()) fail("decode: context of %lld tokens is full", (long long)fwd_.n_ctx());
         fwd_.embed(u, &t, 1, n_past_);
         for (int64_t l = 0; l < L; ++l) fwd_.layer(l, u);
         fwd_.logits(u, 0, logits.data());

@@ -7,7 +7,8 @@
 
 #include <functional>
 
-#include "model/dsv41_forward.h"
+#include "model/layer_forward.h"
+#include "model/moe_model.h"
 #include "util/named_enum.h"
 #include "runtime/sampler.h"
 #include "tokenizer/end_of_generation.h"
@@ -42,7 +43,7 @@ std::vector<int32_t> read_prompt_file(const std::string& path, int64_t n_vocab);
 
 class Runner {
 public:
-    Runner(const dsv41::Model& m, dsv41::Forward& fwd);
+    Runner(const MoeModel& m, LayerForward& fwd);
 
     // Processes `prompt` from position 0 (the sequence is reset first). Fills `last_logits`
     // [n_vocab] for the final prompt token and, when `all_logits` is not null, [n][n_vocab]
@@ -60,10 +61,10 @@ public:
     int64_t n_past() const { return n_past_; }
 
 private:
-    const dsv41::Model& m_;
-    dsv41::Forward& fwd_;
-    std::vector<dsv41::Ubatch> units_;  // layer-major keeps every unit of the prompt alive
-    std::vector<dsv41::Ubatch*> unit_ptrs_;
+    const MoeModel& m_;
+    LayerForward& fwd_;
+    std::vector<Ubatch> units_;  // layer-major keeps every unit of the prompt alive
+    std::vector<Ubatch*> unit_ptrs_;
     int64_t n_past_ = 0;
 };
 

@@ -1,6 +1,10 @@
 // One engine run: the model, the backend, the disk readers, the residency plan, the tiered
 // expert store, the Engram store, the forward pass and the runner, owned together (no globals).
 // run() does the passes and the decode and returns every metric of SPEC §2.1 as JSON.
+// The session is where the architecture is chosen: it opens the dsv41 model and builds its
+// forward pass; everything it hands them to (the stores, providers, residency plan, prompt and
+// runner) sees only model/moe_model.h and model/layer_forward.h. The memory plan
+// (runtime/memory_plan.h) sizes the dsv41 forward's buffers and is the other place that names it.
 #pragma once
 
 #include <memory>
