@@ -446,6 +446,7 @@ TEST(QuantPresetFiles, MoeInterfaceSaysWhatTheFileHolds) {
         EXPECT_EQ(u.data, slot.data() + each[0]);
         EXPECT_EQ(d.data, slot.data() + each[0] + each[1]);
         EXPECT_EQ(g.type, types.gate);
+        EXPECT_EQ(u.type, types.up);
         EXPECT_EQ(d.type, types.down);
         EXPECT_EQ(g.cols, hp.n_embd);
         EXPECT_EQ(g.rows, hp.n_ff_exp);
