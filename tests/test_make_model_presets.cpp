@@ -507,6 +507,81 @@ TEST(QuantPresetPlan, ExpertsTheRtx3060BudgetsHoldAtEachPreset) {
     EXPECT_LT(caps[QuantPreset::kQ4_K_M].max_slots, caps[QuantPreset::kMxfp4Moe].max_slots);
 }
 
+// --slots max and --hot max resolve to the budgets' capacity: the largest that fits, one more
+// does not; --hot max stays within S; a budget that holds too few, or a residency file, is an
+// error naming the flag. The published PC's 12 GiB budgets with the Q2_K preset's full model.
+TEST(QuantPresetPlan, SlotsAndHotMaxAreTheMostTheBudgetsHold) {
+    bg::ModelScale s = bg::load_scale(bgtest::source_path("scenarios/models/full.json"));
+    s.quant = QuantPreset::kQ2_K;
+    const bg::ModelShape shape = bg::shape_of(s);
+    const uint64_t cgroup = 12288ull << 20;
+    bg::RunConfig base;
+    base.vram_budget_mib = base.host_budget_mib = 12288;
+    base.transient_slots = 12;
+    auto problems = [&](const bg::RunConfig& c, int64_t slots, int64_t hot) {
+        return bg::plan_memory(shape, c, true, 64, slots, hot, cgroup).problems();
+    };
+    {
+        bg::RunConfig c = base;
+        c.slots = bg::RunConfig::kMostThatFit;
+        c.hot = 17;
+        bg::resolve_most_that_fit(c, shape, true, 64, cgroup);
+        EXPECT_EQ(c.hot, 17);
+        EXPECT_EQ(c.slots, bg::expert_capacity(shape, c, true, 64, 17, 17, cgroup).max_slots);
+        EXPECT_EQ(problems(c, c.slots, 17), "");
+        EXPECT_NE(problems(c, c.slots + 1, 17), "");
+        EXPECT_NE(c.residency_defaults.find("--slots max: S = " + std::to_string(c.slots)), std::string::npos);
+    }
+    {
+        bg::RunConfig c = base;  // S follows the model (the seed's 20)
+        c.hot = bg::RunConfig::kMostThatFit;
+        bg::resolve_most_that_fit(c, shape, true, 64, cgroup);
+        EXPECT_EQ(c.slots, 20);
+        EXPECT_EQ(c.hot, bg::expert_capacity(shape, c, true, 64, 20, 0, cgroup).max_hot);
+        EXPECT_EQ(problems(c, 20, c.hot), "");
+        EXPECT_NE(problems(c, 20, c.hot + 1), "");
+        c.hot = bg::RunConfig::kMostThatFit;
+        c.slots = 8;  // a given S caps H
+        bg::resolve_most_that_fit(c, shape, true, 64, cgroup);
+        EXPECT_EQ(c.hot, 8);
+    }
+    {
+        bg::RunConfig c = base;
+        c.slots = c.hot = bg::RunConfig::kMostThatFit;
+        bg::resolve_most_that_fit(c, shape, true, 64, cgroup);
+        EXPECT_GE(c.slots, c.hot);
+        EXPECT_EQ(problems(c, c.slots, c.hot), "");
+        EXPECT_NE(problems(c, c.slots + 1, c.hot), "");
+        EXPECT_NE(problems(c, c.slots, c.hot + 1), "");
+    }
+    {
+        bg::RunConfig c = base;  // H follows the seed's default
+        c.slots = bg::RunConfig::kMostThatFit;
+        bg::resolve_most_that_fit(c, shape, true, 64, cgroup);
+        EXPECT_EQ(c.hot, 5);
+        EXPECT_EQ(problems(c, c.slots, 5), "");
+    }
+    {
+        bg::RunConfig c = base;
+        c.slots = bg::RunConfig::kMostThatFit;
+        c.host_budget_mib = 256;  // the token embedding alone is about 200 MiB in Q2_K
+        EXPECT_THROW(bg::resolve_most_that_fit(c, shape, true, 64, cgroup), bg::Error);
+        c.host_budget_mib = 12288;
+        c.slots = bg::RunConfig::kMostThatFit;
+        c.residency = "plan.json";
+        EXPECT_THROW(bg::resolve_most_that_fit(c, shape, true, 64, cgroup), bg::Error);
+    }
+    {
+        bg::RunConfig c = base;  // neither: nothing changes
+        c.slots = 20;
+        c.hot = 5;
+        bg::resolve_most_that_fit(c, shape, true, 64, cgroup);
+        EXPECT_EQ(c.slots, 20);
+        EXPECT_EQ(c.hot, 5);
+        EXPECT_EQ(c.residency_defaults, "");
+    }
+}
+
 int run_command(const std::string& cmd, std::string* out) {
     FILE* f = ::popen((cmd + " 2>&1").c_str(), "r");
     char buf[4096];

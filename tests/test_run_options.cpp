@@ -90,4 +90,33 @@ TEST(RunOptions, ARunRecordsTheNamesItWasGiven) {
     EXPECT_EQ(j.at("engine")["io_engine"], "pread (buffered)");
 }
 
+// --slots max and --hot max: with the tiny model every expert fits the default budgets, so S is
+// every expert of a layer, and with --preload no pass or decode step reads the disk under exact
+// routing. A host budget that holds nothing but the rest is a clear error naming the flag.
+TEST(RunOptions, SlotsMaxHoldsWhatTheBudgetHolds) {
+    bgtest::TempDir tmp("run-options-max");
+    const std::string metrics = tmp.file("metrics.json");
+    const bgtest::Exit r = bgtest::run_cli({"run", "--model", bgtest::tiny_model(), "--prompt-tokens", "8", "--gen", "3",
+                                            "--backend", "cpu", "--routing", "exact", "--slots", "max", "--hot", "2",
+                                            "--preload", "--metrics-json", metrics});
+    ASSERT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << r.err;
+    std::ifstream f(metrics);
+    const nlohmann::json j = nlohmann::json::parse(f);
+    const int64_t n_expert = j.at("model").at("n_expert").get<int64_t>();
+    EXPECT_EQ(j.at("residency").at("slots").get<int64_t>(), n_expert);
+    EXPECT_EQ(j.at("residency").at("hot").get<int64_t>(), 2);
+    EXPECT_EQ(j.at("config").at("slots").get<int64_t>(), n_expert);
+    EXPECT_NE(j.at("config").at("residency_defaults").get<std::string>().find("--slots max: S = " + std::to_string(n_expert)),
+              std::string::npos);
+    EXPECT_NE(r.err.find("--slots max"), std::string::npos);  // the start-up table shows it
+    EXPECT_EQ(j.at("preload").at("experts").get<int64_t>(), n_expert * j.at("model").at("n_layer").get<int64_t>());
+    for (const auto& p : j.at("passes")) EXPECT_EQ(p.at("experts").at("disk_bytes").get<uint64_t>(), 0u);
+    EXPECT_EQ(j.at("decode").at("disk_read_pct").get<double>(), 0.0);
+
+    const bgtest::Exit small = bgtest::run_cli({"run", "--model", bgtest::tiny_model(), "--prompt-tokens", "8", "--gen", "1",
+                                                "--backend", "cpu", "--slots", "max", "--host-budget", "1"});
+    EXPECT_TRUE(WIFEXITED(small.status) && WEXITSTATUS(small.status) != 0);
+    EXPECT_NE(small.err.find("--slots max: the host budget of 1 MiB"), std::string::npos) << small.err;
+}
+
 }  // namespace

@@ -57,8 +57,6 @@ void plan(const PlanArgs& a) {
         return shape_of(s);
     };
     const ModelShape shape = a.scale_path.empty() ? shape_of_file(cfg.model_path) : scale_shape();
-    // S and H as the run would resolve them when not given.
-    cfg.resolve_residency_defaults(shape.hp.n_expert, shape.hp.n_expert_used);
     // A plan is for the machine the run is meant for: the GPU unless --backend cpu.
     const bool cuda = cfg.backend != BackendChoice::kCpu;
     // The prompt as the run would build it: a text prompt through the tokenizer the model file
@@ -72,6 +70,11 @@ void plan(const PlanArgs& a) {
     }
     const int64_t n_prompt = static_cast<int64_t>(build_prompt(cfg, shape.hp.n_vocab, shape.hp.bos_id, tokenizer.get()).size());
     const uint64_t cgroup = a.cgroup_mib << 20;
+    // S and H as the run would resolve them: --slots/--hot max (within the cgroup limit too),
+    // then the defaults that follow the model.
+    resolve_most_that_fit(cfg, shape, cuda, n_prompt, cgroup);
+    cfg.resolve_residency_defaults(shape.hp.n_expert, shape.hp.n_expert_used);
+    if (!cfg.residency_defaults.empty()) std::fprintf(stderr, "plan: %s\n", cfg.residency_defaults.c_str());
     const MemoryPlan p = plan_memory(shape, cfg, cuda, n_prompt, cfg.slots, cfg.hot, cgroup);
     const std::string problems = p.problems();
     const ExpertCapacity cap = expert_capacity(shape, cfg, cuda, n_prompt, cfg.slots, cfg.hot, cgroup);

@@ -5,6 +5,7 @@
 #include "model/dsv41_forward.h"
 #include "cpu/cpu_ops.h"
 #include "runtime/providers.h"
+#include "runtime/memory_plan.h"
 #include "runtime/prompt.h"
 #include "runtime/residency.h"
 #include "runtime/run_config.h"
@@ -30,10 +31,12 @@ public:
 void profile(RunConfig cfg, const std::string& out) {
     auto model = dsv41::Model::open(cfg.model_path);
     const auto& hp = model->hp();
-    cfg.resolve_residency_defaults(hp.n_expert, hp.n_expert_used);
-    if (!cfg.residency_defaults.empty()) std::fprintf(stderr, "profile: %s\n", cfg.residency_defaults.c_str());
     const std::unique_ptr<tok::Tokenizer> tokenizer = load_tokenizer(*model);
     const std::vector<int32_t> prompt = build_prompt(cfg, *model, tokenizer.get());
+    // The profile runs on the CPU (every expert read with pread), for a plan of the run's S and H.
+    resolve_most_that_fit(cfg, shape_of(*model), cfg.backend != BackendChoice::kCpu, static_cast<int64_t>(prompt.size()));
+    cfg.resolve_residency_defaults(hp.n_expert, hp.n_expert_used);
+    if (!cfg.residency_defaults.empty()) std::fprintf(stderr, "profile: %s\n", cfg.residency_defaults.c_str());
     cpu::ThreadPool pool(cfg.threads);
     PreadExpertProvider experts(*model);
     PreadEngramProvider engram(*model);

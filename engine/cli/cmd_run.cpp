@@ -1,4 +1,5 @@
 #include <cstdio>
+#include <map>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -6,7 +7,6 @@
 #include "cli/commands.h"
 #include "cli/device_pick.h"
 #include "cli/enum_option.h"
-#include "model/dsv41.h"
 #include "runtime/session.h"
 #include "tokenizer/stream_decoder.h"
 #include "util/check.h"
@@ -24,12 +24,11 @@ std::string id_line(const std::vector<int32_t>& ids) {
 
 void run(RunConfig cfg) {
     DeviceFactory* device = pick_device(cfg);
-    // The start-up print shows S and H as the run uses them, so defaults that follow the model
-    // are resolved from its header here (Session resolves them alike when used directly).
-    const dsv41::HParams hp = dsv41::read_hparams(gguf::Reader::open(cfg.model_path));
-    cfg.resolve_residency_defaults(hp.n_expert, hp.n_expert_used);
-    std::fputs(cfg.describe().c_str(), stderr);
+    // The start-up table shows S and H as the run uses them: the session resolves the defaults
+    // that follow the model and --slots/--hot max (which need the prompt's length), so it is
+    // printed once the session is built, before any pass.
     Session s(cfg, device);
+    std::fputs(s.config().describe().c_str(), stderr);
     std::fprintf(stderr, "prompt: %zu tokens\n", s.prompt().size());
     const tok::EndOfGeneration& eog = s.end_of_generation();
     if (eog.empty()) {
@@ -88,9 +87,16 @@ void add_model_prompt_flags(CLI::App* cmd, RunConfig& cfg, bool model_required) 
     cmd->add_option("--system", cfg.system, "System message of the chat (with --chat)");
     cmd->add_option("--threads", cfg.threads, "CPU threads (0: all cores)")->capture_default_str();
     cmd->add_option("--ubatch", cfg.ubatch, "Tokens per unit of work")->capture_default_str();
+    // "max": the most the budgets hold (RunConfig::kMostThatFit), for machines with memory to spare.
+    const CLI::Transformer most_that_fit(std::map<std::string, std::string>{{"max", std::to_string(RunConfig::kMostThatFit)}});
     cmd->add_option("--slots", cfg.slots,
-                    "Resident experts per layer (S; default min(20, experts per layer), at least the experts per token)");
-    cmd->add_option("--hot", cfg.hot, "Resident experts per layer kept in VRAM (H; default round(S x 5/20), at least 1)");
+                    "Resident experts per layer (S; default min(20, experts per layer), at least the experts per "
+                    "token; max: the most the host budget holds with the --hot given)")
+        ->transform(most_that_fit);
+    cmd->add_option("--hot", cfg.hot,
+                    "Resident experts per layer kept in VRAM (H; default round(S x 5/20), at least 1; max: the most "
+                    "the VRAM budget holds, at most S)")
+        ->transform(most_that_fit);
 }
 
 // The flags of run beyond the model and prompt (shared with plan, which sizes the same run).

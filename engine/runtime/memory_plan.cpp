@@ -226,6 +226,48 @@ ExpertCapacity expert_capacity(const ModelShape& shape, const RunConfig& cfg, bo
     return c;
 }
 
+void resolve_most_that_fit(RunConfig& cfg, const ModelShape& shape, bool cuda, int64_t n_prompt,
+                           uint64_t cgroup_limit_bytes) {
+    const bool most_slots = cfg.slots == RunConfig::kMostThatFit, most_hot = cfg.hot == RunConfig::kMostThatFit;
+    if (!most_slots && !most_hot) return;
+    if (!cfg.residency.empty())
+        fail("--slots max and --hot max size a plan from the router bias; --residency '%s' gives S and H itself",
+             cfg.residency.c_str());
+    const int64_t n_expert = shape.hp.n_expert, k = shape.hp.n_expert_used;
+    std::string note;
+    if (most_hot) {
+        if (!most_slots && cfg.slots == RunConfig::kFromModel) {
+            cfg.slots = RunConfig::default_slots(n_expert, k);
+            note = strf("S = %lld, the seed's default (not given on the command line); ", (long long)cfg.slots);
+        }
+        const int64_t s = most_slots ? RunConfig::default_slots(n_expert, k) : cfg.slots;
+        const ExpertCapacity cap = expert_capacity(shape, cfg, cuda, n_prompt, s, 0, cgroup_limit_bytes);
+        if (cap.max_hot < 0)
+            fail("--hot max: the VRAM budget of %llu MiB does not hold the rest of the run, without any expert",
+                 (unsigned long long)cfg.vram_budget_mib);
+        cfg.hot = most_slots ? cap.max_hot : std::min(cap.max_hot, cfg.slots);
+        note += strf("--hot max: H = %lld (VRAM holds %lld per layer%s)", (long long)cfg.hot, (long long)cap.max_hot,
+                    !most_slots && cfg.hot < cap.max_hot ? ", at most S" : "");
+    } else if (most_slots && cfg.hot == RunConfig::kFromModel) {
+        cfg.hot = RunConfig::default_hot(RunConfig::default_slots(n_expert, k));
+        note = strf("H = %lld, the seed's default (not given on the command line)", (long long)cfg.hot);
+    }
+    if (most_slots) {
+        const ExpertCapacity cap = expert_capacity(shape, cfg, cuda, n_prompt, cfg.hot, cfg.hot, cgroup_limit_bytes);
+        const int64_t need = std::max(cfg.hot, k);
+        if (cap.max_slots < need)
+            fail("--slots max: the host budget of %llu MiB%s holds %lld resident experts per layer with --hot %lld; "
+                 "routing needs at least %lld",
+                 (unsigned long long)cfg.host_budget_mib,
+                 cgroup_limit_bytes ? strf(" (and the cgroup limit of %llu MiB)", (unsigned long long)(cgroup_limit_bytes >> 20)).c_str() : "",
+                 (long long)std::max<int64_t>(cap.max_slots, 0), (long long)cfg.hot, (long long)need);
+        cfg.slots = cap.max_slots;
+        note += strf("%s--slots max: S = %lld (%s)", note.empty() ? "" : "; ", (long long)cfg.slots,
+                     cfg.slots == n_expert ? "every expert of a layer" : "the most the host budget holds");
+    }
+    cfg.residency_defaults += (cfg.residency_defaults.empty() ? "" : "; ") + note;
+}
+
 std::string expert_summary(const ModelShape& shape, const ExpertCapacity& cap, int64_t n_layer) {
     const std::vector<ModelShape::ExpertLayer> layers = shape.expert_layers();
     // Layers with equal experts, in order of their first layer.

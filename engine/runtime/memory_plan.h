@@ -93,4 +93,13 @@ MemoryPlan plan_memory(const ModelShape& shape, const RunConfig& cfg, bool cuda,
 ExpertCapacity expert_capacity(const ModelShape& shape, const RunConfig& cfg, bool cuda, int64_t n_prompt,
                                int64_t slots, int64_t hot, uint64_t cgroup_limit_bytes = 0);
 
+// --slots max and --hot max (RunConfig::kMostThatFit): replaces them in cfg by the most the
+// budgets hold (expert_capacity), the other flags as given, and says what it chose in
+// cfg.residency_defaults. --hot max first, capped at S where S is given (or follows the model);
+// then --slots max with that H (the seed's default H where --hot is not given). Throws bg::Error
+// naming the budget when not even the fewest experts routing needs fit. Nothing to do when neither
+// is max.
+void resolve_most_that_fit(RunConfig& cfg, const ModelShape& shape, bool cuda, int64_t n_prompt,
+                           uint64_t cgroup_limit_bytes = 0);
+
 }  // namespace bg

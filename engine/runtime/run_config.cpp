@@ -9,21 +9,34 @@
 
 namespace bg {
 
+namespace {
+constexpr int64_t kSeedSlots = 20, kSeedHot = 5;
+}  // namespace
+
+int64_t RunConfig::default_slots(int64_t n_expert, int64_t n_expert_used) {
+    return std::max(n_expert_used, std::min(kSeedSlots, n_expert));
+}
+
+int64_t RunConfig::default_hot(int64_t slots) {
+    return std::max<int64_t>(1, (slots * kSeedHot + kSeedSlots / 2) / kSeedSlots);
+}
+
 void RunConfig::resolve_residency_defaults(int64_t n_expert, int64_t n_expert_used) {
-    constexpr int64_t kSeedSlots = 20, kSeedHot = 5;
+    BG_CHECK(slots != kMostThatFit && hot != kMostThatFit);  // resolve_most_that_fit first
     std::string note;
     if (slots == kFromModel) {
-        slots = std::max(n_expert_used, std::min(kSeedSlots, n_expert));
+        slots = default_slots(n_expert, n_expert_used);
         note = strf("S = min(%lld, %lld experts per layer) = %lld", (long long)kSeedSlots, (long long)n_expert,
                     (long long)slots);
         if (slots > std::min(kSeedSlots, n_expert)) note += strf(" raised to the %lld experts per token", (long long)slots);
     }
     if (hot == kFromModel) {
-        hot = std::max<int64_t>(1, (slots * kSeedHot + kSeedSlots / 2) / kSeedSlots);
+        hot = default_hot(slots);
         note += strf("%sH = round(S x %lld/%lld) = %lld", note.empty() ? "" : ", ", (long long)kSeedHot,
                      (long long)kSeedSlots, (long long)hot);
     }
-    if (!note.empty()) residency_defaults = note + " (not given on the command line)";
+    if (!note.empty())
+        residency_defaults += (residency_defaults.empty() ? "" : "; ") + note + " (not given on the command line)";
 }
 
 nlohmann::json RunConfig::to_json() const {

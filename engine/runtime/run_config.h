@@ -30,6 +30,12 @@ struct EnumNames<BackendChoice> {
 struct RunConfig {
     // --slots and --hot left at this value follow the model: see resolve_residency_defaults.
     static constexpr int64_t kFromModel = -1;
+    // --slots max / --hot max: the most the budgets hold (runtime/memory_plan.h,
+    // resolve_most_that_fit), for machines whose memory holds more than the seed's 20 and 5.
+    static constexpr int64_t kMostThatFit = -2;
+    // The seed's S = 20 and H = 5 as a model's counts allow.
+    static int64_t default_slots(int64_t n_expert, int64_t n_expert_used);
+    static int64_t default_hot(int64_t slots);
 
     std::string model_path;
     // The prompt: text (needs the model's tokenizer), a file of token ids, or random ids.

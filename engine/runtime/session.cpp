@@ -103,6 +103,7 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
     }
     prompt_ = build_prompt(cfg, *model_, tokenizer_.get());
     sampler_ = std::make_unique<Sampler>(cfg.sampling);
+    resolve_most_that_fit(cfg_, shape_of(*model_), device->dense_on_device(), static_cast<int64_t>(prompt_.size()));
     cfg_.resolve_residency_defaults(hp.n_expert, hp.n_expert_used);
     plan_ = cfg.residency.empty() ? plan_from_bias(*model_, cfg_.slots, cfg_.hot) : load_plan(cfg.residency, *model_);
 

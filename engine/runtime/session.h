@@ -64,6 +64,8 @@ public:
     const tok::EndOfGeneration& end_of_generation() const { return eog_; }
     // Whether the last run() ended at one of them (false with ignore_eos).
     bool stopped_at_eog() const { return stopped_at_eog_; }
+    // The run's configuration as resolved: S and H as the run uses them.
+    const RunConfig& config() const { return cfg_; }
     const dsv41::Model& model() const { return *model_; }
     TieredExpertStore& store() { return *store_; }
     EngramStore& engram() { return *engram_; }
