@@ -419,9 +419,20 @@ Scenario parse_scenario(const std::string& text, const std::string& path) {
 
     Obj en = top.object("engine");
     EngineOptions& e = s.engine;
-    e.slots = en.integer("slots", 0, 1 << 20).value_or(e.slots);
-    e.hot = en.integer("hot", 0, 1 << 20).value_or(e.hot);
-    if (e.hot > e.slots) en.problem("hot", "must be at most engine.slots (" + std::to_string(e.slots) + ")");
+    // An integer, or "max": the engine's --slots/--hot max.
+    auto count_or_max = [&](const char* key, int64_t fallback) {
+        const json* v = en.get(key, false);
+        if (v && v->is_string()) {
+            if (v->get<std::string>() == "max") return EngineOptions::kMost;
+            en.problem(key, std::string("must be an integer or \"max\", got ") + shown(*v));
+            return fallback;
+        }
+        return en.integer(key, 0, 1 << 20).value_or(fallback);
+    };
+    e.slots = count_or_max("slots", e.slots);
+    e.hot = count_or_max("hot", e.hot);
+    if (e.slots != EngineOptions::kMost && e.hot != EngineOptions::kMost && e.hot > e.slots)
+        en.problem("hot", "must be at most engine.slots (" + std::to_string(e.slots) + ")");
     e.transient_slots = en.integer("transient_slots", 1, 1 << 20).value_or(e.transient_slots);
     e.lru_slots = en.integer("lru_slots", 0, 1 << 24).value_or(e.lru_slots);
     e.io = en.string("io", false, {"uring", "pread"}).value_or(e.io);
@@ -552,7 +563,8 @@ std::vector<std::string> engine_args(const Scenario& s, const Changes& c, const 
     a.insert(a.end(), {"--passes", std::to_string(s.passes), "--gen", std::to_string(s.decode_tokens), "--ignore-eos"});
     const auto cf = change_flags(c);
     a.insert(a.end(), cf.begin(), cf.end());
-    a.insert(a.end(), {"--slots", std::to_string(e.slots), "--hot", std::to_string(e.hot), "--transient-slots",
+    auto count = [](int64_t n) { return n == EngineOptions::kMost ? std::string("max") : std::to_string(n); };
+    a.insert(a.end(), {"--slots", count(e.slots), "--hot", count(e.hot), "--transient-slots",
                        std::to_string(e.transient_slots), "--lru-slots", std::to_string(e.lru_slots), "--io", e.io,
                        "--queue-depth", std::to_string(e.queue_depth), "--read-size", std::to_string(e.read_size_bytes),
                        "--host-budget", std::to_string(s.host_budget_mib), "--vram-budget", std::to_string(s.vram_budget_mib),

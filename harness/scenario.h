@@ -74,6 +74,8 @@ struct Published {
 };
 
 struct EngineOptions {
+    // slots and hot: kMost for "max" (the engine's --slots/--hot max: the most the budgets hold).
+    static constexpr int64_t kMost = -2;
     int64_t slots = 20, hot = 5, transient_slots = 32, lru_slots = 0;
     std::string io = "uring";
     int64_t queue_depth = 64, read_size_bytes = 1 << 20;

@@ -32,6 +32,8 @@
 #   slice-decode    harness: scenarios/slice/decode
 #   slice-decode-hot-pool  harness: scenarios/slice/decode-hot-pool (decode with hot-pool routing, ours:
 #                   an interpretation of the seed's sentence; compare with slice-decode)
+#   slice-decode-preloaded  harness: scenarios/slice/decode-preloaded and -500 (exact routing, --slots max: every expert in
+#                   host slots, preloaded at start-up, 40 GiB host budget; issue 24's target beside llama.cpp --cpu-moe)
 #   slice-500       harness: scenarios/slice/seed-500-baseline and seed-500-optimized (one repetition each)
 #   slice-500-baseline  harness: scenarios/slice/seed-500-baseline alone (about 5 minutes on an H200)
 #   slice-ablation  harness: scenarios/slice/ablation (nine configurations, one repetition)
@@ -176,6 +178,7 @@ for part in "$@"; do
     slice-3060) slice_model; harness_run run rtx3060-proxy slice ;;
     slice-decode) slice_model; harness_run run decode slice ;;
     slice-decode-hot-pool) slice_model; harness_run run decode-hot-pool slice ;;
+    slice-decode-preloaded) slice_model; harness_run run decode-preloaded slice; harness_run run decode-preloaded-500 slice ;;
     slice-500) slice_model; harness_run run seed-500-baseline slice; harness_run run seed-500-optimized slice ;;
     slice-500-baseline) slice_model; harness_run run seed-500-baseline slice ;;
     slice-q2_k-model) slice_model slice-q2_k; kquant_plan slice-q2_k ;;
