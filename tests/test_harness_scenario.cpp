@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <set>
 
 #include "harness/harness_fixture.h"
@@ -308,6 +309,39 @@ TEST_F(Fixture, DeriveLayersIsAPositiveLayerCount) {
     EXPECT_EQ(parse(with(valid(), {{"derive_layers", 40}})).derive_layers, 40);
     EXPECT_TRUE(has(problems(with(valid(), {{"derive_layers", 0}})), "derive_layers: must be between 1 and 4096"));
     EXPECT_TRUE(has(problems(with(valid(), {{"derive_layers", "40"}})), "derive_layers: must be an integer"));
+}
+
+TEST_F(Fixture, SlotsAndHotTakeMax) {
+    const bgh::Scenario s = parse(with(valid(), {{"engine", {{"slots", "max"}, {"hot", "max"}}}}));
+    EXPECT_EQ(s.engine.slots, bgh::EngineOptions::kMost);
+    EXPECT_EQ(s.engine.hot, bgh::EngineOptions::kMost);
+    std::string line;
+    for (const auto& x : bgh::engine_args(s, s.changes, "m")) line += " " + x;
+    EXPECT_NE((line + " ").find(" --slots max --hot max "), std::string::npos) << line;
+    const bgh::Scenario h = parse(with(valid(), {{"engine", {{"slots", "max"}, {"hot", 40}}}}));  // H may exceed 20 then
+    EXPECT_EQ(h.engine.hot, 40);
+    EXPECT_TRUE(has(problems(with(valid(), {{"engine", {{"slots", "most"}}}})), "engine.slots: must be an integer or \"max\""));
+    EXPECT_TRUE(has(problems(with(valid(), {{"engine", {{"hot", 2.5}}}})), "engine.hot: must be an integer"));
+}
+
+// Every scenario file under scenarios/ (beside the models, plans and prompts) loads without a
+// problem or a warning, and sits in the folder of its profile.
+TEST(HarnessScenarios, EveryScenarioFileLoads) {
+    const std::filesystem::path root = std::filesystem::path(BG_SOURCE_DIR) / "scenarios";
+    int n = 0;
+    for (const auto& d : std::filesystem::directory_iterator(root)) {
+        if (!d.is_directory() || d.path().filename() == "models" || d.path().filename() == "prompts") continue;
+        for (const auto& f : std::filesystem::directory_iterator(d.path())) {
+            if (f.path().extension() != ".json") continue;
+            SCOPED_TRACE(f.path().string());
+            bgh::Scenario s;
+            ASSERT_NO_THROW(s = bgh::load_scenario(f.path().string()));
+            EXPECT_EQ(s.profile, d.path().filename().string());
+            EXPECT_TRUE(s.warnings.empty());
+            ++n;
+        }
+    }
+    EXPECT_GE(n, 30);
 }
 
 TEST(HarnessScenarios, EveryShippedScenarioValidates) {
