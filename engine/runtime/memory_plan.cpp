@@ -167,9 +167,12 @@ MemoryPlan plan_memory(const ModelShape& shape, const RunConfig& cfg, bool cuda,
                 (mn.dequant_bytes > 0 ? " and dequantisation scratch" : ""),
             f.device_matmul);
         add(MemoryTier::kHost, "forward buffers and kernel timeline", f.host);
+        p.forward_device_bytes = f.device_dense + f.device_caches + f.device_work + f.device_matmul;
+        p.forward_host_bytes = f.host;
     } else {
+        p.forward_host_bytes = fl.bytes(true, 0, 0, cpu::ops_host_bytes(fl.ops)).host;
         add(MemoryTier::kHost, strf("forward caches (%lld positions), activations and work buffers", (long long)fc.n_ctx),
-            fl.bytes(true, 0, 0, cpu::ops_host_bytes(fl.ops)).host);
+            p.forward_host_bytes);
     }
 
     // The tiered expert store: each layer's resident slots its own experts' size, the shared

@@ -60,6 +60,10 @@ struct MemoryPlan {
     std::vector<MemoryItem> items;
     uint64_t vram_budget_bytes = 0, host_budget_bytes = 0;
     uint64_t cgroup_limit_bytes = 0;  // 0: none given
+    // Of the items, what the forward pass holds (its dense image on a device, caches, work
+    // buffers, matmul memory): the session sizes the expert store's budgets with these before the
+    // forward exists, then checks the forward holds exactly this.
+    uint64_t forward_device_bytes = 0, forward_host_bytes = 0;
     // Host room a cgroup needs beyond the engine's allocations: the io bounce buffers, the
     // runtime's heap and the page cache that loading the dense weights goes through.
     static constexpr uint64_t kCgroupHeadroomBytes = uint64_t{512} << 20;

@@ -120,11 +120,29 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
 
     const uint64_t mib = 1ull << 20;
     const uint64_t engram_bytes = cfg.engram_buffer_kib * 1024;
-    // The forward pass comes first (through a proxy for the store it will read experts from),
-    // so the store's budget checks, and what they say would fit, count its caches and buffers.
-    engram_ = std::make_unique<EngramStore>(*model_, *backend_, *engram_reader_, engram_bytes);
-    dsv41::ForwardConfig fc;
     const int64_t n_prompt = static_cast<int64_t>(prompt_.size());
+    // What `betelgeuse plan` says these flags allocate, made first: the expert store's budget
+    // checks (and what they say would fit) count the forward pass's caches and buffers from it,
+    // so the store exists before the forward that reads experts from it. Every allocation is then
+    // checked against it, tier by tier.
+    const bool on_device = !backend_->device_is_host_addressable();
+    memory_ = plan_memory(shape_of(*model_), cfg, on_device, n_prompt, plan_.slots, plan_.hot);
+    engram_ = std::make_unique<EngramStore>(*model_, *backend_, *engram_reader_, engram_bytes);
+    if (on_device) vram_reserve_bytes_ = cfg.vram_reserve_mib * mib;
+
+    StoreConfig sc;
+    sc.transient_slots = cfg.transient_slots;
+    sc.lru_slots = cfg.lru_slots;
+    sc.prefetch = order_ == PrefillOrder::kLayerMajor;
+    sc.speculative = cfg.speculative_copies;
+    sc.vram_budget_bytes = cfg.vram_budget_mib * mib;
+    sc.host_budget_bytes = cfg.host_budget_mib * mib;
+    sc.device_fixed_bytes = engram_->buffer_bytes() + memory_.forward_device_bytes + vram_reserve_bytes_;
+    sc.host_fixed_bytes = model_->dense_bytes() + memory_.forward_host_bytes + engram_->buffer_bytes()  // + pinned staging
+                          + engram_->timeline().bytes();
+    store_ = std::make_unique<TieredExpertStore>(*model_, *backend_, *expert_reader_, plan_, sc);
+
+    dsv41::ForwardConfig fc;
     fc.n_ctx = cfg.n_ctx > 0 ? cfg.n_ctx : n_prompt + std::max<int64_t>(cfg.gen, 1);
     fc.max_ubatch = cfg.ubatch;
     fc.swiglu_form = cfg.swiglu_clamp;
@@ -134,21 +152,16 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
     // The hot set starts as the plan's; promotion changes it (only hot-pool reads it).
     hot_mask_ = plan_.hot_masks(hp.n_expert);
     fc.hot = &hot_mask_;
-    fwd_ = std::make_unique<dsv41::Forward>(*model_, device->make_ops(*pool_), store_proxy_, *engram_, fc);
+    fwd_ = std::make_unique<dsv41::Forward>(*model_, device->make_ops(*pool_), *store_, *engram_, fc);
+    BG_CHECK_MSG(fwd_->device_bytes() == memory_.forward_device_bytes && fwd_->buffer_bytes() == memory_.forward_host_bytes,
+                 "the forward pass holds other than its plan");
+    runner_ = std::make_unique<Runner>(*model_, *fwd_);
 
-    StoreConfig sc;
-    sc.transient_slots = cfg.transient_slots;
-    sc.lru_slots = cfg.lru_slots;
-    sc.prefetch = order_ == PrefillOrder::kLayerMajor;
-    sc.speculative = cfg.speculative_copies;
-    sc.vram_budget_bytes = cfg.vram_budget_mib * mib;
-    sc.host_budget_bytes = cfg.host_budget_mib * mib;
     // A GPU's runtime holds device memory beside the engine's allocations (cuBLAS handle,
-    // streams, events): measured now that all of it exists, and taken from the budget as the
-    // fixed reserve, so the device-reported peak stays within --vram-budget.
-    const uint64_t tracked_device_bytes = engram_->buffer_bytes() + fwd_->device_bytes();
-    if (!backend_->device_is_host_addressable()) {
-        vram_reserve_bytes_ = cfg.vram_reserve_mib * mib;
+    // streams, events): measured now that all of it exists; it must stay within the fixed
+    // reserve the budget set aside for it, so the device-reported peak stays within --vram-budget.
+    const uint64_t tracked_device_bytes = engram_->buffer_bytes() + fwd_->device_bytes() + store_->device_bytes();
+    if (on_device) {
         const uint64_t used = backend_->device_used_bytes();
         runtime_device_bytes_ = used > tracked_device_bytes ? used - tracked_device_bytes : 0;
         if (runtime_device_bytes_ > vram_reserve_bytes_)
@@ -158,16 +171,7 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
                  static_cast<unsigned long long>(cfg.vram_reserve_mib),
                  static_cast<unsigned long long>((runtime_device_bytes_ + mib - 1) / mib));
     }
-    sc.device_fixed_bytes = tracked_device_bytes + vram_reserve_bytes_;
-    sc.host_fixed_bytes = model_->dense_bytes() + fwd_->buffer_bytes() + engram_->buffer_bytes()  // + pinned staging
-                          + engram_->timeline().bytes();
-    store_ = std::make_unique<TieredExpertStore>(*model_, *backend_, *expert_reader_, plan_, sc);
-    store_proxy_.bind(store_.get());
-    runner_ = std::make_unique<Runner>(*model_, *fwd_);
 
-    // What `betelgeuse plan` says these flags allocate is what was allocated, tier by tier.
-    const bool on_device = !backend_->device_is_host_addressable();
-    memory_ = plan_memory(shape_of(*model_), cfg, on_device, n_prompt, plan_.slots, plan_.hot);
     const uint64_t live_vram = store_->device_bytes() + engram_->buffer_bytes() + fwd_->device_bytes() + vram_reserve_bytes_;
     const uint64_t live_host = model_->dense_bytes() + fwd_->buffer_bytes() + store_->host_bytes() +
                                engram_->buffer_bytes() + store_->timeline_bytes() + engram_->timeline().bytes();

@@ -28,24 +28,6 @@
 namespace bg {
 
 
-// Stands in for the expert store until it exists (the forward pass is built first so the
-// store's budget checks can count it).
-class ExpertProviderProxy final : public ExpertProvider {
-public:
-    void bind(ExpertProvider* p) { p_ = p; }
-    void prepare_layer(int64_t layer, int64_t n_slots) override { p_->prepare_layer(layer, n_slots); }
-    void begin_layer(int64_t layer, const int32_t* experts, const int32_t* tokens, int64_t n) override {
-        p_->begin_layer(layer, experts, tokens, n);
-    }
-    int32_t next_ready(ExpertView* view) override { return p_->next_ready(view); }
-    void release(int32_t expert) override { p_->release(expert); }
-    void end_layer() override { p_->end_layer(); }
-    int64_t max_unreleased() const override { return p_->max_unreleased(); }
-
-private:
-    ExpertProvider* p_ = nullptr;
-};
-
 class Session {
 public:
     // Opens everything and checks the budgets; throws bg::Error with the reason. `device` is
@@ -97,7 +79,6 @@ private:
     ResidencyPlan plan_;
     std::vector<std::vector<uint8_t>> hot_mask_;  // [layer][n_expert]: 1 where in VRAM now (ForwardConfig::hot)
     std::unique_ptr<EngramStore> engram_;
-    ExpertProviderProxy store_proxy_;
     std::unique_ptr<TieredExpertStore> store_;
     std::unique_ptr<dsv41::Forward> fwd_;
     std::unique_ptr<Runner> runner_;
