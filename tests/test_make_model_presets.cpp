@@ -242,9 +242,9 @@ void expect_exact_bytes(const std::string& path, const bg::dsv41::Model& m) {
     const auto& hp = m.hp();
     for (int64_t l = 0; l < hp.n_layer; ++l) {
         const auto& w = m.layer(l);
-        const uint64_t want = static_cast<uint64_t>(hp.n_ff_exp) * (bg::row_bytes(w.expert_type_gate, hp.n_embd) +
-                                                                     bg::row_bytes(w.expert_type_up, hp.n_embd)) +
-                              static_cast<uint64_t>(hp.n_embd) * bg::row_bytes(w.expert_type_down, hp.n_ff_exp);
+        const uint64_t want = static_cast<uint64_t>(hp.n_ff_exp) * (bg::row_bytes(w.expert_types.gate, hp.n_embd) +
+                                                                     bg::row_bytes(w.expert_types.up, hp.n_embd)) +
+                              static_cast<uint64_t>(hp.n_embd) * bg::row_bytes(w.expert_types.down, hp.n_ff_exp);
         EXPECT_EQ(m.expert_bytes_each(l), want) << "layer " << l;
     }
 }

@@ -33,7 +33,8 @@ void profile(RunConfig cfg, const std::string& out) {
     const auto& hp = model->hp();
     const std::unique_ptr<tok::Tokenizer> tokenizer = load_tokenizer(*model);
     const std::vector<int32_t> prompt = build_prompt(cfg, *model, tokenizer.get());
-    // The profile runs on the CPU (every expert read with pread), for a plan of the run's S and H.
+    // The profile itself runs on the CPU, but its plan is for a later run: --slots/--hot max are
+    // sized as plan sizes them, for the GPU unless --backend cpu.
     resolve_most_that_fit(cfg, shape_of(*model), cfg.backend != BackendChoice::kCpu, static_cast<int64_t>(prompt.size()));
     cfg.resolve_residency_defaults(hp.n_expert, hp.n_expert_used);
     if (!cfg.residency_defaults.empty()) std::fprintf(stderr, "profile: %s\n", cfg.residency_defaults.c_str());

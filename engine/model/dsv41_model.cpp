@@ -171,9 +171,7 @@ std::unique_ptr<Model> Model::open(const std::string& path, DenseHome home) {
         w.gate_exps = m->reader_.tensor(N("ffn_gate_exps"));
         w.up_exps = m->reader_.tensor(N("ffn_up_exps"));
         w.down_exps = m->reader_.tensor(N("ffn_down_exps"));
-        w.expert_type_gate = w.gate_exps->type;
-        w.expert_type_up = w.up_exps->type;
-        w.expert_type_down = w.down_exps->type;
+        w.expert_types = {w.gate_exps->type, w.up_exps->type, w.down_exps->type};
     }
     return m;
 }
@@ -213,11 +211,6 @@ ExpertRanges Model::expert_ranges(int64_t layer, int64_t expert) const {
     return {slice(w.gate_exps), slice(w.up_exps), slice(w.down_exps)};
 }
 
-ExpertTypes Model::expert_types(int64_t layer) const {
-    const LayerWeights& w = layer_at(layer);
-    return {w.expert_type_gate, w.expert_type_up, w.expert_type_down};
-}
-
 void Model::expert_views(int64_t layer, const uint8_t* buf, MatView* gate, MatView* up,
                          MatView* down) const {
     const LayerWeights& w = layers_[static_cast<size_t>(layer)];
@@ -231,9 +224,9 @@ void Model::expert_views(int64_t layer, const uint8_t* buf, MatView* gate, MatVi
         v.row_stride = row_bytes(t, cols);
         return v;
     };
-    *gate = view(buf, w.expert_type_gate, hp_.n_embd, hp_.n_ff_exp);
-    *up = view(buf + r.gate.bytes, w.expert_type_up, hp_.n_embd, hp_.n_ff_exp);
-    *down = view(buf + r.gate.bytes + r.up.bytes, w.expert_type_down, hp_.n_ff_exp, hp_.n_embd);
+    *gate = view(buf, w.expert_types.gate, hp_.n_embd, hp_.n_ff_exp);
+    *up = view(buf + r.gate.bytes, w.expert_types.up, hp_.n_embd, hp_.n_ff_exp);
+    *down = view(buf + r.gate.bytes + r.up.bytes, w.expert_types.down, hp_.n_ff_exp, hp_.n_embd);
 }
 
 EngramRowRanges Model::engram_row(int64_t layer, uint64_t row) const {

@@ -44,8 +44,7 @@ struct LayerWeights {
     // MoE
     MatView gate_inp;               // n_embd -> n_expert
     const float* exp_probs_b = nullptr;  // [n_expert]
-    GgmlType expert_type_gate = GgmlType::MXFP4, expert_type_up = GgmlType::MXFP4,
-             expert_type_down = GgmlType::MXFP4;
+    ExpertTypes expert_types;       // of gate_exps, up_exps, down_exps
     MatView sh_gate, sh_up, sh_down;
     // Engram
     MatView engram_wkv;             // buckets*dim -> 5*n_embd (4 keys, then the value)
@@ -122,7 +121,7 @@ public:
 
     const MoeShape& moe_shape() const override { return shape_; }
     ExpertRanges expert_ranges(int64_t layer, int64_t expert) const override;
-    ExpertTypes expert_types(int64_t layer) const override;
+    ExpertTypes expert_types(int64_t layer) const override { return layer_at(layer).expert_types; }
     void expert_views(int64_t layer, const uint8_t* buf, MatView* gate, MatView* up, MatView* down) const override;
     const float* router_bias(int64_t layer) const override { return layer_at(layer).exp_probs_b; }
     EngramRowRanges engram_row(int64_t layer, uint64_t row) const override;

@@ -103,7 +103,8 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
     }
     prompt_ = build_prompt(cfg, *model_, tokenizer_.get());
     sampler_ = std::make_unique<Sampler>(cfg.sampling);
-    resolve_most_that_fit(cfg_, shape_of(*model_), device->dense_on_device(), static_cast<int64_t>(prompt_.size()));
+    const ModelShape shape = shape_of(*model_);
+    resolve_most_that_fit(cfg_, shape, device->dense_on_device(), static_cast<int64_t>(prompt_.size()));
     cfg_.resolve_residency_defaults(hp.n_expert, hp.n_expert_used);
     plan_ = cfg.residency.empty() ? plan_from_bias(*model_, cfg_.slots, cfg_.hot) : load_plan(cfg.residency, *model_);
 
@@ -125,8 +126,8 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
     // checks (and what they say would fit) count the forward pass's caches and buffers from it,
     // so the store exists before the forward that reads experts from it. Every allocation is then
     // checked against it, tier by tier.
-    const bool on_device = !backend_->device_is_host_addressable();
-    memory_ = plan_memory(shape_of(*model_), cfg, on_device, n_prompt, plan_.slots, plan_.hot);
+    const bool on_device = device->dense_on_device();
+    memory_ = plan_memory(shape, cfg, on_device, n_prompt, plan_.slots, plan_.hot);
     engram_ = std::make_unique<EngramStore>(*model_, *backend_, *engram_reader_, engram_bytes);
     if (on_device) vram_reserve_bytes_ = cfg.vram_reserve_mib * mib;
 
