@@ -82,6 +82,7 @@ struct EngineOptions {
     int64_t threads = 0;             // 0: all cores
     int64_t engram_buffer_kib = 2048;
     std::string backend;             // "" = the engine's default (auto)
+    std::string decode_experts;      // --decode-experts; "" = the engine's default (auto)
     std::string residency_path;      // resolved; "" = the engine's default plan
     std::vector<std::string> extra_args;
 };

@@ -29,10 +29,11 @@
 #   slice-4a4b      harness: scenarios/slice/seed-4a-4b
 #   slice-3060      harness: scenarios/slice/rtx3060-proxy (seed-4a-4b on 28 SMs, --sm-limit: 24 on
 #                   an H200) and its projection for the RTX 3060
-#   slice-decode    harness: scenarios/slice/decode
+#   slice-decode    harness: scenarios/slice/decode (--decode-experts hybrid), decode-gpu and decode-cpu
 #   slice-decode-hot-pool  harness: scenarios/slice/decode-hot-pool (decode with hot-pool routing, ours:
 #                   an interpretation of the seed's sentence; compare with slice-decode)
-#   slice-decode-preloaded  harness: scenarios/slice/decode-preloaded and -500 (exact routing, --slots max: every expert in
+#   slice-decode-threads  engine: decode with --decode-experts gpu | cpu | hybrid and the CPU's threads -> measurements/slice/decode-threads/
+#   slice-decode-preloaded  harness: scenarios/slice/decode-preloaded, -gpu and -500 (exact routing, --slots max: every expert in
 #                   host slots, preloaded at start-up, 40 GiB host budget; issue 24's target beside llama.cpp --cpu-moe)
 #   slice-500       harness: scenarios/slice/seed-500-baseline and seed-500-optimized (one repetition each)
 #   slice-500-baseline  harness: scenarios/slice/seed-500-baseline alone (about 5 minutes on an H200)
@@ -161,7 +162,9 @@ for part in "$@"; do
       # The logs also go into the archive (the device tool returns at most 8 files).
       mkdir -p "$root/measurements/device/gpu-tests"
       cp "$out/machine.txt" "$root/measurements/device/gpu-tests/"
+      # BG_GPU_TESTS: a space-separated subset (e.g. "test_gpu_e2e test_gpu_backend"); all by default.
       for t in "$stage"/test_gpu_*; do
+        if [ -n "${BG_GPU_TESTS:-}" ] && [[ " $BG_GPU_TESTS " != *" $(basename "$t") "* ]]; then continue; fi
         timeout 300 "$t" > "$out/$(basename "$t").log" 2>&1 || status=1
         tail -n 3 "$out/$(basename "$t").log" | tee -a "$log"
         cp "$out/$(basename "$t").log" "$root/measurements/device/gpu-tests/"
@@ -176,9 +179,9 @@ for part in "$@"; do
     slice-model) slice_model ;;
     slice-4a4b) slice_model; harness_run run seed-4a-4b slice ;;
     slice-3060) slice_model; harness_run run rtx3060-proxy slice ;;
-    slice-decode) slice_model; harness_run run decode slice ;;
+    slice-decode) slice_model; harness_run run decode slice; harness_run run decode-gpu slice; harness_run run decode-cpu slice ;;
     slice-decode-hot-pool) slice_model; harness_run run decode-hot-pool slice ;;
-    slice-decode-preloaded) slice_model; harness_run run decode-preloaded slice; harness_run run decode-preloaded-500 slice ;;
+    slice-decode-preloaded) slice_model; harness_run run decode-preloaded slice; harness_run run decode-preloaded-gpu slice; harness_run run decode-preloaded-500 slice ;;
     slice-500) slice_model; harness_run run seed-500-baseline slice; harness_run run seed-500-optimized slice ;;
     slice-500-baseline) slice_model; harness_run run seed-500-baseline slice ;;
     slice-q2_k-model) slice_model slice-q2_k; kquant_plan slice-q2_k ;;
@@ -277,6 +280,25 @@ for part in "$@"; do
           --host-budget 2875 --vram-budget 3068 --threads 0 --metrics-json "$dir/ubatch-$ub.json" > "$dir/ubatch-$ub.log" 2>&1 || status=1
         grep -E "^pass" "$dir/ubatch-$ub.log" | tee -a "$log"
         python3 -c "import json,sys; m=json.load(open(sys.argv[1])); p=m['passes'][-1]; print('ubatch', sys.argv[2], 'last pass:', {k: round(v, 2) for k, v in p.items() if isinstance(v, (int, float)) and k.endswith('_ms')})" "$dir/ubatch-$ub.json" $ub 2>&1 | tee -a "$log"
+      done
+      ;;
+    slice-decode-threads)
+      # Issue 24: the CPU half of --decode-experts against the threads it gets (the store's
+      # streamer and the compute thread share the cores), and each path alone, on decode.json's
+      # configuration: resident-only, S 20 / H 5, the slice's budgets, one warm pass, 32 tokens.
+      slice_model
+      dir="$root/measurements/slice/decode-threads"; mkdir -p "$dir"
+      nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$dir/machine.txt"
+      nproc > "$dir/cores.txt"
+      for cfg in gpu:0 cpu:0 hybrid:0 hybrid:15 hybrid:12 hybrid:8 cpu:8; do
+        where=${cfg%%:*}; th=${cfg##*:}
+        note "slice decode, --decode-experts $where --threads $th"
+        "$bin" run --backend cuda --model models/slice.gguf --file scenarios/prompts/64-tokens.txt --passes 2 --gen 32 --ignore-eos \
+          --routing resident-only --prefill layer-major --ubatch 16 --promote --slots 20 --hot 5 --transient-slots 12 \
+          --host-budget 2875 --vram-budget 3068 --threads $th --decode-experts $where \
+          --metrics-json "$dir/$where-$th.json" > "$dir/$where-$th.log" 2>&1 || status=1
+        grep -E "^decode" "$dir/$where-$th.log" | tee -a "$log"
+        python3 -c "import json,sys; m=json.load(open(sys.argv[1])); d=m['decode']; h=d['host_experts']; print(sys.argv[2], 'decode %.1f tok/s' % d['decode_tok_s'], 'gpu_busy_ms', round(d['gpu_busy_ms'] or -1, 1), {k: (round(v, 3) if isinstance(v, float) else v) for k, v in h.items() if k != 'rates_by_layer'}, 'rates L0', h['rates_by_layer'][:1])" "$dir/$where-$th.json" "$cfg" 2>&1 | tee -a "$log"
       done
       ;;
     slice-fidelity)

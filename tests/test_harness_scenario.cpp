@@ -324,6 +324,25 @@ TEST_F(Fixture, SlotsAndHotTakeMax) {
     EXPECT_TRUE(has(problems(with(valid(), {{"engine", {{"hot", 2.5}}}})), "engine.hot: must be an integer"));
 }
 
+// engine.decode_experts reaches the engine as --decode-experts; other words are refused, and
+// extra_args may not set it behind the scenario's back.
+TEST_F(Fixture, DecodeExpertsReachTheEngine) {
+    for (const char* where : {"gpu", "cpu", "hybrid", "auto"}) {
+        const bgh::Scenario s = parse(with(valid(), {{"engine", {{"decode_experts", where}}}}));
+        EXPECT_EQ(s.engine.decode_experts, where);
+        std::string line;
+        for (const auto& x : bgh::engine_args(s, s.changes, "m")) line += " " + x;
+        EXPECT_NE((line + " ").find(std::string(" --decode-experts ") + where + " "), std::string::npos) << line;
+    }
+    const bgh::Scenario d = parse(valid());
+    std::string line;
+    for (const auto& x : bgh::engine_args(d, d.changes, "m")) line += " " + x;
+    EXPECT_EQ(line.find("--decode-experts"), std::string::npos) << "unset: the engine's default";
+    EXPECT_TRUE(has(problems(with(valid(), {{"engine", {{"decode_experts", "gpus"}}}})), "engine.decode_experts"));
+    EXPECT_TRUE(has(problems(with(valid(), {{"engine", {{"extra_args", {"--decode-experts", "cpu"}}}}})),
+                    "engine.decode_experts"));
+}
+
 // Every scenario file under scenarios/ (beside the models, plans and prompts) loads without a
 // problem or a warning, and sits in the folder of its profile.
 TEST(HarnessScenarios, EveryScenarioFileLoads) {

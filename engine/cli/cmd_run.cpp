@@ -130,6 +130,10 @@ void add_run_flags(CLI::App* cmd, RunConfig& cfg) {
                     "exact | pinned-top1 (ours) | resident-only (the seed's) | hot-pool (ours, an INTERPRETATION of the "
                     "seed, not its rule: rank 1 among the S resident experts, ranks 2..k among the H in VRAM, topped "
                     "up from the resident ones when fewer than k-1 hot remain; depends on the tier)");
+    add_enum_option(cmd, cfg.decode_experts,
+                    "Where a decode step's host-resident experts are computed: gpu (copied over PCIe) | cpu (by the "
+                    "CPU where they lie, no copy) | hybrid (split between the two by rates measured at start-up, so "
+                    "both finish together) | auto (hybrid on a GPU, gpu on the CPU backend)");
     cmd->add_option("--residency", cfg.residency, "Residency plan from 'betelgeuse profile' (default: highest router bias)");
     cmd->add_flag("--promote", cfg.promote, "Move the H most-used resident experts into VRAM at the end of each pass");
     cmd->add_flag("--preload", cfg.preload,

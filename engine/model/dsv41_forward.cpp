@@ -103,8 +103,8 @@ void Forward::load_dense_image() {
 }
 
 Forward::Forward(const Model& m, std::unique_ptr<Ops> ops, ExpertProvider& experts, EngramProvider& engram,
-                 const ForwardConfig& cfg)
-    : m_(m), hp_(m.hp()), ops_(std::move(ops)), experts_(experts), engram_(engram), cfg_(cfg),
+                 const ForwardConfig& cfg, std::unique_ptr<Ops> host_ops)
+    : m_(m), hp_(m.hp()), ops_(std::move(ops)), host_ops_(std::move(host_ops)), experts_(experts), engram_(engram), cfg_(cfg),
       lay_(ForwardLayout::of(hp_, m.roles(), cfg, [&m](const std::string& name) {
           const gguf::TensorInfo* t = m.gguf().tensor(name);
           BG_CHECK(t != nullptr);
@@ -118,6 +118,9 @@ Forward::Forward(const Model& m, std::unique_ptr<Ops> ops, ExpertProvider& exper
     if (cfg_.hot && (!cfg_.resident || static_cast<int64_t>(cfg_.hot->size()) != hp_.n_layer))
         fail("forward: a hot set needs a residency plan, and one mask for each of the %lld layers", (long long)hp_.n_layer);
     if (cfg_.routing == RoutingPolicy::kHotPool && !cfg_.hot) fail("forward: routing 'hot-pool' needs the hot set");
+    BG_CHECK_MSG((cfg_.host_expert_positions > 0) == (host_ops_ != nullptr) && cfg_.host_expert_positions >= 0,
+                 "forward: host-expert ops are given exactly when host_expert_positions > 0");
+    BG_CHECK(!host_ops_ || host_ops_->memory_is_host());
     const int64_t L = hp_.n_layer, ctx = cfg_.n_ctx, mu = cfg_.max_ubatch;
     E_ = hp_.n_embd;
     const ForwardLayout& f = lay_;
@@ -205,6 +208,19 @@ Forward::Forward(const Model& m, std::unique_ptr<Ops> ops, ExpertProvider& exper
     by_expert_start_ = alloc_host<int32_t>(f.by_expert_start);
     used_experts_ = alloc_host<int32_t>(f.used_experts);
     used_tokens_ = alloc_host<int32_t>(f.used_tokens);
+    if (host_ops_) {
+        xf_host_ = alloc_host<float>(f.xf_host);
+        host_gather_ = alloc_host<int32_t>(f.host_gather);
+        host_scatter_ = alloc_host<int32_t>(f.host_scatter);
+        host_pack_ = alloc_host<int32_t>(f.host_pack);
+        host_dest_ = alloc_host<int32_t>(f.host_dest);
+        eo_host_ = alloc_host<float>(f.eo_host);
+        eo_up_ = alloc<float>(f.eo_up);
+        up_rows_ = alloc<int32_t>(f.up_rows);
+        // Packed row j of the CPU's outputs is row j of eo_host_.
+        for (int64_t i = 0; i < f.host_pack; ++i) host_pack_[i] = static_cast<int32_t>(i);
+        host_ops_->reserve(lay_.host_ops);
+    }
     // Layer 0's attention collapses with a one-hot on copy 0.
     for (int64_t i = 0; i < mu; ++i) onehot_[i * kHc] = 1.0f;
     // Position t holds t: the positions rope, attention and the indexer read, and the row ids
@@ -215,8 +231,10 @@ Forward::Forward(const Model& m, std::unique_ptr<Ops> ops, ExpertProvider& exper
     ops_->sync();
     ops_->begin_timeline();
     // `betelgeuse plan` prints what the forward holds from the same layout.
-    const ForwardBytes planned = lay_.bytes(ops_->memory_is_host(), m.device_image_bytes(), ops_->own_bytes(), ops_->own_host_bytes());
-    host_bytes_ += ops_->own_host_bytes();
+    const uint64_t host_ops_bytes = host_ops_ ? host_ops_->own_host_bytes() : 0;
+    const ForwardBytes planned = lay_.bytes(ops_->memory_is_host(), m.device_image_bytes(), ops_->own_bytes(),
+                                            ops_->own_host_bytes() + host_ops_bytes);
+    host_bytes_ += ops_->own_host_bytes() + host_ops_bytes;
     (ops_->memory_is_host() ? host_bytes_ : device_bytes_) += ops_->own_bytes();
     BG_CHECK(device_bytes_ == planned.device_total() && host_bytes_ == planned.host);
 }
@@ -487,7 +505,17 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
     // layer's one device-to-host copy, which waits for the layer's routing.
     ops_->group_by_expert(ids_ + pos0 * k, n_slots, k, pos0, ne, expert_counts_, gather_rows_, scatter_rows_);
     ops_->download(by_expert_count_, expert_counts_, (ne + 1) * sizeof(int32_t));
+    // A call the CPU may compute host-resident experts of: its activations and rows on the host,
+    // in the same copy-and-wait.
+    const bool host_compute = host_ops_ && n_pos <= cfg_.host_expert_positions;
+    if (host_compute) {
+        ops_->download(xf_host_, xf_ + pos0 * E_, n_pos * E_ * sizeof(float));
+        ops_->download(host_gather_, gather_rows_, n_slots * sizeof(int32_t));
+        ops_->download(host_scatter_, scatter_rows_, n_slots * sizeof(int32_t));
+    }
     ops_->sync();
+    if (host_compute)
+        for (int64_t i = 0; i < n_slots; ++i) host_gather_[i] -= static_cast<int32_t>(pos0);  // rows of xf_host_
     if (by_expert_count_[ne] != 0)
         fail("forward: layer %lld routed %d of %lld slots outside the %lld experts", (long long)l, by_expert_count_[ne],
              (long long)n_slots, (long long)ne);
@@ -504,13 +532,27 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
 
     // Each expert once, for all its tokens, in the order the provider delivers them. While the
     // host waits for the next expert, the device works through the queued ones.
-    experts_.begin_layer(l, used_experts_, used_tokens_, n_used);
+    experts_.begin_layer(l, used_experts_, used_tokens_, n_used, host_compute);
     const int64_t lag = std::min<int64_t>(Ops::kFences, experts_.max_unreleased());
+    int64_t n_packed = 0;  // routing slots the CPU computed, packed in eo_host_
     for (int64_t got = 0; got < n_used; ++got) {
         release_finished(lag);
         ExpertView v;
         const int32_t e = experts_.next_ready(&v);
         const int64_t s0 = by_expert_start_[e], m_total = by_expert_start_[e + 1] - s0;
+        if (v.on_host) {
+            // On the CPU, from the host slot, while the device works through what is queued.
+            BG_CHECK(host_compute && m_total <= cfg_.host_expert_positions);
+            const double t0 = now_ms();
+            host_ops_->expert_ffn({v.gate, v.up, v.down}, xf_host_, E_, host_gather_ + s0, m_total, hp_.swiglu_limit[l],
+                                  cfg_.swiglu_form, eo_host_, host_pack_ + n_packed);
+            for (int64_t j = 0; j < m_total; ++j) host_dest_[n_packed + j] = host_scatter_[s0 + j];
+            n_packed += m_total;
+            experts_.release(e);
+            host_expert_ms_ += now_ms() - t0;
+            ++host_experts_;
+            continue;
+        }
         ops_->busy_begin();
         // Each (token, rank) writes its own row of eo, summed in rank order below: the result
         // does not depend on the order the experts arrive in.
@@ -527,6 +569,14 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
         unreleased_[at] = e;
         ops_->record_fence(static_cast<int>(at));
         release_finished(lag > 0 ? lag - 1 : 0);
+    }
+
+    if (n_packed > 0) {
+        // The CPU's rows join the device's: uploaded packed, then scattered to their own rows of
+        // eo. The host buffers are rewritten only after the next layer's sync.
+        ops_->upload(eo_up_, eo_host_, n_packed * E_ * sizeof(float));
+        ops_->upload(up_rows_, host_dest_, n_packed * sizeof(int32_t));
+        ops_->moe_scatter(eo_up_, up_rows_, n_packed, E_, eo_);
     }
 
     // Per unit: y = shared expert + sum over ranks of weight * expert output, then expand.
@@ -554,6 +604,27 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
     // layer's attention queues behind it on the stream.
     release_finished(0);
     experts_.end_layer();
+}
+
+double Forward::time_expert_ms(const ExpertView& v, int64_t layer, int64_t m, int reps) {
+    BG_CHECK(m >= 1 && reps >= 1 && layer >= 0 && layer < hp_.n_layer);
+    const ExpertMats mats{v.gate, v.up, v.down};
+    double best = 1e30;
+    for (int r = 0; r <= reps; ++r) {  // the first run loads kernels and warms caches: not counted
+        ops_->sync();
+        const double t0 = now_ms();
+        if (v.on_host) {
+            BG_CHECK(host_ops_ && m <= cfg_.host_expert_positions);
+            host_ops_->expert_ffn(mats, xf_host_, E_, host_pack_, m, hp_.swiglu_limit[layer], cfg_.swiglu_form, eo_host_,
+                                  host_pack_);
+        } else {
+            BG_CHECK(m <= std::min(cfg_.n_ctx, lay_.ops.expert_max_tok));
+            ops_->expert_ffn(mats, xf_, E_, iota_, m, hp_.swiglu_limit[layer], cfg_.swiglu_form, eo_, iota_);
+            ops_->sync();
+        }
+        if (r > 0) best = std::min(best, now_ms() - t0);
+    }
+    return best;
 }
 
 void Forward::release_finished(int64_t keep) {

@@ -34,8 +34,10 @@ void engram_rows_for(const HParams& hp, int64_t layer, const int32_t* tokens, in
 
 class Forward final : public LayerForward {
 public:
+    // host_ops: CPU ops for host-resident experts (ExpertView::on_host), given exactly when
+    // cfg.host_expert_positions > 0; they share no memory with `ops`.
     Forward(const Model& m, std::unique_ptr<Ops> ops, ExpertProvider& experts, EngramProvider& engram,
-            const ForwardConfig& cfg);
+            const ForwardConfig& cfg, std::unique_ptr<Ops> host_ops = nullptr);
     ~Forward() override;
     Forward(const Forward&) = delete;
     Forward& operator=(const Forward&) = delete;
@@ -85,6 +87,15 @@ public:
     // token i of the unit, in host memory.
     void final_hidden(const Ubatch& u, int64_t i, float* out);
     void logits(const Ubatch& u, int64_t i, float* out) override;
+    // Milliseconds the CPU has spent computing host-resident experts, and how many, since
+    // construction.
+    double host_expert_ms() const { return host_expert_ms_; }
+    uint64_t host_experts() const { return host_experts_; }
+    // The fastest of `reps` runs (after one unmeasured) of one routed expert on m tokens, from
+    // the view's memory: on the CPU for a host view (m <= host_expert_positions), else on the
+    // backend, synced. Start-up only (the rates --decode-experts hybrid balances by); the
+    // activations are whatever the buffers hold.
+    double time_expert_ms(const ExpertView& v, int64_t layer, int64_t m, int reps);
     // Rows of the layer's Engram table the token at `pos` hashes to.
     void engram_rows(int64_t layer, int64_t pos, uint64_t* rows) const;
 
@@ -107,6 +118,7 @@ private:
     const Model& m_;
     const HParams& hp_;
     std::unique_ptr<Ops> ops_;
+    std::unique_ptr<Ops> host_ops_;  // CPU ops for host-resident experts, or null
     ExpertProvider& experts_;
     EngramProvider& engram_;
     ForwardConfig cfg_;
@@ -141,6 +153,12 @@ private:
     uint64_t* erows_;          // [mu*buckets]
     int32_t *by_expert_count_;  // [n_expert + 1] expert_counts_ on the host
     int32_t *by_expert_start_, *used_experts_, *used_tokens_;
+    // Host-resident experts on the CPU (ForwardLayout's host_* and eo_up, up_rows; null without).
+    float *xf_host_ = nullptr, *eo_host_ = nullptr, *eo_up_ = nullptr;
+    int32_t *host_gather_ = nullptr, *host_scatter_ = nullptr, *host_pack_ = nullptr, *host_dest_ = nullptr,
+            *up_rows_ = nullptr;
+    double host_expert_ms_ = 0;
+    uint64_t host_experts_ = 0;
     // Experts whose ops are queued but whose slots are not yet released: a ring of (expert,
     // fence recorded after its ops), so the host can ask for the next expert while the device
     // still works on earlier ones.

@@ -109,6 +109,20 @@ ForwardLayout ForwardLayout::of(const HParams& hp, const std::vector<LayerRoles>
                                                    type_of(layer_tensor_name(l, "ffn_down_exps", "weight")), E, nff);
         if (!fused) f.ops.experts_unfused = true;
     }
+    if (cfg.host_expert_positions > 0) {
+        const int64_t P = cfg.host_expert_positions, slots = P * k;
+        f.xf_host = P * E;
+        f.host_gather = f.host_scatter = f.host_pack = f.host_dest = slots;
+        f.eo_host = slots * E;
+        f.eo_up = slots * E;
+        f.up_rows = slots;
+        // Routed experts only: P tokens at most per expert (a token uses an expert once).
+        f.host_ops.max_tok = P;
+        f.host_ops.expert_max_tok = P;
+        f.host_ops.n_embd = E;
+        f.host_ops.n_ff = nff;
+        f.host_ops.matmul = f.ops.matmul;
+    }
     return f;
 }
 
@@ -127,6 +141,10 @@ ForwardBytes ForwardLayout::bytes(bool memory_is_host, uint64_t device_image_byt
                       used_tokens})
         b.host += sized(c, 4);
     b.host += sized(erows, 8);
+    if (xf_host > 0) {
+        for (int64_t c : {xf_host, host_gather, host_scatter, host_pack, host_dest, eo_host}) b.host += sized(c, 4);
+        for (int64_t c : {eo_up, up_rows}) b.device_work += sized(c, 4);
+    }
     b.host += own_host_bytes;
     b.device_matmul = own_device_bytes;
     if (memory_is_host) {

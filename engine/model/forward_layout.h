@@ -28,6 +28,10 @@ struct ForwardConfig {
     // How quantized weights are multiplied. Precise here, where the float64 reference checks
     // build forwards; `betelgeuse run` defaults to fast (RunConfig::matmul).
     MatmulMode matmul = MatmulMode::kPrecise;
+    // MoE calls of at most this many positions (1: decode steps) may compute host-resident
+    // experts on the CPU where they lie (--decode-experts cpu | hybrid: the provider decides
+    // which); the forward then holds those positions' activations on the host too. 0: never.
+    int64_t host_expert_positions = 0;
 };
 
 // Memory a forward pass holds, by kind. On a backend whose memory is the host's, the device
@@ -56,9 +60,18 @@ struct ForwardLayout {
     // Host (int32 unless said)
     int64_t tokens = 0, out_host = 0 /* float */, emb_host = 0 /* float */, onehot = 0 /* float */,
             erows = 0 /* uint64 */, by_expert_count = 0, by_expert_start = 0, used_experts = 0, used_tokens = 0;
+    // Host-resident experts computed on the CPU (ForwardConfig::host_expert_positions P > 0; all
+    // 0 and not allocated otherwise). Host: the call's activations [P][n_embd] (float), its
+    // gather and scatter rows, packed-row ids and the packed rows' destinations [P*k] (int32),
+    // the CPU's expert outputs, packed [P*k][n_embd] (float). Device: those outputs and
+    // destinations once uploaded, scattered into the expert-output rows.
+    int64_t xf_host = 0, host_gather = 0, host_scatter = 0, host_pack = 0, host_dest = 0, eo_host = 0;
+    int64_t eo_up = 0, up_rows = 0;
     // What the forward asks of its ops at most (they size their own memory from it: the routed
     // experts' scratch, and on CUDA the matmul paths' memory from the weight types).
     OpsLimits ops;
+    // What the CPU ops computing host-resident experts are asked at most (zeros when none).
+    OpsLimits host_ops;
 
     // type_of: the type of each tensor of tensor_specs(hp, roles), by name (the file's).
     static ForwardLayout of(const HParams& hp, const std::vector<LayerRoles>& roles, const ForwardConfig& cfg,
@@ -66,7 +79,8 @@ struct ForwardLayout {
 
     // What the forward holds: `memory_is_host` for a backend whose memory is the host's (the
     // dense image is then the model's own, not counted); own_device_bytes and own_host_bytes are
-    // the ops' own (matmul workspace and scratch, kernel timeline; the CPU's expert scratch).
+    // the ops' own (matmul workspace and scratch, kernel timeline; the CPU's expert scratch), the
+    // host part with the host-expert ops' own (cpu::ops_host_bytes(host_ops)) where there are any.
     ForwardBytes bytes(bool memory_is_host, uint64_t device_image_bytes, uint64_t own_device_bytes,
                        uint64_t own_host_bytes) const;
 };

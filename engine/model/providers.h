@@ -14,6 +14,9 @@ struct ExpertView {
     MatView gate;  // n_embd -> n_ff
     MatView up;    // n_embd -> n_ff
     MatView down;  // n_ff -> n_embd
+    // The matrices are in host memory, to be computed by the CPU where they lie (a host-resident
+    // expert of a decode step, --decode-experts); otherwise in the backend's memory.
+    bool on_host = false;
 };
 
 class ExpertProvider {
@@ -26,8 +29,11 @@ public:
     virtual void prepare_layer(int64_t /*layer*/, int64_t /*n_slots*/) {}
     // Announces the distinct experts one unit of work needs in a layer (ascending ids) and how
     // many tokens each serves. Each is then returned exactly once by next_ready, in whatever
-    // order its bytes become present.
-    virtual void begin_layer(int64_t layer, const int32_t* experts, const int32_t* tokens, int64_t n) = 0;
+    // order its bytes become present. With host_compute the caller can compute an expert on the
+    // CPU from host memory (it holds the tokens' activations there), and the provider may return
+    // host-resident experts so (ExpertView::on_host) instead of copying them.
+    virtual void begin_layer(int64_t layer, const int32_t* experts, const int32_t* tokens, int64_t n,
+                             bool host_compute) = 0;
     // Blocks until an announced expert not yet returned is present; its view stays valid until
     // release(expert).
     virtual int32_t next_ready(ExpertView* view) = 0;

@@ -52,6 +52,8 @@ StoreCounters StoreCounters::operator-(const StoreCounters& o) const {
     d.speculative_copies -= o.speculative_copies;
     d.speculative_unused -= o.speculative_unused;
     d.pool_allocations -= o.pool_allocations;
+    d.cpu_experts -= o.cpu_experts;
+    d.cpu_bytes -= o.cpu_bytes;
     return d;  // max_reads_one_expert_pass is per pass already
 }
 
@@ -77,6 +79,8 @@ nlohmann::json StoreCounters::to_json() const {
             {"promotion_bytes", promotion_bytes},
             {"speculative_copies", speculative_copies},
             {"speculative_unused", speculative_unused},
+            {"cpu_experts", cpu_experts},
+            {"cpu_bytes", cpu_bytes},
             {"max_reads_one_expert_pass", max_reads_one_expert_pass}};
 }
 
@@ -179,6 +183,8 @@ TieredExpertStore::TieredExpertStore(const MoeModel& m, Backend& backend, io::Re
     lru_stamp_.assign(cfg.lru_slots, 0);
     items_.resize(ne);
     item_of_.assign(ne, -1);
+    for (auto* v : {&split_items_, &split_tokens_, &split_order_}) v->assign(ne, 0);
+    split_on_cpu_.assign(ne, 0);
     done_ops_.assign(3 * ne, nullptr);
     copy_batch_.reserve(Backend::kMaxQueuedCopies);
     thread_ = std::thread([this] {
@@ -263,7 +269,8 @@ void TieredExpertStore::finish_unused_locked(Item& it) {
     cv_ready_.notify_all();  // end_layer may be waiting for it
 }
 
-void TieredExpertStore::begin_layer(int64_t layer, const int32_t* experts, const int32_t* tokens, int64_t n) {
+void TieredExpertStore::begin_layer(int64_t layer, const int32_t* experts, const int32_t* tokens, int64_t n,
+                                    bool host_compute) {
     std::unique_lock<std::mutex> lk(mu_);
     const bool prepared = prepared_;
     BG_CHECK(prepared ? layer_ == layer : !active_);
@@ -298,6 +305,7 @@ void TieredExpertStore::begin_layer(int64_t layer, const int32_t* experts, const
         Item& it = items_[n_items_];
         it = Item{};
         it.expert = e;
+        it.tokens = tokens[i];
         item_of_[e] = static_cast<int32_t>(n_items_++);
         if (h.tier == 0 && !lru_stamp_.empty()) {
             // Not resident: take the least recently used LRU slot that this layer is not using.
@@ -332,6 +340,26 @@ void TieredExpertStore::begin_layer(int64_t layer, const int32_t* experts, const
             c_.disk_bytes += bytes;
         }
     }
+    if (host_compute && host_mode_ != DecodeExperts::kGpu) {
+        // Of the experts in host memory now (not those prepare_layer started copying), the
+        // split's share stays where it is, for the CPU.
+        int64_t n_host = 0;
+        for (int64_t j = n_spec; j < n_items_; ++j) {
+            const Item& it = items_[j];
+            if (it.source != Source::kHost || it.stage != Stage::kInHost) continue;
+            split_items_[n_host] = static_cast<int32_t>(j);
+            split_tokens_[n_host++] = it.tokens;
+        }
+        split_host_experts(host_mode_, rates_[layer], split_tokens_.data(), n_host, split_on_cpu_.data(), split_order_.data());
+        for (int64_t i = 0; i < n_host; ++i) {
+            if (!split_on_cpu_[i]) continue;
+            Item& it = items_[split_items_[i]];
+            it.on_cpu = true;
+            it.stage = Stage::kReady;
+            ++c_.cpu_experts;
+            c_.cpu_bytes += m_.expert_bytes_each(layer);
+        }
+    }
     for (int64_t j = 0; j < n_spec; ++j) {
         Item& it = items_[j];
         if (!it.unused) continue;
@@ -356,9 +384,14 @@ int32_t TieredExpertStore::next_ready(ExpertView* view) {
     auto find_ready = [&]() -> int64_t {
         // Without prefetch experts are handed out strictly in order, each loaded on demand.
         if (!cfg_.prefetch) return items_[delivered_].stage == Stage::kReady ? delivered_ : -1;
+        // Device-side experts first: the GPU runs them while the CPU works through its own.
+        int64_t on_cpu = -1;
         for (int64_t i = 0; i < n_items_; ++i)
-            if (items_[i].stage == Stage::kReady && !items_[i].unused) return i;
-        return -1;
+            if (items_[i].stage == Stage::kReady && !items_[i].unused) {
+                if (!items_[i].on_cpu) return i;
+                if (on_cpu < 0) on_cpu = i;
+            }
+        return on_cpu;
     };
     int64_t i = find_ready();
     if (i < 0 && error_.empty()) {
@@ -374,7 +407,8 @@ int32_t TieredExpertStore::next_ready(ExpertView* view) {
     Item& it = items_[i];
     it.stage = Stage::kDelivered;
     ++delivered_;
-    m_.expert_views(layer_, it.compute, &view->gate, &view->up, &view->down);
+    m_.expert_views(layer_, it.on_cpu ? it.host_src : it.compute, &view->gate, &view->up, &view->down);
+    view->on_host = it.on_cpu;
     return it.expert;
 }
 
@@ -690,6 +724,37 @@ PreloadStats TieredExpertStore::preload(const std::function<void(uint64_t, uint6
     if (!error.empty()) fail("%s", error.c_str());
     st.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     return st;
+}
+
+void TieredExpertStore::set_host_compute(DecodeExperts mode, const std::vector<HostPathRates>& rates) {
+    BG_CHECK(mode != DecodeExperts::kAuto && static_cast<int64_t>(rates.size()) == L_);
+    std::lock_guard<std::mutex> g(mu_);
+    BG_CHECK(!active_);
+    host_mode_ = mode;
+    rates_ = rates;
+}
+
+TieredExpertStore::HostPathProbe TieredExpertStore::probe_host_path(int64_t layer, int reps) {
+    std::lock_guard<std::mutex> g(mu_);
+    BG_CHECK(!active_ && !prepared_ && reps >= 1 && layer >= 0 && layer < L_);
+    // Between layers every staging and transient slot is free; the last of each is the one
+    // least likely to be the next handed out (the free lists are stacks).
+    BG_CHECK(static_cast<int64_t>(free_staging_.size()) == T_ && static_cast<int64_t>(free_transient_.size()) == T_);
+    uint8_t* host = staging_ptr(free_staging_.front());
+    uint8_t* device = transient_ptr(free_transient_.front());
+    read_expert_blocking(layer, 0, host);
+    const uint64_t bytes = m_.expert_bytes_each(layer);
+    HostPathProbe p;
+    p.copy_ms = 1e30;
+    for (int r = 0; r < reps; ++r) {
+        const auto t0 = Clock::now();
+        backend_.copy(device, host, bytes, CopyKind::kHostToDevice);
+        p.copy_ms = std::min(p.copy_ms, ms_between(t0, Clock::now()));
+    }
+    m_.expert_views(layer, host, &p.host.gate, &p.host.up, &p.host.down);
+    p.host.on_host = true;
+    m_.expert_views(layer, device, &p.device.gate, &p.device.up, &p.device.down);
+    return p;
 }
 
 StoreCounters TieredExpertStore::counters() const {

@@ -17,6 +17,10 @@
 // attention half computes, before routing names the ones used (under resident-only routing
 // every used expert is resident, and with several picks per candidate nearly all are used).
 // begin_layer keeps the copies of the used ones; an unused one costs its PCIe bytes, counted.
+// Host compute (--decode-experts cpu | hybrid, runtime/decode_split.h): when the caller can
+// compute on the CPU (begin_layer's host_compute: a decode step), some host-slot experts are not
+// copied at all: next_ready hands them out as host views (ExpertView::on_host) at once, after
+// the ready device-side ones, so the compute thread works through them while copies land.
 // All pools are allocated once, at construction; nothing allocates per expert.
 #pragma once
 
@@ -34,6 +38,7 @@
 #include "backend/backend.h"
 #include "io/reader.h"
 #include "model/moe_model.h"
+#include "runtime/decode_split.h"
 #include "runtime/expert_slots.h"
 #include "runtime/providers.h"
 #include "runtime/residency.h"
@@ -69,6 +74,8 @@ struct StoreCounters {
     uint64_t promotion_bytes = 0;
     uint64_t speculative_copies = 0;  // host-slot experts copied before routing named them
     uint64_t speculative_unused = 0;  // of those, experts routing then did not use (PCIe bytes spent for nothing)
+    uint64_t cpu_experts = 0;        // host-resident experts computed by the CPU in place (no copy)
+    uint64_t cpu_bytes = 0;          // their bytes
     uint64_t max_reads_one_expert_pass = 0;  // most disk reads of one (layer, expert) in a pass
     uint64_t pool_allocations = 0;   // start-up allocations; never grows afterwards
 
@@ -94,7 +101,7 @@ public:
     // Speculates (see above) when prefetch and speculation are on and n_slots is at least
     // kSpeculativeSlotsPerCandidate per resident expert of the layer.
     void prepare_layer(int64_t layer, int64_t n_slots) override;
-    void begin_layer(int64_t layer, const int32_t* experts, const int32_t* tokens, int64_t n) override;
+    void begin_layer(int64_t layer, const int32_t* experts, const int32_t* tokens, int64_t n, bool host_compute) override;
     int32_t next_ready(ExpertView* view) override;
     void release(int32_t expert) override;
     void end_layer() override;
@@ -119,6 +126,19 @@ public:
     // bg::Error on a read error (reads still in flight land before the store goes).
     PreloadStats preload(const std::function<void(uint64_t, uint64_t)>& progress = {});
     static constexpr int kPreloadWindow = 16;
+
+    // Where host-resident experts of a host_compute layer are computed, and the rates a hybrid
+    // split is balanced by (gpu until set).
+    void set_host_compute(DecodeExperts mode, const std::vector<HostPathRates>& rates_by_layer);
+    DecodeExperts host_compute_mode() const { return host_mode_; }
+    // For the start-up measurement of those rates: reads expert (layer, 0) from the file into a
+    // staging slot and times its copy into a transient slot (the fastest of `reps`); views of
+    // both copies stay valid until the next layer begins. Only between layers.
+    struct HostPathProbe {
+        ExpertView host, device;
+        double copy_ms = 0;
+    };
+    HostPathProbe probe_host_path(int64_t layer, int reps = 3);
 
     StoreCounters counters() const;
     // The intervals of this pass (since begin_pass) with at least one expert read in flight.
@@ -151,10 +171,12 @@ private:
     };
     struct Item {
         int32_t expert = -1;
+        int32_t tokens = 0;         // tokens it serves in this layer's unit of work
         Source source = Source::kDisk;
         Stage stage = Stage::kPending;
         bool to_hot = false;        // a hot-home expert read from disk: staging -> hot slot
         bool unused = false;        // copied on prepare_layer's hint, and routing did not name it: never delivered
+        bool on_cpu = false;        // computed by the caller's CPU from host_src (no copy)
         int32_t staging = -1, transient = -1;
         const uint8_t* host_src = nullptr;  // host slot or staging holding the bytes
         const uint8_t* compute = nullptr;   // device memory compute reads
@@ -219,6 +241,10 @@ private:
     double disk_busy_since_ms_ = 0;    // now_ms() when the first read of a busy interval went out
     Timeline disk_timeline_{timeline_capacity(m_.moe_shape().n_layer, m_.moe_shape().n_expert)};  // this pass's disk-busy intervals
     Timeline copy_timeline_{timeline_capacity(m_.moe_shape().n_layer, m_.moe_shape().n_expert)};  // this pass's copy batches
+    DecodeExperts host_mode_ = DecodeExperts::kGpu;
+    std::vector<HostPathRates> rates_;  // [layer]
+    std::vector<int32_t> split_items_, split_tokens_, split_order_;  // [n_expert] begin_layer's host split
+    std::vector<uint8_t> split_on_cpu_;                              // [n_expert]
     StoreCounters c_;
     std::string error_;  // an I/O error seen by the streamer, rethrown to the compute thread
 };

@@ -142,6 +142,7 @@ MemoryPlan plan_memory(const ModelShape& shape, const RunConfig& cfg, bool cuda,
     fc.n_ctx = cfg.n_ctx > 0 ? cfg.n_ctx : n_prompt + std::max<int64_t>(cfg.gen, 1);
     fc.max_ubatch = cfg.ubatch;
     fc.matmul = cfg.matmul;
+    fc.host_expert_positions = host_expert_positions(resolve_decode_experts(cfg.decode_experts, cuda));
     // A run always builds a residency plan (the default from router bias): a resident and a hot
     // mask per layer.
     const std::vector<std::vector<uint8_t>> masks(static_cast<size_t>(hp.n_layer), std::vector<uint8_t>(hp.n_expert));
@@ -151,9 +152,11 @@ MemoryPlan plan_memory(const ModelShape& shape, const RunConfig& cfg, bool cuda,
     for (const ModelShape::Tensor& t : shape.tensors) types[t.name] = t.type;
     const dsv41::ForwardLayout fl =
         dsv41::ForwardLayout::of(hp, shape.roles, fc, [&types](const std::string& name) { return types.at(name); });
+    // The CPU ops that compute host-resident experts hold their own scratch (none without them).
+    const uint64_t host_ops_bytes = fc.host_expert_positions > 0 ? cpu::ops_host_bytes(fl.host_ops) : 0;
     if (cuda) {
-        const dsv41::ForwardBytes f =
-            fl.bytes(false, layout.device_image_bytes, dsv41::gpu_ops_device_bytes(fl), dsv41::gpu_ops_host_bytes(fl.ops));
+        const dsv41::ForwardBytes f = fl.bytes(false, layout.device_image_bytes, dsv41::gpu_ops_device_bytes(fl),
+                                               dsv41::gpu_ops_host_bytes(fl.ops) + host_ops_bytes);
         add(MemoryTier::kVram, "dense weights (all but the token embedding)", f.device_dense);
         add(MemoryTier::kVram, strf("KV and compressed caches (%lld positions)", (long long)fc.n_ctx), f.device_caches);
         add(MemoryTier::kVram, "activations, work buffers and routing masks", f.device_work);
@@ -170,7 +173,7 @@ MemoryPlan plan_memory(const ModelShape& shape, const RunConfig& cfg, bool cuda,
         p.forward_device_bytes = f.device_dense + f.device_caches + f.device_work + f.device_matmul;
         p.forward_host_bytes = f.host;
     } else {
-        p.forward_host_bytes = fl.bytes(true, 0, 0, cpu::ops_host_bytes(fl.ops)).host;
+        p.forward_host_bytes = fl.bytes(true, 0, 0, cpu::ops_host_bytes(fl.ops) + host_ops_bytes).host;
         add(MemoryTier::kHost, strf("forward caches (%lld positions), activations and work buffers", (long long)fc.n_ctx),
             p.forward_host_bytes);
     }

@@ -66,6 +66,7 @@ nlohmann::json RunConfig::to_json() const {
         {"matmul", enum_name(matmul)},
         {"n_ctx", n_ctx},
         {"routing", enum_name(routing)},
+        {"decode_experts", enum_name(decode_experts)},
         {"residency", residency},
         {"slots", slots},
         {"hot", hot},

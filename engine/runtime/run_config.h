@@ -11,6 +11,7 @@
 #include "backend/matmul_plan.h"
 #include "backend/types.h"
 #include "io/reader.h"
+#include "runtime/decode_split.h"
 #include "runtime/runner.h"
 #include "runtime/sampler.h"
 #include "util/named_enum.h"
@@ -65,6 +66,9 @@ struct RunConfig {
     int64_t n_ctx = 0;                // 0: prompt + gen
     // Tiered store
     RoutingPolicy routing = RoutingPolicy::kExact;  // hot-pool: an interpretation
+    // Where a decode step's host-resident experts are computed (runtime/decode_split.h); the
+    // session resolves auto (hybrid on a GPU, gpu on the CPU backend) and keeps what it chose.
+    DecodeExperts decode_experts = DecodeExperts::kAuto;
     std::string residency;            // plan file from `betelgeuse profile`; "" = highest bias
     int64_t slots = kFromModel;       // S resident experts per layer
     int64_t hot = kFromModel;         // H of them in VRAM

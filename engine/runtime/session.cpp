@@ -127,6 +127,7 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
     // so the store exists before the forward that reads experts from it. Every allocation is then
     // checked against it, tier by tier.
     const bool on_device = device->dense_on_device();
+    cfg_.decode_experts = resolve_decode_experts(cfg.decode_experts, on_device);
     memory_ = plan_memory(shape, cfg, on_device, n_prompt, plan_.slots, plan_.hot);
     engram_ = std::make_unique<EngramStore>(*model_, *backend_, *engram_reader_, engram_bytes);
     if (on_device) vram_reserve_bytes_ = cfg.vram_reserve_mib * mib;
@@ -153,7 +154,9 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
     // The hot set starts as the plan's; promotion changes it (only hot-pool reads it).
     hot_mask_ = plan_.hot_masks(hp.n_expert);
     fc.hot = &hot_mask_;
-    fwd_ = std::make_unique<dsv41::Forward>(*model_, device->make_ops(*pool_), *store_, *engram_, fc);
+    fc.host_expert_positions = host_expert_positions(cfg_.decode_experts);
+    fwd_ = std::make_unique<dsv41::Forward>(*model_, device->make_ops(*pool_), *store_, *engram_, fc,
+                                            fc.host_expert_positions > 0 ? cpu::make_cpu_ops(*pool_) : nullptr);
     BG_CHECK_MSG(fwd_->device_bytes() == memory_.forward_device_bytes && fwd_->buffer_bytes() == memory_.forward_host_bytes,
                  "the forward pass holds other than its plan");
     runner_ = std::make_unique<Runner>(*model_, *fwd_);
@@ -173,6 +176,8 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
                  static_cast<unsigned long long>((runtime_device_bytes_ + mib - 1) / mib));
     }
 
+    if (cfg_.decode_experts != DecodeExperts::kGpu) measure_host_paths();
+
     const uint64_t live_vram = store_->device_bytes() + engram_->buffer_bytes() + fwd_->device_bytes() + vram_reserve_bytes_;
     const uint64_t live_host = model_->dense_bytes() + fwd_->buffer_bytes() + store_->host_bytes() +
                                engram_->buffer_bytes() + store_->timeline_bytes() + engram_->timeline().bytes();
@@ -182,6 +187,40 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
 }
 
 Session::~Session() = default;
+
+void Session::measure_host_paths() {
+    // One measurement per distinct set of expert types (K-quant presets give some layers' down
+    // matrices more bits), on that layer's expert 0, read from the file.
+    const int64_t L = model_->hp().n_layer;
+    std::vector<HostPathRates> rates(static_cast<size_t>(L));
+    for (int64_t l = 0; l < L; ++l) {
+        const ExpertTypes t = model_->expert_types(l);
+        int64_t same = -1;
+        for (int64_t j = 0; j < l && same < 0; ++j) {
+            const ExpertTypes u = model_->expert_types(j);
+            if (u.gate == t.gate && u.up == t.up && u.down == t.down) same = j;
+        }
+        if (same >= 0) {
+            rates[l] = rates[same];
+            continue;
+        }
+        const TieredExpertStore::HostPathProbe p = store_->probe_host_path(l);
+        HostPathRates& r = rates[l];
+        r.copy_ms = p.copy_ms;
+        r.gpu_ms = fwd_->time_expert_ms(p.device, l, 1, 3);
+        r.cpu_ms_one = fwd_->time_expert_ms(p.host, l, 1, 3);
+        const int64_t P = host_expert_positions(cfg_.decode_experts);
+        r.cpu_ms_per_token = P > 1 ? (fwd_->time_expert_ms(p.host, l, P, 3) - r.cpu_ms_one) / static_cast<double>(P - 1)
+                                   : r.cpu_ms_one;
+    }
+    store_->set_host_compute(cfg_.decode_experts, rates);
+    host_rates_ = rates;
+    const HostPathRates& r = rates.front();
+    std::fprintf(stderr,
+                 "decode experts: %s; per host-resident expert of layer 0 at one token: the CPU %.3f ms in place, or a "
+                 "copy %.3f ms and the device %.3f ms\n",
+                 enum_name(cfg_.decode_experts), r.cpu_ms_one, r.copy_ms, r.gpu_ms);
+}
 
 void Session::promote() {
     store_->promote();
@@ -211,6 +250,7 @@ nlohmann::json Session::run(bool verbose, const std::function<void(int32_t)>& on
                          {"io_engine", expert_reader_->engine_name()},
                          {"threads", pool_->size()},
                          {"cpu_int8_kernel", cpu::cpu_isa_name(cpu::best_cpu_isa())},  // what CPU matmuls of --matmul fast run
+                         {"decode_experts", enum_name(cfg_.decode_experts)},
                          {"prefetch", order_ == PrefillOrder::kLayerMajor},
                          {"slot_bytes", store_->slot_bytes()},
                          {"device_pool_bytes", store_->device_bytes()},
@@ -353,6 +393,7 @@ nlohmann::json Session::run(bool verbose, const std::function<void(int32_t)>& on
     const EngramCounters g0 = engram_->counters();
     begin_timelines();
     const double b0 = fwd_->device_busy_ms();
+    const double host_ms0 = fwd_->host_expert_ms();
     const double t_dec_ms = now_ms();
     const DecodeStop stop{&eog_, cfg_.ignore_eos};
     generated_ = runner_->decode(logits, cfg_.gen, sampler_.get(), on_token, stop);
@@ -363,8 +404,23 @@ nlohmann::json Session::run(bool verbose, const std::function<void(int32_t)>& on
     // The first generated token comes from the prefill's logits: decode speed counts the
     // one-token steps that followed it (none follows an end-of-generation token).
     const int64_t steps = std::max<int64_t>(0, n_generated - 1);
-    nlohmann::json dm = tier_metrics(store_->counters() - s0, engram_->counters() - g0, t_dec_ms, t_dec_end_ms,
+    const StoreCounters dd = store_->counters() - s0;
+    nlohmann::json dm = tier_metrics(dd, engram_->counters() - g0, t_dec_ms, t_dec_end_ms,
                                      b0 >= 0 ? fwd_->device_busy_ms() - b0 : -1.0);
+    // Where the host-resident experts went (--decode-experts): each path's bytes and busy time.
+    nlohmann::json rates = nlohmann::json::array();
+    for (const HostPathRates& r : host_rates_) rates.push_back(r.to_json());
+    dm["host_experts"] = {{"mode", enum_name(cfg_.decode_experts)},
+                          {"cpu_experts", dd.cpu_experts},
+                          {"cpu_bytes", dd.cpu_bytes},
+                          {"cpu_busy_ms", fwd_->host_expert_ms() - host_ms0},
+                          {"cpu_gb_s", fwd_->host_expert_ms() > host_ms0 ? dd.cpu_bytes / ((fwd_->host_expert_ms() - host_ms0) * 1e6) : 0.0},
+                          {"copied_experts", dd.host_hits + dd.disk_fetches - dd.cpu_experts},
+                          {"copied_bytes", dd.pcie_bytes},
+                          {"copy_busy_ms", dd.pcie_ms},
+                          {"cpu_share_of_host_bytes",
+                           dd.cpu_bytes + dd.pcie_bytes > 0 ? static_cast<double>(dd.cpu_bytes) / (dd.cpu_bytes + dd.pcie_bytes) : 0.0},
+                          {"rates_by_layer", rates}};
     dm["tokens"] = n_generated;
     dm["requested_tokens"] = cfg_.gen;
     dm["stopped_at_eog"] = stopped_at_eog_;

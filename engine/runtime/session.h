@@ -66,6 +66,9 @@ public:
     void promote();
 
 private:
+    // The start-up measurement --decode-experts hybrid balances by (HostPathRates per layer).
+    void measure_host_paths();
+
     RunConfig cfg_;
     uint64_t vram_reserve_bytes_ = 0;    // of the budget, for the GPU runtime (0 on the CPU)
     uint64_t runtime_device_bytes_ = 0;  // what the GPU runtime was measured to hold at start-up
@@ -86,6 +89,7 @@ private:
     std::unique_ptr<Sampler> sampler_;
     tok::EndOfGeneration eog_;
     std::vector<int32_t> prompt_, generated_;
+    std::vector<HostPathRates> host_rates_;  // [layer], empty under --decode-experts gpu
     bool stopped_at_eog_ = false;
 };
 

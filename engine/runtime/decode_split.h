@@ -1,0 +1,62 @@
+// Where a decode step's host-resident experts are computed (--decode-experts, issue 24).
+//
+// A decode token routes k experts per layer. Those in VRAM run on the GPU. Those in host slots
+// can reach the result by two paths of similar width on a PC: a PCIe copy into a transient slot
+// and the GPU's kernel, or the CPU reading the host slot in place (no copy). The split between
+// them is chosen per layer from rates measured at start-up (HostPathRates), so that both paths
+// end together. The split moves where an expert is computed, never which experts routing chose;
+// results differ only by the float rounding of the two backends' kernels.
+#pragma once
+
+#include <cstdint>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "util/named_enum.h"
+
+namespace bg {
+
+// gpu: every expert is computed on the GPU (host-resident ones copied over PCIe first); cpu:
+// every host-resident expert on the CPU where it lies; hybrid: split by the measured rates;
+// auto: hybrid where the experts' device is a GPU, gpu on the CPU backend (its "device" is the
+// same CPU, so there is no second path).
+enum class DecodeExperts { kAuto, kGpu, kCpu, kHybrid };
+template <>
+struct EnumNames<DecodeExperts> {
+    static constexpr NamedValue<DecodeExperts> kNames[] = {{DecodeExperts::kAuto, "auto"},
+                                                           {DecodeExperts::kGpu, "gpu"},
+                                                           {DecodeExperts::kCpu, "cpu"},
+                                                           {DecodeExperts::kHybrid, "hybrid"}};
+    static constexpr const char* kWhat = "--decode-experts";
+};
+
+// auto resolved for a run whose dense weights are (or are not) on a GPU.
+DecodeExperts resolve_decode_experts(DecodeExperts mode, bool on_gpu);
+
+// The MoE calls whose host-resident experts may go to the CPU, in positions
+// (dsv41::ForwardConfig::host_expert_positions): decode steps, one position, unless gpu. Prefill
+// units keep the GPU path (their experts serve many tokens each, where the GPU wins).
+inline int64_t host_expert_positions(DecodeExperts resolved) { return resolved == DecodeExperts::kGpu ? 0 : 1; }
+
+// What one host-resident expert costs on each path, measured at start-up on a real expert of
+// the model (Session: TieredExpertStore::probe_host_path and Forward::time_expert_ms).
+struct HostPathRates {
+    double cpu_ms_one = 0;        // the CPU computing it for one token (its weights read once)
+    double cpu_ms_per_token = 0;  // each further token
+    double copy_ms = 0;           // its bytes from a host slot into a transient slot
+    double gpu_ms = 0;            // the GPU computing it for one token, from device memory
+    double cpu_ms(int64_t tokens) const { return cpu_ms_one + static_cast<double>(tokens - 1) * cpu_ms_per_token; }
+    nlohmann::json to_json() const;
+};
+
+// Chooses which of n host-resident experts (tokens[i] tokens each) the CPU computes in place:
+// on_cpu[i] = 1 for those, 0 for those copied to the GPU. Returns how many go to the CPU.
+//   gpu: none. cpu: all. hybrid: the c experts with the fewest tokens (ties by position in the
+//   list), c minimising max(CPU time, copy time + one GPU kernel): the compute thread computes
+//   CPU experts while the copies land, and the GPU kernel of each copied expert is short, so the
+//   layer ends when the slower of the two paths does. Ties choose the smaller c.
+// `order` is n entries of caller scratch (nothing is allocated). A pure function of its inputs.
+int64_t split_host_experts(DecodeExperts mode, const HostPathRates& r, const int32_t* tokens, int64_t n,
+                           uint8_t* on_cpu, int32_t* order);
+
+}  // namespace bg

@@ -1,0 +1,147 @@
+// --decode-experts (issue 24): where a decode step's host-resident experts are computed.
+//  - The split is a pure function of the rates and token counts (runtime/decode_split.h).
+//  - On the tiny model, CPU backend: gpu, cpu and hybrid give the same tokens; every host-resident
+//    expert byte of decode is either copied or computed by the CPU in place, never both; cpu
+//    copies only what came from disk; prefill never uses the CPU path.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "model_fixture.h"
+#include "runtime/decode_split.h"
+#include "runtime/session.h"
+
+namespace {
+
+using bg::DecodeExperts;
+
+std::vector<uint8_t> split(DecodeExperts mode, const bg::HostPathRates& r, const std::vector<int32_t>& tokens,
+                           int64_t* chosen = nullptr) {
+    std::vector<uint8_t> on_cpu(tokens.size(), 7);
+    std::vector<int32_t> order(tokens.size(), -1);
+    const int64_t c = bg::split_host_experts(mode, r, tokens.data(), static_cast<int64_t>(tokens.size()), on_cpu.data(),
+                                             order.data());
+    int64_t n = 0;
+    for (uint8_t v : on_cpu) {
+        EXPECT_TRUE(v == 0 || v == 1);
+        n += v;
+    }
+    EXPECT_EQ(n, c);
+    if (chosen) *chosen = c;
+    return on_cpu;
+}
+
+// The H200's measured shape of it: one MXFP4 expert 0.51 ms on 16 cores, its copy 0.36 ms.
+bg::HostPathRates h200_like() {
+    bg::HostPathRates r;
+    r.cpu_ms_one = 0.51;
+    r.cpu_ms_per_token = 0.2;
+    r.copy_ms = 0.36;
+    r.gpu_ms = 0.04;
+    return r;
+}
+
+TEST(DecodeSplit, GpuNoneCpuAll) {
+    const std::vector<int32_t> tokens = {1, 1, 1, 1};
+    EXPECT_EQ(split(DecodeExperts::kGpu, h200_like(), tokens), std::vector<uint8_t>(4, 0));
+    EXPECT_EQ(split(DecodeExperts::kCpu, h200_like(), tokens), std::vector<uint8_t>(4, 1));
+    EXPECT_TRUE(split(DecodeExperts::kHybrid, h200_like(), {}).empty());
+}
+
+TEST(DecodeSplit, HybridEndsBothPathsTogether) {
+    // 4 experts: 0 on the CPU ends at 4 x 0.36 + 0.04 = 1.48 ms; 1: max(0.51, 1.12); 2: max(1.02,
+    // 0.76) = 1.02; 3: max(1.53, 0.40). Two go to the CPU.
+    int64_t c = -1;
+    split(DecodeExperts::kHybrid, h200_like(), {1, 1, 1, 1}, &c);
+    EXPECT_EQ(c, 2);
+    // A CPU much slower than a copy takes none; one much faster takes all.
+    bg::HostPathRates slow = h200_like();
+    slow.cpu_ms_one = 10;
+    split(DecodeExperts::kHybrid, slow, {1, 1, 1, 1}, &c);
+    EXPECT_EQ(c, 0);
+    bg::HostPathRates fast = h200_like();
+    fast.cpu_ms_one = 0.01;
+    split(DecodeExperts::kHybrid, fast, {1, 1, 1, 1}, &c);
+    EXPECT_EQ(c, 4);
+}
+
+TEST(DecodeSplit, FewestTokensGoToTheCpuAndTheChoiceIsPure) {
+    // The CPU's cost grows with tokens: the two single-token experts (positions 1 and 3) go.
+    const std::vector<int32_t> tokens = {3, 1, 2, 1};
+    const std::vector<uint8_t> a = split(DecodeExperts::kHybrid, h200_like(), tokens);
+    EXPECT_EQ(a, (std::vector<uint8_t>{0, 1, 0, 1}));
+    EXPECT_EQ(split(DecodeExperts::kHybrid, h200_like(), tokens), a);
+    // Equal token counts: earlier in the list first.
+    EXPECT_EQ(split(DecodeExperts::kHybrid, h200_like(), {2, 2, 2, 2}),
+              (std::vector<uint8_t>{1, 0, 0, 0}));  // 0.71 vs 3 x 0.36 + 0.04 = 1.12: one; two: max(1.42, 0.76)
+}
+
+TEST(DecodeSplit, AutoIsHybridOnAGpuOnly) {
+    EXPECT_EQ(bg::resolve_decode_experts(DecodeExperts::kAuto, true), DecodeExperts::kHybrid);
+    EXPECT_EQ(bg::resolve_decode_experts(DecodeExperts::kAuto, false), DecodeExperts::kGpu);
+    EXPECT_EQ(bg::resolve_decode_experts(DecodeExperts::kCpu, false), DecodeExperts::kCpu);
+    EXPECT_EQ(bg::host_expert_positions(DecodeExperts::kGpu), 0);
+    EXPECT_EQ(bg::host_expert_positions(DecodeExperts::kHybrid), 1);
+}
+
+bg::RunConfig tiny_cfg(DecodeExperts mode, bg::RoutingPolicy routing) {
+    bg::RunConfig c;
+    c.model_path = bgtest::tiny_model();
+    c.prompt_tokens = 24;
+    c.prompt_seed = 3;
+    c.gen = 8;
+    c.ignore_eos = true;
+    c.slots = 8;
+    c.hot = 2;
+    c.transient_slots = 4;
+    c.threads = 2;
+    c.passes = 2;
+    c.routing = routing;
+    c.decode_experts = mode;
+    return c;
+}
+
+TEST(DecodeSplit, SameTokensOnEveryPathAndEachHostByteTakesOnePath) {
+    for (bg::RoutingPolicy routing : {bg::RoutingPolicy::kExact, bg::RoutingPolicy::kResidentOnly}) {
+        SCOPED_TRACE(bg::enum_name(routing));
+        std::vector<int32_t> want;
+        for (DecodeExperts mode : {DecodeExperts::kGpu, DecodeExperts::kCpu, DecodeExperts::kHybrid}) {
+            SCOPED_TRACE(bg::enum_name(mode));
+            bg::Session s(tiny_cfg(mode, routing));
+            const nlohmann::json m = s.run(false);
+            EXPECT_EQ(m["config"]["decode_experts"], bg::enum_name(mode));
+            if (want.empty()) want = s.generated();
+            EXPECT_EQ(s.generated(), want);
+            EXPECT_EQ(s.generated().size(), 8u);
+
+            const nlohmann::json& d = m["decode"];
+            const nlohmann::json& x = d["experts"];
+            const uint64_t cpu = x["cpu_bytes"], pcie = x["pcie_bytes"], host = x["host_hit_bytes"], disk = x["disk_bytes"];
+            EXPECT_EQ(cpu + pcie, host + disk) << "a host or disk expert byte is copied or computed in place, once";
+            EXPECT_GT(host, 0u) << "no host-resident expert in decode: no test";
+            EXPECT_EQ(d["host_experts"]["cpu_bytes"], x["cpu_bytes"]);
+            if (mode == DecodeExperts::kGpu) {
+                EXPECT_EQ(cpu, 0u);
+                EXPECT_TRUE(d["host_experts"]["rates_by_layer"].empty());
+            } else {
+                ASSERT_EQ(d["host_experts"]["rates_by_layer"].size(), static_cast<size_t>(s.model().hp().n_layer));
+                for (const auto& r : d["host_experts"]["rates_by_layer"]) {
+                    EXPECT_GT(r["cpu_ms_one"].get<double>(), 0.0);
+                    EXPECT_GT(r["copy_ms"].get<double>(), 0.0);
+                    EXPECT_GT(r["gpu_ms"].get<double>(), 0.0);
+                }
+            }
+            if (mode == DecodeExperts::kCpu) {
+                EXPECT_EQ(cpu, host) << "every host-resident expert on the CPU";
+                EXPECT_EQ(pcie, disk) << "only what came from disk is copied";
+                EXPECT_GT(d["host_experts"]["cpu_busy_ms"].get<double>(), 0.0);
+            }
+            for (const auto& p : m["passes"]) EXPECT_EQ(p["experts"]["cpu_experts"], 0u) << "prefill keeps the GPU path";
+        }
+    }
+}
+
+}  // namespace
