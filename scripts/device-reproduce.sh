@@ -290,7 +290,7 @@ for part in "$@"; do
       dir="$root/measurements/slice/decode-threads"; mkdir -p "$dir"
       nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$dir/machine.txt"
       nproc > "$dir/cores.txt"
-      for cfg in gpu:0 cpu:0 hybrid:0 hybrid:15 hybrid:12 hybrid:8 cpu:8; do
+      for cfg in gpu:0 cpu:0 hybrid:0 hybrid:16 hybrid:12 hybrid:8; do
         where=${cfg%%:*}; th=${cfg##*:}
         note "slice decode, --decode-experts $where --threads $th"
         "$bin" run --backend cuda --model models/slice.gguf --file scenarios/prompts/64-tokens.txt --passes 2 --gen 32 --ignore-eos \
@@ -298,7 +298,7 @@ for part in "$@"; do
           --host-budget 2875 --vram-budget 3068 --threads $th --decode-experts $where \
           --metrics-json "$dir/$where-$th.json" > "$dir/$where-$th.log" 2>&1 || status=1
         grep -E "^decode" "$dir/$where-$th.log" | tee -a "$log"
-        python3 -c "import json,sys; m=json.load(open(sys.argv[1])); d=m['decode']; h=d['host_experts']; print(sys.argv[2], 'decode %.1f tok/s' % d['decode_tok_s'], 'gpu_busy_ms', round(d['gpu_busy_ms'] or -1, 1), {k: (round(v, 3) if isinstance(v, float) else v) for k, v in h.items() if k != 'rates_by_layer'}, 'rates L0', h['rates_by_layer'][:1])" "$dir/$where-$th.json" "$cfg" 2>&1 | tee -a "$log"
+        python3 -c "import json,sys; m=json.load(open(sys.argv[1])); d=m['decode']; h=d['host_experts']; print(sys.argv[2], 'threads', m['engine']['threads'], 'decode %.1f tok/s' % d['decode_tok_s'], 'gpu_busy_ms', round(d['gpu_busy_ms'] or -1, 1), {k: (round(v, 3) if isinstance(v, float) else v) for k, v in h.items() if not k.startswith('rates')}, 'L0 start', h['rates_by_layer'][:1], 'L0 end', h['rates_by_layer_at_end'][:1])" "$dir/$where-$th.json" "$cfg" 2>&1 | tee -a "$log"
       done
       ;;
     slice-fidelity)

@@ -606,11 +606,11 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
     experts_.end_layer();
 }
 
-double Forward::time_expert_ms(const ExpertView& v, int64_t layer, int64_t m, int reps) {
+double Forward::time_expert_ms(const ExpertView& v, int64_t layer, int64_t m, int reps, bool warm_up) {
     BG_CHECK(m >= 1 && reps >= 1 && layer >= 0 && layer < hp_.n_layer);
     const ExpertMats mats{v.gate, v.up, v.down};
     double best = 1e30;
-    for (int r = 0; r <= reps; ++r) {  // the first run loads kernels and warms caches: not counted
+    for (int r = warm_up ? 0 : 1; r <= reps; ++r) {  // run 0 loads kernels and warms caches: not counted
         ops_->sync();
         const double t0 = now_ms();
         if (v.on_host) {

@@ -91,11 +91,11 @@ public:
     // construction.
     double host_expert_ms() const { return host_expert_ms_; }
     uint64_t host_experts() const { return host_experts_; }
-    // The fastest of `reps` runs (after one unmeasured) of one routed expert on m tokens, from
-    // the view's memory: on the CPU for a host view (m <= host_expert_positions), else on the
-    // backend, synced. Start-up only (the rates --decode-experts hybrid balances by); the
-    // activations are whatever the buffers hold.
-    double time_expert_ms(const ExpertView& v, int64_t layer, int64_t m, int reps);
+    // The fastest of `reps` runs (after one unmeasured where warm_up) of one routed expert on m
+    // tokens, from the view's memory: on the CPU for a host view (m <= host_expert_positions),
+    // else on the backend, synced. Start-up only (the rates --decode-experts hybrid balances
+    // by); the activations are whatever the buffers hold.
+    double time_expert_ms(const ExpertView& v, int64_t layer, int64_t m, int reps, bool warm_up = true);
     // Rows of the layer's Engram table the token at `pos` hashes to.
     void engram_rows(int64_t layer, int64_t pos, uint64_t* rows) const;
 

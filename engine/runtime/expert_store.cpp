@@ -406,6 +406,7 @@ int32_t TieredExpertStore::next_ready(ExpertView* view) {
     if (!error_.empty()) throw Error(error_);
     Item& it = items_[i];
     it.stage = Stage::kDelivered;
+    if (it.on_cpu) it.handed_ms = now_ms();
     ++delivered_;
     m_.expert_views(layer_, it.on_cpu ? it.host_src : it.compute, &view->gate, &view->up, &view->down);
     view->on_host = it.on_cpu;
@@ -418,6 +419,10 @@ void TieredExpertStore::release(int32_t expert) {
         Item& it = items_[item_of_[expert]];
         BG_CHECK(it.stage == Stage::kDelivered);
         it.stage = Stage::kDone;
+        if (it.on_cpu && it.tokens == 1) {
+            double& r = rates_[static_cast<size_t>(layer_)].cpu_ms_one;
+            r += kRateWeight * ((now_ms() - it.handed_ms) - r);
+        }
         if (it.transient >= 0) free_transient_.push_back(it.transient);
         it.transient = -1;
         ++done_;
@@ -554,6 +559,11 @@ bool TieredExpertStore::do_copies(std::unique_lock<std::mutex>& lk) {
     lk.lock();
     c_.pcie_wall_ms += wall_ms;
     c_.pcie_ms += engine_ms;
+    if (host_mode_ == DecodeExperts::kHybrid && layer_ >= 0) {
+        // What one expert's copy took in this batch (all of one layer's size).
+        double& r = rates_[static_cast<size_t>(layer_)].copy_ms;
+        r += kRateWeight * (engine_ms / static_cast<double>(copy_batch_.size()) - r);
+    }
     copy_timeline_.add(t0_ms, now_ms());  // batches follow one another on this thread: in order, disjoint
     return true;
 }
@@ -734,27 +744,37 @@ void TieredExpertStore::set_host_compute(DecodeExperts mode, const std::vector<H
     rates_ = rates;
 }
 
-TieredExpertStore::HostPathProbe TieredExpertStore::probe_host_path(int64_t layer, int reps) {
+TieredExpertStore::HostPathProbe TieredExpertStore::probe_host_path(int64_t layer) {
     std::lock_guard<std::mutex> g(mu_);
-    BG_CHECK(!active_ && !prepared_ && reps >= 1 && layer >= 0 && layer < L_);
-    // Between layers every staging and transient slot is free; the last of each is the one
-    // least likely to be the next handed out (the free lists are stacks).
+    BG_CHECK(!active_ && !prepared_ && layer >= 0 && layer < L_);
+    // Between layers every staging and transient slot is free.
     BG_CHECK(static_cast<int64_t>(free_staging_.size()) == T_ && static_cast<int64_t>(free_transient_.size()) == T_);
-    uint8_t* host = staging_ptr(free_staging_.front());
+    const int64_t n = std::min<int64_t>({kProbeExperts, T_, m_.moe_shape().n_expert});
     uint8_t* device = transient_ptr(free_transient_.front());
-    read_expert_blocking(layer, 0, host);
     const uint64_t bytes = m_.expert_bytes_each(layer);
     HostPathProbe p;
-    p.copy_ms = 1e30;
-    for (int r = 0; r < reps; ++r) {
+    std::vector<double> copy_ms;
+    for (int64_t i = 0; i < n; ++i) {
+        uint8_t* host = staging_ptr(free_staging_[static_cast<size_t>(i)]);
+        read_expert_blocking(layer, static_cast<int32_t>(i), host);
         const auto t0 = Clock::now();
         backend_.copy(device, host, bytes, CopyKind::kHostToDevice);
-        p.copy_ms = std::min(p.copy_ms, ms_between(t0, Clock::now()));
+        copy_ms.push_back(ms_between(t0, Clock::now()));
+        ExpertView v;
+        m_.expert_views(layer, host, &v.gate, &v.up, &v.down);
+        v.on_host = true;
+        p.host.push_back(v);
     }
-    m_.expert_views(layer, host, &p.host.gate, &p.host.up, &p.host.down);
-    p.host.on_host = true;
+    std::sort(copy_ms.begin(), copy_ms.end());
+    p.copy_ms = copy_ms[copy_ms.size() / 2];
+    backend_.copy(device, staging_ptr(free_staging_.front()), bytes, CopyKind::kHostToDevice);
     m_.expert_views(layer, device, &p.device.gate, &p.device.up, &p.device.down);
     return p;
+}
+
+std::vector<HostPathRates> TieredExpertStore::host_path_rates() const {
+    std::lock_guard<std::mutex> g(mu_);
+    return rates_;
 }
 
 StoreCounters TieredExpertStore::counters() const {

@@ -128,17 +128,27 @@ public:
     static constexpr int kPreloadWindow = 16;
 
     // Where host-resident experts of a host_compute layer are computed, and the rates a hybrid
-    // split is balanced by (gpu until set).
+    // split is balanced by (gpu until set). The rates start as measured at start-up and follow
+    // what the run measures (kRateWeight of each new figure): the CPU time of each expert it
+    // computed for one token (from its hand-out to its release) and the copy-engine time of each
+    // batch of copies per expert. Both paths read the same host memory, so each slows the other
+    // in a way no start-up measurement of one path alone sees.
     void set_host_compute(DecodeExperts mode, const std::vector<HostPathRates>& rates_by_layer);
     DecodeExperts host_compute_mode() const { return host_mode_; }
-    // For the start-up measurement of those rates: reads expert (layer, 0) from the file into a
-    // staging slot and times its copy into a transient slot (the fastest of `reps`); views of
-    // both copies stay valid until the next layer begins. Only between layers.
+    std::vector<HostPathRates> host_path_rates() const;
+    static constexpr double kRateWeight = 0.25;
+    // For the start-up measurement of those rates: reads experts 0, 1, ... of the layer from the
+    // file into up to kProbeExperts staging slots (more bytes than a CPU cache holds, so each
+    // is read from memory when computed in turn) and times the copy of each into a transient
+    // slot (the median); the views of both stay valid until the next layer begins. Only between
+    // layers.
+    static constexpr int kProbeExperts = 8;
     struct HostPathProbe {
-        ExpertView host, device;
+        std::vector<ExpertView> host;  // one per expert read
+        ExpertView device;             // the first one's copy
         double copy_ms = 0;
     };
-    HostPathProbe probe_host_path(int64_t layer, int reps = 3);
+    HostPathProbe probe_host_path(int64_t layer);
 
     StoreCounters counters() const;
     // The intervals of this pass (since begin_pass) with at least one expert read in flight.
@@ -177,6 +187,7 @@ private:
         bool to_hot = false;        // a hot-home expert read from disk: staging -> hot slot
         bool unused = false;        // copied on prepare_layer's hint, and routing did not name it: never delivered
         bool on_cpu = false;        // computed by the caller's CPU from host_src (no copy)
+        double handed_ms = 0;       // when next_ready handed an on_cpu item out (now_ms)
         int32_t staging = -1, transient = -1;
         const uint8_t* host_src = nullptr;  // host slot or staging holding the bytes
         const uint8_t* compute = nullptr;   // device memory compute reads

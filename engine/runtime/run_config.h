@@ -56,7 +56,7 @@ struct RunConfig {
     PrefillOrder prefill = PrefillOrder::kLayerMajor;  // layer-major overlaps reads and copies with compute
     int64_t ubatch = 16;
     int64_t passes = 1;               // prefill passes over the same prompt: 1 cold, then warm
-    int threads = 0;                  // 0: all cores
+    int threads = 0;                  // 0: all cores (on a GPU all but one, for the expert store's streamer)
     BackendChoice backend = BackendChoice::kAuto;
     int64_t sm_limit = 0;             // CUDA: run on this many SMs (rounded down to what the GPU allows); 0: all
     SwigluClamp swiglu_clamp = SwigluClamp::kDeepSeek;
