@@ -19,8 +19,6 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
     return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-std::string mib(uint64_t b) { return strf("%.1f MiB", b / 1048576.0); }
-
 }  // namespace
 
 nlohmann::json StoreConfig::to_json() const {
@@ -93,94 +91,24 @@ TieredExpertStore::TieredExpertStore(const MoeModel& m, Backend& backend, io::Re
     H_ = plan.hot;
     T_ = cfg.transient_slots;
     if (plan.n_layer() != L_) fail("store: the residency plan has %lld layers, the model %lld", (long long)plan.n_layer(), (long long)L_);
-    if (T_ < 1) fail("store: --transient-slots must be >= 1");
     std::vector<uint64_t> each(static_cast<size_t>(L_));
     for (int64_t l = 0; l < L_; ++l) each[static_cast<size_t>(l)] = m.expert_bytes_each(l);
-    slots_ = ExpertSlots::of(each);
-    const uint64_t shared = slots_.largest, every_layer = slots_.layer_sum;
-    const std::string layer_slot =
-        slots_.uniform() ? mib(shared)
-                         : strf("%s-%s by layer", mib(*std::min_element(slots_.layer.begin(), slots_.layer.end())).c_str(),
-                                mib(shared).c_str());
-
-    // Budgets, checked before anything is allocated, with what would fit.
-    device_bytes_ = slots_.device_pool_bytes(H_, T_);
-    if (cfg.lru_slots < 0) fail("store: --lru-slots must be >= 0");
-    host_bytes_ = slots_.host_pool_bytes(S_, H_, T_, cfg.lru_slots);
-    const uint64_t dev_need = device_bytes_ + cfg.device_fixed_bytes;
-    if (dev_need > cfg.vram_budget_bytes && cfg.vram_budget_bytes < cfg.device_fixed_bytes + shared) {
-        // Not even one transient slot fits beside the fixed part: no --hot or --transient-slots helps.
-        fail("store: VRAM budget %s cannot hold even the %s of Engram buffer, weights, caches and work buffers "
-             "plus one transient slot of %s; it would need --vram-budget %llu at least (with --hot 0 "
-             "--transient-slots 1)",
-             mib(cfg.vram_budget_bytes).c_str(), mib(cfg.device_fixed_bytes).c_str(), mib(shared).c_str(),
-             static_cast<unsigned long long>((cfg.device_fixed_bytes + shared + 1048575) / 1048576));
-    }
-    if (dev_need > cfg.vram_budget_bytes && cfg.vram_budget_bytes < cfg.device_fixed_bytes + T_ * shared) {
-        // Below the fixed part and the transient area: fewer transient slots is the only way.
-        const uint64_t fit_t = (cfg.vram_budget_bytes - cfg.device_fixed_bytes) / shared;
-        fail("store: VRAM budget %s cannot hold %lld transient slots x %s + %s of Engram buffer, weights, caches "
-             "and work buffers even with --hot 0; it would fit --hot 0 --transient-slots %llu",
-             mib(cfg.vram_budget_bytes).c_str(), (long long)T_, mib(shared).c_str(),
-             mib(cfg.device_fixed_bytes).c_str(), static_cast<unsigned long long>(fit_t));
-    }
-    if (dev_need > cfg.vram_budget_bytes) {
-        const uint64_t room = cfg.vram_budget_bytes > cfg.device_fixed_bytes + T_ * shared
-                                  ? cfg.vram_budget_bytes - cfg.device_fixed_bytes - T_ * shared : 0;
-        fail("store: VRAM budget %s cannot hold %lld layers x %lld hot slots x %s + %lld transient slots + %s of "
-             "Engram buffer, weights, caches and work buffers (%s in all); it would fit --hot %llu",
-             mib(cfg.vram_budget_bytes).c_str(), (long long)L_, (long long)H_, layer_slot.c_str(), (long long)T_,
-             mib(cfg.device_fixed_bytes).c_str(), mib(dev_need).c_str(),
-             static_cast<unsigned long long>(room / every_layer));
-    }
+    SlotPoolConfig pc;
+    pc.n_layer = L_;
+    pc.slots = S_;
+    pc.hot = H_;
+    pc.transient_slots = T_;
+    pc.lru_slots = cfg.lru_slots;
+    pc.vram_budget_bytes = cfg.vram_budget_bytes;
+    pc.host_budget_bytes = cfg.host_budget_bytes;
+    pc.device_fixed_bytes = cfg.device_fixed_bytes;
     // The store's own fixed part (its disk and copy timelines) counts with the rest of the fixed
     // host memory.
-    const uint64_t host_fixed = cfg.host_fixed_bytes + timeline_bytes();
-    const uint64_t host_need = host_bytes_ + host_fixed;
-    if (host_need > cfg.host_budget_bytes) {
-        const uint64_t other = host_fixed + (T_ + cfg.lru_slots) * shared;
-        const uint64_t room = cfg.host_budget_bytes > other ? cfg.host_budget_bytes - other : 0;
-        fail("store: host budget %s cannot hold %lld layers x %lld host slots x %s + %lld staging and %lld LRU slots + %s "
-             "of dense weights, caches and work buffers (%s in all); it would fit --slots %llu with --hot %lld",
-             mib(cfg.host_budget_bytes).c_str(), (long long)L_, (long long)(S_ - H_), layer_slot.c_str(),
-             (long long)T_, (long long)cfg.lru_slots, mib(host_fixed).c_str(), mib(host_need).c_str(),
-             static_cast<unsigned long long>(room / every_layer + H_), (long long)H_);
-    }
-    device_ = backend.alloc_device(device_bytes_);
-    host_ = backend.alloc_host(host_bytes_);
+    pc.host_fixed_bytes = cfg.host_fixed_bytes + timeline_bytes();
+    pool_ = std::make_unique<ExpertSlotPool>(backend, ExpertSlots::of(each), pc);
     c_.pool_allocations = 2;
-    for (int64_t l = 0; l < L_; ++l) {
-        hot_base_.push_back(slots_.layer_base(l, H_));
-        host_base_.push_back(slots_.layer_base(l, S_ - H_));
-    }
-    transient_base_ = static_cast<uint64_t>(H_) * every_layer;
-    staging_base_ = static_cast<uint64_t>(S_ - H_) * every_layer;
-    lru_base_ = staging_base_ + static_cast<uint64_t>(T_) * shared;
-
     const int64_t ne = shape.n_expert;
-    homes_.assign(L_, std::vector<Home>(ne));
-    hot_owner_.assign(L_, std::vector<int32_t>(H_, -1));
-    host_owner_.assign(L_, std::vector<int32_t>(S_ - H_, -1));
-    usage_.assign(L_, std::vector<uint64_t>(ne, 0));
-    reads_pass_.assign(L_, std::vector<uint16_t>(ne, 0));
-    for (int64_t l = 0; l < L_; ++l) {
-        int32_t hs = 0, ss = 0;
-        for (int32_t e : plan.hot_ids[l]) {
-            homes_[l][e] = {2, false, hs};
-            hot_owner_[l][hs++] = e;
-        }
-        for (int32_t e : plan.resident[l]) {
-            if (homes_[l][e].tier) continue;
-            homes_[l][e] = {1, false, ss};
-            host_owner_[l][ss++] = e;
-        }
-    }
-    for (int32_t i = static_cast<int32_t>(T_) - 1; i >= 0; --i) {
-        free_staging_.push_back(i);
-        free_transient_.push_back(i);
-    }
-    lru_owner_.assign(cfg.lru_slots, {-1, -1});
-    lru_stamp_.assign(cfg.lru_slots, 0);
+    homes_ = std::make_unique<ExpertHomes>(plan, ne, cfg.lru_slots);
     items_.resize(ne);
     item_of_.assign(ne, -1);
     for (auto* v : {&split_items_, &split_tokens_, &split_order_}) v->assign(ne, 0);
@@ -202,22 +130,11 @@ TieredExpertStore::~TieredExpertStore() {
     thread_.join();
     // Reads still in flight (after an error) must land before the buffers go.
     while (reader_.pending() > 0) reader_.poll(done_ops_.data(), done_ops_.size(), true);
-    backend_.free_device(device_);
-    backend_.free_host(host_);
-}
-
-uint8_t* TieredExpertStore::home_ptr(int64_t layer, const Home& h) const {
-    const uint64_t own = slots_.layer[static_cast<size_t>(layer)];
-    if (h.tier == 2) return device_ + hot_base_[static_cast<size_t>(layer)] + static_cast<uint64_t>(h.slot) * own;
-    if (h.tier == 3) return host_ + lru_base_ + static_cast<uint64_t>(h.slot) * slots_.largest;
-    BG_CHECK(h.tier == 1);
-    return host_ + host_base_[static_cast<size_t>(layer)] + static_cast<uint64_t>(h.slot) * own;
 }
 
 void TieredExpertStore::begin_pass() {
     std::lock_guard<std::mutex> g(mu_);
-    for (auto& u : usage_) std::fill(u.begin(), u.end(), 0);
-    for (auto& r : reads_pass_) std::fill(r.begin(), r.end(), 0);
+    homes_->begin_pass();
     c_.max_reads_one_expert_pass = 0;
     disk_timeline_.clear();
     copy_timeline_.clear();
@@ -226,8 +143,7 @@ void TieredExpertStore::begin_pass() {
 void TieredExpertStore::evict_all() {
     std::lock_guard<std::mutex> g(mu_);
     BG_CHECK(!active_);
-    for (auto& layer : homes_)
-        for (Home& h : layer) h.loaded = false;
+    homes_->evict_all();
 }
 
 void TieredExpertStore::prepare_layer(int64_t layer, int64_t n_slots) {
@@ -235,14 +151,14 @@ void TieredExpertStore::prepare_layer(int64_t layer, int64_t n_slots) {
     BG_CHECK(!active_ && !prepared_);
     if (!cfg_.prefetch || !cfg_.speculative || n_slots < kSpeculativeSlotsPerCandidate * S_) return;
     int64_t n = 0;
-    for (int32_t e : host_owner_[layer]) {
-        if (e < 0 || !homes_[layer][e].loaded) continue;  // a cold slot: its disk read waits for routing
+    for (int32_t e : homes_->host_owners(layer)) {
+        if (e < 0 || !homes_->at(layer, e).loaded) continue;  // a cold slot: its disk read waits for routing
         Item& it = items_[n];
         it = Item{};
         it.expert = e;
         it.source = Source::kHost;
         it.stage = Stage::kInHost;
-        it.host_src = home_ptr(layer, homes_[layer][e]);
+        it.host_src = pool_->slot_of(layer, homes_->at(layer, e));
         item_of_[e] = static_cast<int32_t>(n++);
     }
     if (n == 0) return;
@@ -261,7 +177,7 @@ void TieredExpertStore::prepare_layer(int64_t layer, int64_t n_slots) {
 // Caller holds mu_.
 void TieredExpertStore::finish_unused_locked(Item& it) {
     BG_CHECK(it.unused && it.stage != Stage::kCopying);
-    if (it.transient >= 0) free_transient_.push_back(it.transient);
+    if (it.transient >= 0) pool_->give_transient(it.transient);
     it.transient = -1;
     it.stage = Stage::kDone;
     ++done_;
@@ -283,17 +199,13 @@ void TieredExpertStore::begin_layer(int64_t layer, const int32_t* experts, const
     if (!prepared) n_items_ = done_ = 0;
     delivered_ = requested_ = 0;
     n_deliver_ = n;
-    const uint64_t stamp = ++lru_clock_;
-    for (int64_t i = 0; i < n; ++i) {
-        const Home& h = homes_[layer][experts[i]];
-        if (h.tier == 3) lru_stamp_[h.slot] = stamp;  // in use by this layer: not a victim
-    }
+    const uint64_t stamp = homes_->begin_lru_layer(layer, experts, n);
     for (int64_t i = 0; i < n; ++i) {
         const int32_t e = experts[i];
         const uint64_t bytes = m_.expert_bytes_each(layer);
         c_.consumed_bytes += bytes;
-        Home& h = homes_[layer][e];
-        if (h.tier == 1 || h.tier == 2) usage_[layer][e] += static_cast<uint64_t>(tokens[i]);
+        Home& h = homes_->at(layer, e);
+        homes_->add_usage(layer, e, tokens[i]);
         const int32_t j = item_of_[e];
         if (j >= 0 && j < n_spec && items_[j].expert == e) {
             items_[j].unused = false;  // copied (or copying) already: a host hit
@@ -307,35 +219,24 @@ void TieredExpertStore::begin_layer(int64_t layer, const int32_t* experts, const
         it.expert = e;
         it.tokens = tokens[i];
         item_of_[e] = static_cast<int32_t>(n_items_++);
-        if (h.tier == 0 && !lru_stamp_.empty()) {
-            // Not resident: take the least recently used LRU slot that this layer is not using.
-            int64_t victim = -1;
-            for (size_t j = 0; j < lru_stamp_.size(); ++j)
-                if (lru_stamp_[j] != stamp && (victim < 0 || lru_stamp_[j] < lru_stamp_[victim])) victim = static_cast<int64_t>(j);
-            if (victim >= 0) {
-                const auto [ol, oe] = lru_owner_[victim];
-                if (ol >= 0) homes_[ol][oe] = Home{};
-                h = Home{3, false, static_cast<int32_t>(victim)};
-                lru_owner_[victim] = {static_cast<int32_t>(layer), e};
-                lru_stamp_[victim] = stamp;
-            }
-        }
-        if (h.tier == 2 && h.loaded) {
+        // Not resident: the least recently used LRU slot this layer is not using, if any.
+        if (h.tier == Tier::kNone) homes_->take_lru(layer, e, stamp);
+        if (h.tier == Tier::kHot && h.loaded) {
             it.source = Source::kVram;
             it.stage = Stage::kReady;
-            it.compute = home_ptr(layer, h);
+            it.compute = pool_->slot_of(layer, h);
             ++c_.vram_hits;
             c_.vram_hit_bytes += bytes;
-        } else if ((h.tier == 1 || h.tier == 3) && h.loaded) {
+        } else if (h.host_slot() && h.loaded) {
             it.source = Source::kHost;
             it.stage = Stage::kInHost;
-            it.host_src = home_ptr(layer, h);
+            it.host_src = pool_->slot_of(layer, h);
             ++c_.host_hits;
             c_.host_hit_bytes += bytes;
         } else {
             it.source = Source::kDisk;
             it.stage = Stage::kPending;
-            it.to_hot = h.tier == 2;
+            it.to_hot = h.tier == Tier::kHot;
             ++c_.disk_fetches;
             c_.disk_bytes += bytes;
         }
@@ -423,7 +324,7 @@ void TieredExpertStore::release(int32_t expert) {
             double& r = rates_[static_cast<size_t>(layer_)].cpu_ms_one;
             r += kRateWeight * ((now_ms() - it.handed_ms) - r);
         }
-        if (it.transient >= 0) free_transient_.push_back(it.transient);
+        if (it.transient >= 0) pool_->give_transient(it.transient);
         it.transient = -1;
         ++done_;
         ++events_;
@@ -454,15 +355,14 @@ bool TieredExpertStore::start_reads_locked() {
     for (int64_t i = 0; i < limit; ++i) {
         Item& it = items_[i];
         if (it.stage != Stage::kPending) continue;
-        Home& h = homes_[layer_][it.expert];
+        const Home& h = homes_->at(layer_, it.expert);
         uint8_t* dst;
-        if (h.tier == 1 || h.tier == 3) {
-            dst = home_ptr(layer_, h);
+        if (h.host_slot()) {
+            dst = pool_->slot_of(layer_, h);
         } else {
-            if (free_staging_.empty()) break;  // keep order: later experts wait for staging
-            it.staging = free_staging_.back();
-            free_staging_.pop_back();
-            dst = staging_ptr(it.staging);
+            if (pool_->free_staging() == 0) break;  // keep order: later experts wait for staging
+            it.staging = pool_->take_staging();
+            dst = pool_->staging(it.staging);
         }
         const ExpertRanges r = m_.expert_ranges(layer_, it.expert);
         const ByteRange parts[3] = {r.gate, r.up, r.down};
@@ -480,8 +380,7 @@ bool TieredExpertStore::start_reads_locked() {
         it.host_src = dst;
         it.reads_left = 3;
         it.stage = Stage::kReading;
-        uint16_t& reads = reads_pass_[layer_][it.expert];
-        reads = static_cast<uint16_t>(std::min<int>(reads + 1, 65535));
+        const uint16_t reads = homes_->count_read(layer_, it.expert);
         c_.max_reads_one_expert_pass = std::max<uint64_t>(c_.max_reads_one_expert_pass, reads);
         if (reads_in_flight_ == 0) disk_busy_since_ms_ = now_ms();
         reads_in_flight_ += 3;
@@ -505,8 +404,8 @@ void TieredExpertStore::complete_read(io::ReadOp* op) {
     if (--it.reads_left > 0) return;
     c_.disk_read_bytes = reader_.stats().bytes_read;
     if (!error_.empty()) return;
-    Home& h = homes_[layer_][it.expert];
-    if (h.tier == 1 || h.tier == 3) h.loaded = true;
+    Home& h = homes_->at(layer_, it.expert);
+    if (h.host_slot()) h.loaded = true;
     it.stage = Stage::kInHost;
 }
 
@@ -522,12 +421,11 @@ bool TieredExpertStore::do_copies(std::unique_lock<std::mutex>& lk) {
         if (it.stage != Stage::kInHost) continue;
         uint8_t* dst;
         if (it.to_hot) {
-            dst = home_ptr(layer_, homes_[layer_][it.expert]);
+            dst = pool_->slot_of(layer_, homes_->at(layer_, it.expert));
         } else {
-            if (free_transient_.empty()) break;
-            it.transient = free_transient_.back();
-            free_transient_.pop_back();
-            dst = transient_ptr(it.transient);
+            if (pool_->free_transient() == 0) break;
+            it.transient = pool_->take_transient();
+            dst = pool_->transient(it.transient);
         }
         it.stage = Stage::kCopying;
         copy_batch_.push_back({i, dst, it.host_src, m_.expert_bytes_each(layer_), 0});
@@ -544,10 +442,10 @@ bool TieredExpertStore::do_copies(std::unique_lock<std::mutex>& lk) {
         Item& it = items_[q.item];
         c_.pcie_bytes += q.bytes;
         if (it.staging >= 0) {
-            free_staging_.push_back(it.staging);
+            pool_->give_staging(it.staging);
             it.staging = -1;
         }
-        if (it.to_hot) homes_[layer_][it.expert].loaded = true;
+        if (it.to_hot) homes_->at(layer_, it.expert).loaded = true;
         it.compute = q.dst;
         it.stage = Stage::kReady;
         if (it.unused) finish_unused_locked(it);
@@ -595,47 +493,28 @@ void TieredExpertStore::streamer() {
 void TieredExpertStore::promote() {
     std::lock_guard<std::mutex> g(mu_);
     BG_CHECK(!active_);
-    uint8_t* tmp = staging_ptr(0);  // idle now; a shared slot holds any layer's expert
+    uint8_t* tmp = pool_->staging(0);  // idle now; a shared slot holds any layer's expert
     for (int64_t l = 0; l < L_; ++l) {
-        std::vector<int32_t> res = plan_.resident[l];
-        std::stable_sort(res.begin(), res.end(), [&](int32_t a, int32_t b) {
-            if (usage_[l][a] != usage_[l][b]) return usage_[l][a] > usage_[l][b];
-            return a < b;
-        });
-        std::vector<uint8_t> want_hot(homes_[l].size(), 0);
-        for (int64_t j = 0; j < H_; ++j) want_hot[res[j]] = 1;
-        std::vector<int32_t> leaving, entering;
-        for (int32_t e : hot_owner_[l])
-            if (!want_hot[e]) leaving.push_back(e);
-        for (int64_t j = 0; j < H_; ++j)
-            if (homes_[l][res[j]].tier != 2) entering.push_back(res[j]);
-        BG_CHECK(leaving.size() == entering.size());
         const uint64_t bytes = m_.expert_bytes_each(l);
-        for (size_t j = 0; j < leaving.size(); ++j) {
-            Home& out = homes_[l][leaving[j]];  // hot -> host
-            Home& in = homes_[l][entering[j]];  // host -> hot
-            uint8_t* dev = home_ptr(l, out);
-            uint8_t* hst = home_ptr(l, in);
+        for (const ExpertHomes::Swap& sw : homes_->promotion(l, plan_.resident[l])) {
+            const Home& out = homes_->at(l, sw.leaving);  // hot -> host
+            const Home& in = homes_->at(l, sw.entering);  // host -> hot
+            uint8_t* dev = pool_->slot_of(l, out);
+            uint8_t* hst = pool_->slot_of(l, in);
             // Swap the two slots' bytes through an idle staging slot.
             if (out.loaded) backend_.copy(tmp, dev, bytes, CopyKind::kDeviceToHost);
             if (in.loaded) backend_.copy(dev, hst, bytes, CopyKind::kHostToDevice);
             if (out.loaded) backend_.copy(hst, tmp, bytes, CopyKind::kHostToHost);
             c_.promotion_bytes += (out.loaded ? bytes : 0) + (in.loaded ? bytes : 0);
             c_.promotions += 2;
-            std::swap(out.slot, in.slot);
-            std::swap(out.tier, in.tier);
-            // `loaded` stays with each expert: its bytes moved with it.
-            hot_owner_[l][in.slot] = entering[j];
-            host_owner_[l][out.slot] = leaving[j];
+            homes_->apply(l, sw);
         }
     }
 }
 
 std::vector<int32_t> TieredExpertStore::hot_experts(int64_t layer) const {
     std::lock_guard<std::mutex> g(mu_);
-    std::vector<int32_t> v = hot_owner_[layer];
-    std::sort(v.begin(), v.end());
-    return v;
+    return homes_->hot_experts(layer);
 }
 
 nlohmann::json PreloadStats::to_json() const {
@@ -656,10 +535,10 @@ PreloadStats TieredExpertStore::preload(const std::function<void(uint64_t, uint6
     std::vector<Job> jobs;
     uint64_t total = 0;
     for (int64_t l = 0; l < L_; ++l)
-        for (size_t e = 0; e < homes_[l].size(); ++e) {
-            const Home& h = homes_[l][e];
-            if ((h.tier == 1 || h.tier == 2) && !h.loaded) {
-                jobs.push_back({l, static_cast<int32_t>(e)});
+        for (int32_t e = 0; e < homes_->n_expert(); ++e) {
+            const Home& h = homes_->at(l, e);
+            if (h.resident() && !h.loaded) {
+                jobs.push_back({l, e});
                 total += m_.expert_bytes_each(l);
             }
         }
@@ -681,19 +560,16 @@ PreloadStats TieredExpertStore::preload(const std::function<void(uint64_t, uint6
     while ((error.empty() && next < jobs.size()) || free_window.size() < window.size()) {
         while (error.empty() && next < jobs.size() && !free_window.empty()) {
             const Job& j = jobs[next];
-            const Home& h = homes_[j.layer][j.expert];
-            const bool staged = h.tier == 2 && !hot_in_host_memory;
-            if (staged && free_staging_.empty()) break;  // the next hot expert waits for a staging slot
+            const Home& h = homes_->at(j.layer, j.expert);
+            const bool staged = h.tier == Tier::kHot && !hot_in_host_memory;
+            if (staged && pool_->free_staging() == 0) break;  // the next hot expert waits for a staging slot
             const int32_t w = free_window.back();
             free_window.pop_back();
             InFlight& f = window[w];
             f.job = next++;
             f.staging = -1;
-            if (staged) {
-                f.staging = free_staging_.back();
-                free_staging_.pop_back();
-            }
-            uint8_t* dst = staged ? staging_ptr(f.staging) : home_ptr(j.layer, h);
+            if (staged) f.staging = pool_->take_staging();
+            uint8_t* dst = staged ? pool_->staging(f.staging) : pool_->slot_of(j.layer, h);
             const ExpertRanges r = m_.expert_ranges(j.layer, j.expert);
             const ByteRange parts[3] = {r.gate, r.up, r.down};
             f.reads_left = 3;
@@ -719,12 +595,12 @@ PreloadStats TieredExpertStore::preload(const std::function<void(uint64_t, uint6
                              (unsigned long long)op->offset, reader_.path(op->file).c_str(), std::strerror(op->error));
             if (--f.reads_left > 0) continue;
             free_window.push_back(static_cast<int32_t>(op->tag));
-            if (f.staging >= 0) free_staging_.push_back(f.staging);
+            if (f.staging >= 0) pool_->give_staging(f.staging);
             if (!error.empty()) continue;  // this expert's bytes may be incomplete: its slot stays empty
-            Home& h = homes_[j.layer][j.expert];
+            Home& h = homes_->at(j.layer, j.expert);
             const uint64_t bytes = m_.expert_bytes_each(j.layer);
             if (f.staging >= 0)
-                backend_.copy(home_ptr(j.layer, h), staging_ptr(f.staging), bytes, CopyKind::kHostToDevice);
+                backend_.copy(pool_->slot_of(j.layer, h), pool_->staging(f.staging), bytes, CopyKind::kHostToDevice);
             h.loaded = true;
             st.bytes += bytes;
             ++st.experts;
@@ -748,14 +624,15 @@ TieredExpertStore::HostPathProbe TieredExpertStore::probe_host_path(int64_t laye
     std::lock_guard<std::mutex> g(mu_);
     BG_CHECK(!active_ && !prepared_ && layer >= 0 && layer < L_);
     // Between layers every staging and transient slot is free.
-    BG_CHECK(static_cast<int64_t>(free_staging_.size()) == T_ && static_cast<int64_t>(free_transient_.size()) == T_);
+    BG_CHECK(pool_->free_staging() == T_ && pool_->free_transient() == T_);
     const int64_t n = std::min<int64_t>({kProbeExperts, T_, m_.moe_shape().n_expert});
-    uint8_t* device = transient_ptr(free_transient_.front());
+    const std::vector<int32_t>& staging = pool_->free_staging_list();
+    uint8_t* device = pool_->transient(pool_->free_transient_list().front());
     const uint64_t bytes = m_.expert_bytes_each(layer);
     HostPathProbe p;
     std::vector<double> copy_ms;
     for (int64_t i = 0; i < n; ++i) {
-        uint8_t* host = staging_ptr(free_staging_[static_cast<size_t>(i)]);
+        uint8_t* host = pool_->staging(staging[static_cast<size_t>(i)]);
         read_expert_blocking(layer, static_cast<int32_t>(i), host);
         const auto t0 = Clock::now();
         backend_.copy(device, host, bytes, CopyKind::kHostToDevice);
@@ -767,7 +644,7 @@ TieredExpertStore::HostPathProbe TieredExpertStore::probe_host_path(int64_t laye
     }
     std::sort(copy_ms.begin(), copy_ms.end());
     p.copy_ms = copy_ms[copy_ms.size() / 2];
-    backend_.copy(device, staging_ptr(free_staging_.front()), bytes, CopyKind::kHostToDevice);
+    backend_.copy(device, pool_->staging(staging.front()), bytes, CopyKind::kHostToDevice);
     m_.expert_views(layer, device, &p.device.gate, &p.device.up, &p.device.down);
     return p;
 }
@@ -792,20 +669,20 @@ void TieredExpertStore::read_expert_blocking(int64_t layer, int32_t e, uint8_t* 
 uint64_t TieredExpertStore::verify_slots() const {
     std::lock_guard<std::mutex> g(mu_);
     BG_CHECK(!active_);
-    std::vector<uint8_t> want(slots_.largest), have(slots_.largest);
+    std::vector<uint8_t> want(pool_->sizes().largest), have(pool_->sizes().largest);
     uint64_t checked = 0;
     for (int64_t l = 0; l < L_; ++l)
-        for (size_t e = 0; e < homes_[l].size(); ++e) {
-            const Home& h = homes_[l][e];
-            if (!h.tier || !h.loaded) continue;
-            read_expert_blocking(l, static_cast<int32_t>(e), want.data());
-            const uint8_t* slot = home_ptr(l, h);
-            if (h.tier == 2 && !backend_.device_is_host_addressable()) {
+        for (int32_t e = 0; e < homes_->n_expert(); ++e) {
+            const Home& h = homes_->at(l, e);
+            if (h.tier == Tier::kNone || !h.loaded) continue;
+            read_expert_blocking(l, e, want.data());
+            const uint8_t* slot = pool_->slot_of(l, h);
+            if (h.tier == Tier::kHot && !backend_.device_is_host_addressable()) {
                 backend_.copy(have.data(), slot, m_.expert_bytes_each(l), CopyKind::kDeviceToHost);
                 slot = have.data();
             }
             if (std::memcmp(want.data(), slot, m_.expert_bytes_each(l)) != 0)
-                fail("store: slot of layer %lld expert %zu does not match the file", (long long)l, e);
+                fail("store: slot of layer %lld expert %d does not match the file", (long long)l, e);
             ++checked;
         }
     return checked;

@@ -1,5 +1,8 @@
 // The tiered expert store: disk (the model file through io::Reader), host slots and device
-// slots, behind the ExpertProvider interface the forward pass uses.
+// slots, behind the ExpertProvider interface the forward pass uses. Three pieces: the memory
+// (runtime/expert_slot_pool.h: the two pools, their budgets and slot addresses), where each expert
+// lives (runtime/expert_homes.h: tiers, slots, LRU and promotion choices, bookkeeping only), and
+// here the pipeline that moves one layer's experts (disk reads, copies, hand-out and release).
 //
 // Per layer, the S resident experts of the plan each own a home slot: H in the device ("hot")
 // pool, S-H in the host pool. A resident expert is read from disk the first time a pass uses it
@@ -32,6 +35,7 @@
 #include <vector>
 
 #include <functional>
+#include <memory>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -39,6 +43,8 @@
 #include "io/reader.h"
 #include "model/moe_model.h"
 #include "runtime/decode_split.h"
+#include "runtime/expert_homes.h"
+#include "runtime/expert_slot_pool.h"
 #include "runtime/expert_slots.h"
 #include "runtime/providers.h"
 #include "runtime/residency.h"
@@ -161,10 +167,10 @@ public:
     // shared transient, staging and LRU slots the largest; `betelgeuse plan` sizes the pools with
     // the same ExpertSlots. The device pool holds the hot slots and the transient area, the host
     // pool the other resident slots, the staging slots and the LRU.
-    const ExpertSlots& slot_sizes() const { return slots_; }
-    uint64_t slot_bytes() const { return slots_.largest; }  // a shared slot
-    uint64_t device_bytes() const { return device_bytes_; }
-    uint64_t host_bytes() const { return host_bytes_; }
+    const ExpertSlots& slot_sizes() const { return pool_->sizes(); }
+    uint64_t slot_bytes() const { return pool_->sizes().largest; }  // a shared slot
+    uint64_t device_bytes() const { return pool_->device_bytes(); }
+    uint64_t host_bytes() const { return pool_->host_bytes(); }
     // Which experts of a layer sit in hot slots now (ascending ids).
     std::vector<int32_t> hot_experts(int64_t layer) const;
     // Checks every loaded slot against the file (debug: every consumed byte was delivered).
@@ -174,11 +180,6 @@ public:
 private:
     enum class Stage : uint8_t { kPending, kReading, kInHost, kCopying, kReady, kDelivered, kDone };
     enum class Source : uint8_t { kVram, kHost, kDisk };
-    struct Home {
-        int8_t tier = 0;     // 0 none, 1 host slot, 2 hot slot (resident); 3 LRU slot (not resident)
-        bool loaded = false;
-        int32_t slot = -1;
-    };
     struct Item {
         int32_t expert = -1;
         int32_t tokens = 0;         // tokens it serves in this layer's unit of work
@@ -200,7 +201,6 @@ private:
     bool do_copies(std::unique_lock<std::mutex>& lk);
     void complete_read(io::ReadOp* op);
     void finish_unused_locked(Item& it);
-    uint8_t* home_ptr(int64_t layer, const Home& h) const;
     void read_expert_blocking(int64_t layer, int32_t e, uint8_t* dst) const;
 
     const MoeModel& m_;
@@ -209,24 +209,8 @@ private:
     const ResidencyPlan& plan_;
     StoreConfig cfg_;
     int64_t L_ = 0, S_ = 0, H_ = 0, T_ = 0;
-    ExpertSlots slots_;
-    uint64_t device_bytes_ = 0, host_bytes_ = 0;
-    uint8_t* device_ = nullptr;  // [L][H] hot slots (each layer's size), then [T] transient slots (largest)
-    uint8_t* host_ = nullptr;    // [L][S-H] host slots (each layer's size), then [T] staging, then [lru] slots
-    std::vector<uint64_t> hot_base_, host_base_;  // [L] where each layer's slots start in its pool
-    uint64_t transient_base_ = 0, staging_base_ = 0, lru_base_ = 0;
-    uint8_t* transient_ptr(int32_t t) const { return device_ + transient_base_ + static_cast<uint64_t>(t) * slots_.largest; }
-    uint8_t* staging_ptr(int32_t s) const { return host_ + staging_base_ + static_cast<uint64_t>(s) * slots_.largest; }
-
-    std::vector<std::vector<Home>> homes_;            // [layer][expert]
-    std::vector<std::vector<int32_t>> hot_owner_;     // [layer][H] expert in each hot slot (-1 none)
-    std::vector<std::vector<int32_t>> host_owner_;    // [layer][S-H]
-    std::vector<std::vector<uint64_t>> usage_;        // [layer][expert] tokens routed this pass
-    std::vector<std::vector<uint16_t>> reads_pass_;   // [layer][expert] disk reads this pass
-    std::vector<int32_t> free_staging_, free_transient_;  // stacks, capacity T
-    std::vector<std::pair<int32_t, int32_t>> lru_owner_;  // [lru] (layer, expert) or (-1, -1)
-    std::vector<uint64_t> lru_stamp_;                      // [lru] last begin_layer that used it
-    uint64_t lru_clock_ = 0;
+    std::unique_ptr<ExpertSlotPool> pool_;  // the memory (allocated once, budgets checked)
+    std::unique_ptr<ExpertHomes> homes_;     // where each expert lives: tiers, slots, LRU, promotion
     std::vector<Item> items_;                          // [n_expert], the current layer's work
     std::vector<int32_t> item_of_;                     // [n_expert] -> index in items_
     std::vector<io::ReadOp*> done_ops_;                // [3 * n_expert] poll output
