@@ -15,6 +15,7 @@
 #   bench      bench_gpu: kernel micro-benchmarks with same-run probes -> measurements/device/bench/;
 #              all of them ran past 7 minutes on the H200 (2026-12-01, cut short), so pick with
 #              BG_BENCH_FILTER: 'D2D|ExpertFused|ExpertMxfp4' (experts), 'D2D|Dense' (dense weights)
+#   cpu-kernels  the CPU integer kernels' tests (test_int8_matmul, test_kquants) on the GPU machine's host -> measurements/device/cpu-kernels/
 #   cpu-bench  bench_cpu: the CPU expert kernels (portable and AVX2 row kernels, M = 1, 4, 16) against
 #              the host-memory read probe of the same run -> measurements/device/bench-cpu/
 #   kernel-profile  Nsight Compute (ncu) on the fused MXFP4 expert at 1, 8 and 64 tokens -> measurements/device/kernel-profile/
@@ -340,6 +341,19 @@ for part in "$@"; do
       note "bench_gpu"
       "$stage/bench_gpu" --benchmark_filter="${BG_BENCH_FILTER:-.}" --benchmark_min_time=0.2 --benchmark_out="$root/measurements/device/bench/bench_gpu.json" --benchmark_out_format=json 2>&1 \
         | tee "$root/measurements/device/bench/bench_gpu.txt" | tail -n 60 || status=1
+      ;;
+    cpu-kernels)
+      # The CPU integer kernels' tests on this host, whose instruction sets (AVX-512, VNNI) the
+      # build machine may lack: there they skip, visibly; here they run.
+      mkdir -p "$root/measurements/device/cpu-kernels"
+      { lscpu | grep -E "Model name|^CPU\(s\)"; echo "SIMD: $(grep -o -w -E 'avx2|avx512f|avx512bw|avx512vl|avx512_vnni|avx_vnni' /proc/cpuinfo | sort -u | tr '\n' ' ')"; } \
+        > "$root/measurements/device/cpu-kernels/machine.txt" 2>&1
+      for t in "$stage"/test_int8_matmul "$stage"/test_kquants; do
+        [ -x "$t" ] || continue
+        note "$(basename "$t")"
+        timeout 300 "$t" > "$root/measurements/device/cpu-kernels/$(basename "$t").log" 2>&1 || status=1
+        grep -E "SKIPPED|FAILED|PASSED|Failure" "$root/measurements/device/cpu-kernels/$(basename "$t").log" | head -n 20 | tee -a "$log"
+      done
       ;;
     cpu-bench)
       # The host-resident expert's CPU path (issue 24): one full-width expert a call, every type

@@ -12,6 +12,9 @@ cp "$build/betelgeuse" "$build/betelgeuse-harness" "$stage/"
 for t in "$build"/tests/test_gpu_*; do
   case "$t" in *.cmake) ;; *) cp "$t" "$stage/" ;; esac
 done
+# The CPU kernels' own tests: the GPU machine's host has instruction sets (AVX-512, VNNI) this
+# one may lack, and their kernels are tested only where they run (device part cpu-kernels).
+for t in test_int8_matmul test_kquants; do [ -x "$build/tests/$t" ] && cp "$build/tests/$t" "$stage/"; done
 for b in bench_gpu bench_cpu bench_io; do [ -x "$build/bench/$b" ] && cp "$build/bench/$b" "$stage/"; done
 # The CUPTI tracer (device part slice-timeline where nsys is absent) and the CUPTI it was linked with.
 if [ -f "$build/bench/libbg_cupti_trace.so" ]; then
