@@ -4,11 +4,11 @@
 //    GB/s is the floor every "of_probe" counter below is measured against (recorded in the
 //    output's context as "host_read_gbs");
 //  - one routed expert at full width (5120 x 2304: gate and up projections, SwiGLU, down
-//    projection) through cpu::matmul_int8, per weight type and row kernel (portable, avx2), for
-//    M = 1, 4, 16 tokens. Every call reads another copy of the expert, cycling through at least
-//    768 MB of copies, so the weights come from memory, not a cache. Counters: GB/s of weight
-//    bytes read, of_probe = GB/s / host_read_gbs (issue 24's target: >= 0.8 at M = 1), us per
-//    call (wall time, the calling thread included).
+//    projection) through cpu::matmul_int8, per weight type and row kernel (portable, avx2,
+//    avx512vnni), for M = 1, 4, 16 tokens. Every call reads another copy of the expert, cycling
+//    through at least 768 MB of copies, so the weights come from memory, not a cache. Counters:
+//    GB/s of weight bytes read, of_probe = GB/s / host_read_gbs (issue 24's target: >= 0.8 at
+//    M = 1), us per call (wall time, the calling thread included).
 // --threads N (ours, taken out before Google Benchmark reads the rest): the pool's threads
 // (default: every hardware thread). A row kernel this CPU or build lacks is skipped, with the
 // reason printed.
@@ -166,7 +166,7 @@ void BM_CpuExpertInt8(benchmark::State& state) {
 void expert_args(benchmark::internal::Benchmark* b) {
     for (const GgmlType t : {GgmlType::MXFP4, GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q4_K, GgmlType::Q6_K})
         for (const int64_t M : {1, 4, 16})
-            for (const cpu::CpuIsa isa : {cpu::CpuIsa::kPortable, cpu::CpuIsa::kAvx2})
+            for (const cpu::CpuIsa isa : {cpu::CpuIsa::kPortable, cpu::CpuIsa::kAvx2, cpu::CpuIsa::kAvx512})
                 b->Args({static_cast<int64_t>(t), 5120, 2304, M, static_cast<int64_t>(isa)});
 }
 

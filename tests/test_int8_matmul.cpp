@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cpu/int8_matmul.h"
+#include "cpu/int8_rows.h"
 #include "int8_run.h"
 #include "cpu/thread_pool.h"
 #include "random_inputs.h"
@@ -136,12 +137,39 @@ INSTANTIATE_TEST_SUITE_P(Cases, Int8Matmul,
                                     std::to_string(c.cols) + "_M" + std::to_string(c.M);
                          });
 
-// Every row kernel computes the same arithmetic in the same order, so the AVX2 kernel's y equals
+// Scale edges the random weights do not reach, which the SIMD kernels decode in vector form: MXFP4
+// every scale byte, the subnormal scales (0, 1) and ggml's 255 (2^127, products to inf and NaN)
+// included; Q8_0 FP16 scales that are zero, negative zero, subnormal, the largest finite and
+// infinite, beside the stored -128.
+void put_scale_edges(bgtest::HostMat& W, std::mt19937& rng) {
+    const int64_t nb = W.cols / 32;
+    if (W.type == GgmlType::MXFP4) {
+        std::uniform_int_distribution<int> any(0, 255);
+        const uint8_t edges[] = {0, 1, 2, 127, 128, 254, 255};
+        for (int64_t r = 0; r < W.rows; ++r)
+            for (int64_t b = 0; b < nb; ++b)
+                W.bytes[r * W.stride + b * 17] = (r + b) % 3 ? static_cast<uint8_t>(any(rng)) : edges[(r + b) % 7];
+    } else if (W.type == GgmlType::Q8_0) {
+        const uint16_t edges[] = {0x0000, 0x8000, 0x0001, 0x03FF, 0x0400, 0x7BFF, 0xFBFF, 0x7C00, 0xFC00};
+        std::uniform_int_distribution<int> pick(0, 8);
+        for (int64_t r = 0; r < W.rows; ++r) {
+            W.bytes[r * W.stride + 2 + r % 32] = 0x80;  // -128
+            for (int64_t b = 0; b < nb; ++b)
+                if ((r + b) % 4 == 0) {
+                    const uint16_t h = edges[pick(rng)];
+                    W.bytes[r * W.stride + b * 34] = static_cast<uint8_t>(h & 0xFF);
+                    W.bytes[r * W.stride + b * 34 + 1] = static_cast<uint8_t>(h >> 8);
+                }
+        }
+    }
+}
+
+// Every row kernel computes the same arithmetic in the same order, so a SIMD kernel's y equals
 // the portable kernel's bit for bit: every type with int8 traits, row counts that leave a short
-// group of eight, one token (the fused path) and token counts around the kernel's tile of eight, a
-// padded row stride, Q8_0's stored -128, MXFP4 scales over all 256 bytes, three threads.
-TEST(Int8MatmulKernels, Avx2EqualsPortableBitForBit) {
-    if (!cpu::cpu_isa_usable(cpu::CpuIsa::kAvx2)) GTEST_SKIP() << "this CPU or build has no AVX2 kernel";
+// group of eight (or sixteen), one token (the fused paths) and token counts around the AVX2
+// kernel's tile of eight (the AVX-512 kernel hands those to it), a padded row stride, Q8_0's
+// stored -128, the scale edges above, three threads.
+void expect_kernel_equals_portable(cpu::CpuIsa isa) {
     auto rng = bgtest::fresh_rng();
     cpu::ThreadPool pool(3);
     cpu::Int8MatmulScratch scratch;
@@ -152,29 +180,113 @@ TEST(Int8MatmulKernels, Avx2EqualsPortableBitForBit) {
             bgtest::HostMat W = bgtest::random_mat(t, rows, cols, 7, rng);
             if (t == GgmlType::Q8_0)
                 for (int64_t r = 0; r < rows; ++r) W.bytes[r * W.stride + 2 + r % 32] = 0x80;  // -128
-            if (t == GgmlType::MXFP4 && rows == 37) {
-                // Every scale byte, the subnormal scales (0, 1) and ggml's 255 (2^127, products to
-                // inf and NaN) included: the AVX2 kernel decodes scales in vector form.
-                std::uniform_int_distribution<int> any(0, 255);
-                const uint8_t edges[] = {0, 1, 2, 127, 128, 254, 255};
-                for (int64_t r = 0; r < rows; ++r)
-                    for (int64_t b = 0; b < cols / 32; ++b)
-                        W.bytes[r * W.stride + b * 17] = (r + b) % 3 ? static_cast<uint8_t>(any(rng)) : edges[(r + b) % 7];
-            }
+            if (rows == 37) put_scale_edges(W, rng);
             const MatView v{W.bytes.data(), t, cols, rows, W.stride};
-            for (const int64_t M : {1, 3, 8, 9, 17}) {
+            for (const int64_t M : {1, 3, 8, 9, 16, 17}) {
                 const int64_t ldx = cols + 5, ldy = rows + 3;
                 const std::vector<float> x = bgtest::uniform(rng, M * ldx, -1.0f, 1.0f);
-                std::vector<float> y_portable(static_cast<size_t>(M * ldy), 7.0f), y_avx2 = y_portable;
+                std::vector<float> y_portable(static_cast<size_t>(M * ldy), 7.0f), y_isa = y_portable;
                 cpu::matmul_int8(pool, scratch, v, x.data(), ldx, M, y_portable.data(), ldy, cpu::CpuIsa::kPortable);
-                cpu::matmul_int8(pool, scratch, v, x.data(), ldx, M, y_avx2.data(), ldy, cpu::CpuIsa::kAvx2);
-                ASSERT_EQ(0, std::memcmp(y_portable.data(), y_avx2.data(), y_avx2.size() * sizeof(float)))
-                    << type_name(t) << " rows " << rows << " cols " << cols << " M " << M;
+                cpu::matmul_int8(pool, scratch, v, x.data(), ldx, M, y_isa.data(), ldy, isa);
+                ASSERT_EQ(0, std::memcmp(y_portable.data(), y_isa.data(), y_isa.size() * sizeof(float)))
+                    << cpu::cpu_isa_name(isa) << " " << type_name(t) << " rows " << rows << " cols " << cols << " M " << M;
                 for (int64_t tok = 0; tok < M; ++tok)  // the padding between token rows untouched
-                    for (int64_t r = rows; r < ldy; ++r) ASSERT_EQ(y_avx2[tok * ldy + r], 7.0f);
+                    for (int64_t r = rows; r < ldy; ++r) ASSERT_EQ(y_isa[tok * ldy + r], 7.0f);
             }
         }
     }
+}
+
+TEST(Int8MatmulKernels, Avx2EqualsPortableBitForBit) {
+    if (!cpu::cpu_isa_usable(cpu::CpuIsa::kAvx2)) GTEST_SKIP() << "this CPU or build has no AVX2 kernel";
+    expect_kernel_equals_portable(cpu::CpuIsa::kAvx2);
+}
+
+// The AVX-512 kernel: its own one-token MXFP4 and Q8_0 paths, and every other case through the
+// AVX2 kernel.
+TEST(Int8MatmulKernels, Avx512EqualsPortableBitForBit) {
+    if (!cpu::cpu_isa_usable(cpu::CpuIsa::kAvx512))
+        GTEST_SKIP() << "this CPU or build has no AVX-512 (F, BW, VL, VNNI) kernel: not checked here";
+    expect_kernel_equals_portable(cpu::CpuIsa::kAvx512);
+}
+
+// The AVX-512 kernel's own path, one token of MXFP4 or Q8_0, sixteen rows at a time: row counts
+// under sixteen (handed to the AVX2 kernel), at sixteen, and with a short last group (which takes
+// the sixteen rows ending with it and stores its own), several widths, fresh inputs each time,
+// with and without the scale edges, three threads.
+TEST(Int8MatmulKernels, Avx512OneTokenEqualsPortableBitForBit) {
+    if (!cpu::cpu_isa_usable(cpu::CpuIsa::kAvx512))
+        GTEST_SKIP() << "this CPU or build has no AVX-512 (F, BW, VL, VNNI) kernel: not checked here";
+    auto rng = bgtest::fresh_rng();
+    cpu::ThreadPool pool(3);
+    cpu::Int8MatmulScratch scratch;
+    for (const GgmlType t : {GgmlType::MXFP4, GgmlType::Q8_0})
+        for (const int64_t rows : {1, 7, 13, 16, 17, 29, 37, 61, 100})
+            for (const int64_t cols : {32, 96, 256, 2880})
+                for (const bool edges : {false, true}) {
+                    bgtest::HostMat W = bgtest::random_mat(t, rows, cols, 3, rng);
+                    if (edges) put_scale_edges(W, rng);
+                    const MatView v{W.bytes.data(), t, cols, rows, W.stride};
+                    const int64_t ldy = rows + 3;
+                    const std::vector<float> x = bgtest::uniform(rng, cols, -1.0f, 1.0f);
+                    std::vector<float> y_portable(static_cast<size_t>(ldy), 7.0f), y_avx512 = y_portable;
+                    cpu::matmul_int8(pool, scratch, v, x.data(), cols, 1, y_portable.data(), ldy, cpu::CpuIsa::kPortable);
+                    cpu::matmul_int8(pool, scratch, v, x.data(), cols, 1, y_avx512.data(), ldy, cpu::CpuIsa::kAvx512);
+                    ASSERT_EQ(0, std::memcmp(y_portable.data(), y_avx512.data(), y_avx512.size() * sizeof(float)))
+                        << type_name(t) << " rows " << rows << " cols " << cols << (edges ? " with scale edges" : "");
+                }
+}
+
+// The row kernel called on row ranges of its own (a work split's, and ranges that do not start
+// on a group of sixteen): each range's rows equal the portable kernel's, and no other row of y is
+// written, the rows a short last group reads again included.
+TEST(Int8MatmulKernels, Avx512RowRangesWriteTheirRowsAlone) {
+    if (!cpu::cpu_isa_usable(cpu::CpuIsa::kAvx512))
+        GTEST_SKIP() << "this CPU or build has no AVX-512 (F, BW, VL, VNNI) kernel: not checked here";
+    auto rng = bgtest::fresh_rng();
+    for (const GgmlType t : {GgmlType::MXFP4, GgmlType::Q8_0, GgmlType::Q4_K})
+        for (const int64_t M : {1, 3}) {
+            const int64_t rows = 45, cols = 256, ldy = rows + 2;
+            const bgtest::HostMat W = bgtest::random_mat(t, rows, cols, 5, rng);
+            const MatView v{W.bytes.data(), t, cols, rows, W.stride};
+            const std::vector<float> x = bgtest::uniform(rng, M * cols, -1.0f, 1.0f);
+            std::vector<int8_t> xq(static_cast<size_t>(M * cols));
+            std::vector<float> xd(static_cast<size_t>(M * cols / 32));
+            std::vector<int32_t> xs(static_cast<size_t>(M * cols / 16));
+            cpu::quantize_int8_rows(x.data(), cols, M, cols, xq.data(), xd.data());
+            cpu::int8_half_sums(xq.data(), M, cols, xs.data());
+            std::vector<float> y_portable(static_cast<size_t>(M * ldy), 7.0f);
+            cpu::Int8RowsArgs args{&v, xq.data(), xd.data(), xs.data(), M, y_portable.data(), ldy};
+            cpu::int8_rows_portable(args, 0, rows);
+            for (const auto& [r0, r1] : {std::pair<int64_t, int64_t>{0, 16}, {16, 32}, {32, 45}, {40, 45}, {5, 21},
+                                         {3, 44}, {0, 45}}) {
+                std::vector<float> y(static_cast<size_t>(M * ldy), 7.0f);
+                args.y = y.data();
+                cpu::int8_rows_avx512(args, r0, r1);
+                for (int64_t tok = 0; tok < M; ++tok)
+                    for (int64_t r = 0; r < ldy; ++r) {
+                        const float want = r >= r0 && r < r1 ? y_portable[tok * ldy + r] : 7.0f;
+                        ASSERT_EQ(0, std::memcmp(&want, &y[tok * ldy + r], sizeof(float)))
+                            << type_name(t) << " M " << M << " range [" << r0 << ", " << r1 << ") row " << r << " token " << tok;
+                    }
+            }
+        }
+}
+
+// best_cpu_isa picks the widest kernel this CPU runs, and the names are the metrics'.
+TEST(Int8MatmulKernels, BestIsaIsTheWidestUsable) {
+    const cpu::CpuIsa best = cpu::best_cpu_isa();
+    if (cpu::cpu_isa_usable(cpu::CpuIsa::kAvx512))
+        EXPECT_EQ(best, cpu::CpuIsa::kAvx512);
+    else if (cpu::cpu_isa_usable(cpu::CpuIsa::kAvx2))
+        EXPECT_EQ(best, cpu::CpuIsa::kAvx2);
+    else
+        EXPECT_EQ(best, cpu::CpuIsa::kPortable);
+    EXPECT_STREQ(cpu::cpu_isa_name(cpu::CpuIsa::kPortable), "portable");
+    EXPECT_STREQ(cpu::cpu_isa_name(cpu::CpuIsa::kAvx2), "avx2");
+    EXPECT_STREQ(cpu::cpu_isa_name(cpu::CpuIsa::kAvx512), "avx512vnni");
+    std::printf("  best_cpu_isa: %s (avx512vnni %s)\n", cpu::cpu_isa_name(best),
+                cpu::cpu_isa_usable(cpu::CpuIsa::kAvx512) ? "usable" : "not usable here");
 }
 
 }  // namespace

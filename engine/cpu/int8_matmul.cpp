@@ -51,6 +51,22 @@ void rows_int8(const Int8RowsArgs& a, int64_t r0, int64_t r1) {
     }
 }
 
+// The rows the kernel takes together in this call: a work split hands out multiples of this.
+int64_t rows_together(CpuIsa isa, GgmlType type, int64_t n_tok) {
+    switch (isa) {
+        case CpuIsa::kAvx512: return int8_avx512_rows(type, n_tok);
+        case CpuIsa::kAvx2: return kAvx2Rows;
+        default: return 1;
+    }
+}
+
+// One call's work, as the work split's function sees it.
+struct Split {
+    Int8RowsArgs args;
+    CpuIsa isa;
+    int64_t group;  // rows_together
+};
+
 }  // namespace
 
 void quantize_int8_rows(const float* x, int64_t ldx, int64_t n_tok, int64_t cols, int8_t* q, float* d) {
@@ -76,18 +92,33 @@ void int8_rows_portable(const Int8RowsArgs& a, int64_t r0, int64_t r1) {
     qtypes::visit(a.W->type, [&](auto traits) { rows_int8<decltype(traits)>(a, r0, r1); });
 }
 
-const char* cpu_isa_name(CpuIsa isa) { return isa == CpuIsa::kAvx2 ? "avx2" : "portable"; }
+const char* cpu_isa_name(CpuIsa isa) {
+    switch (isa) {
+        case CpuIsa::kAvx2: return "avx2";
+        case CpuIsa::kAvx512: return "avx512vnni";
+        default: return "portable";
+    }
+}
 
 bool cpu_isa_usable(CpuIsa isa) {
     if (isa == CpuIsa::kPortable) return true;
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    return int8_avx2_built() && __builtin_cpu_supports("avx2");
+    const bool avx2 = int8_avx2_built() && __builtin_cpu_supports("avx2");
+    if (isa == CpuIsa::kAvx2) return avx2;
+    // The AVX-512 kernel hands every case but its own to the AVX2 one, so it needs AVX2 too (every
+    // CPU with AVX-512 has it). The checks include the OS's saving of the zmm and mask registers.
+    return avx2 && int8_avx512_built() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
 #else
     return false;
 #endif
 }
 
-CpuIsa best_cpu_isa() { return cpu_isa_usable(CpuIsa::kAvx2) ? CpuIsa::kAvx2 : CpuIsa::kPortable; }
+CpuIsa best_cpu_isa() {
+    for (const CpuIsa isa : {CpuIsa::kAvx512, CpuIsa::kAvx2})
+        if (cpu_isa_usable(isa)) return isa;
+    return CpuIsa::kPortable;
+}
 
 void matmul_int8(ThreadPool& pool, Int8MatmulScratch& s, const MatView& W, const float* x, int64_t ldx, int64_t n_tok,
                  float* y, int64_t ldy, CpuIsa isa) {
@@ -102,26 +133,27 @@ void matmul_int8(ThreadPool& pool, Int8MatmulScratch& s, const MatView& W, const
     if (static_cast<int64_t>(s.xq.size()) < n_tok * W.cols) s.xq.resize(static_cast<size_t>(n_tok * W.cols));
     if (static_cast<int64_t>(s.xd.size()) < n_tok * nb) s.xd.resize(static_cast<size_t>(n_tok * nb));
     quantize_int8_rows(x, ldx, n_tok, W.cols, s.xq.data(), s.xd.data());
-    // The half sums: for the min term of the types that have one, and for the AVX2 kernel's
-    // one-token MXFP4 product (its weights go in offset by 12; see int8_matmul_avx2.cpp).
+    // The half sums: for the min term of the types that have one, and for the AVX2 and AVX-512
+    // kernels' one-token products (their weights go in offset; see int8_matmul_avx2.cpp and
+    // int8_matmul_avx512.cpp).
     const bool has_min = qtypes::visit(W.type, [](auto traits) { return decltype(traits)::kHasMin; });
-    if (has_min || isa == CpuIsa::kAvx2) {
+    if (has_min || isa != CpuIsa::kPortable) {
         if (static_cast<int64_t>(s.xs.size()) < n_tok * 2 * nb) s.xs.resize(static_cast<size_t>(n_tok * 2 * nb));
         int8_half_sums(s.xq.data(), n_tok, W.cols, s.xs.data());
     }
     const Int8RowsArgs args{&W, s.xq.data(), s.xd.data(), s.xs.data(), n_tok, y, ldy};
     // The work goes out in groups of the rows the kernel takes together (the last may be short).
-    const bool avx2 = isa == CpuIsa::kAvx2;
-    const int64_t group = avx2 ? kAvx2Rows : 1;
-    // Two captured words keep the std::function in its small-object buffer: no allocation.
-    const Int8RowsArgs* ap = &args;
-    const std::function<void(int64_t, int64_t)> fn = [ap, avx2](int64_t g0, int64_t g1) {
-        const int64_t gr = avx2 ? kAvx2Rows : 1;
-        const int64_t r0 = g0 * gr, r1 = std::min(g1 * gr, ap->W->rows);
-        if (avx2)
-            int8_rows_avx2(*ap, r0, r1);
-        else
-            int8_rows_portable(*ap, r0, r1);
+    const Split split{args, isa, rows_together(isa, W.type, n_tok)};
+    const int64_t group = split.group;
+    // One captured word keeps the std::function in its small-object buffer: no allocation.
+    const Split* sp = &split;
+    const std::function<void(int64_t, int64_t)> fn = [sp](int64_t g0, int64_t g1) {
+        const int64_t r0 = g0 * sp->group, r1 = std::min(g1 * sp->group, sp->args.W->rows);
+        switch (sp->isa) {
+            case CpuIsa::kAvx512: int8_rows_avx512(sp->args, r0, r1); break;
+            case CpuIsa::kAvx2: int8_rows_avx2(sp->args, r0, r1); break;
+            default: int8_rows_portable(sp->args, r0, r1); break;
+        }
     };
     const int64_t work_per_group = std::max<int64_t>(1, W.cols * n_tok * group);
     const int64_t min_chunk = std::max<int64_t>(1, (int64_t{1} << 16) / work_per_group);

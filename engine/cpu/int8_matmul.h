@@ -15,7 +15,7 @@ namespace bg::cpu {
 
 // The row kernel matmul_int8 runs (engine/cpu/int8_rows.h): every kernel gives the same y bit for
 // bit, so this chooses speed only.
-enum class CpuIsa { kPortable, kAvx2 };
+enum class CpuIsa { kPortable, kAvx2, kAvx512 };
 const char* cpu_isa_name(CpuIsa isa);
 // The fastest kernel this build has and this CPU runs.
 CpuIsa best_cpu_isa();

@@ -14,7 +14,7 @@ struct Int8RowsArgs {
     const MatView* W;
     const int8_t* xq;   // [n_tok][cols]
     const float* xd;    // [n_tok][cols / 32]
-    const int32_t* xs;  // [n_tok][cols / 16] sums of xq over each 16 (weight types with a min, and the AVX2 kernel)
+    const int32_t* xs;  // [n_tok][cols / 16] sums of xq over each 16 (types with a min, the SIMD kernels)
     int64_t n_tok;
     float* y;  // y[t * ldy + r]
     int64_t ldy;
@@ -32,5 +32,17 @@ void int8_rows_avx2(const Int8RowsArgs& a, int64_t r0, int64_t r1);
 
 // Rows the AVX2 kernel takes together (a work split hands it multiples of this where it can).
 constexpr int64_t kAvx2Rows = 8;
+
+// AVX-512 with VNNI (engine/cpu/int8_matmul_avx512.cpp, compiled for AVX-512 F, BW, VL and VNNI
+// alone): one token of MXFP4 or Q8_0 sixteen rows at a time, products by vpdpbusd; every other
+// case through int8_rows_avx2. Call only where int8_avx512_built() and the CPU has those and AVX2.
+bool int8_avx512_built();
+void int8_rows_avx512(const Int8RowsArgs& a, int64_t r0, int64_t r1);
+
+// Rows the AVX-512 kernel takes together where it computes itself; int8_avx512_rows gives, for
+// a call, that or kAvx2Rows where it hands the call on (a work split hands multiples of it).
+constexpr int64_t kAvx512Rows = 16;
+static_assert(kAvx512Rows % kAvx2Rows == 0);
+int64_t int8_avx512_rows(GgmlType type, int64_t n_tok);
 
 }  // namespace bg::cpu

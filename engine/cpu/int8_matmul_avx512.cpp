@@ -1,0 +1,304 @@
+// The integer matmul's AVX-512 row kernel (engine/cpu/int8_rows.h), for CPUs with AVX-512 F, BW,
+// VL and VNNI. Only the functions marked BG_AVX512 or BG_AVX512_INLINE here are compiled for
+// those (a target attribute, not -m flags on the file), for the reason int8_matmul_avx2.cpp
+// gives: the inline functions this file shares with the rest of the engine (the traits, visit)
+// keep the build's baseline instructions, so the linker's one copy of each still runs everywhere.
+//
+// What it adds is the decode hot path: one token (n_tok == 1) of MXFP4 or Q8_0, sixteen rows at a
+// time, one zmm lane a row in the float part. Every other case (the other weight types, several
+// tokens) goes to the AVX2 kernel, which every CPU with AVX-512 also runs (cpu_isa_usable checks).
+//
+// The arithmetic stays the portable kernel's bit for bit:
+//  - each block's integer sum is exact: vpdpbusd multiplies unsigned bytes by signed bytes and
+//    adds each four products into an int32 without saturating, so the weights go in as unsigned
+//    bytes offset by a constant (MXFP4: value + 12, as in the AVX2 kernel; Q8_0: w + 128, its sign
+//    bit flipped) and the offset times the block sum of q (from Int8RowsArgs::xs) is taken off;
+//  - the float part is chunk_partial's, (d * dx) * float(isum), added to the row's sum in chunk
+//    order, each operation rounded once. AVX-512F brings FMA with it, and GCC's _mm512_mul_ps and
+//    _mm512_add_ps are plain vector arithmetic that -ffp-contract=fast (GCC's default) may fuse
+//    into one FMA, rounded once where chunk_partial rounds twice: the float operations here are
+//    the _round forms with _MM_FROUND_CUR_DIRECTION, builtins the compiler does not contract,
+//    which are the same instructions under the same MXCSR rounding.
+//
+// Layout of one chunk (32 weights) of the sixteen rows, the block's products summed in vpdpbusd's
+// int32 lanes and then across lanes by a transposing tree (sum4x4), which leaves lane j holding
+// row j's sum:
+//  - MXFP4: a row's 16 code bytes fill one 128-bit lane, four rows a zmm (vector k holds rows k,
+//    4 + k, 8 + k, 12 + k); the low nibbles (weights 0..15) and the high ones (16..31) go through
+//    the vpshufb table against q[0..15] and q[16..31] broadcast to every lane;
+//  - Q8_0: a row's 32 weight bytes fill one 256-bit half, two rows a zmm, against q[0..31]
+//    broadcast to both halves;
+//  - the sixteen rows' scales (MXFP4's E8M0 byte, Q8_0's FP16) are put together in general
+//    registers and widened once, rather than inserted lane by lane: on Intel's cores one port does
+//    every 512-bit shuffle, and the decode and the sum tree already keep it busy.
+#include "cpu/int8_rows.h"
+
+#include "util/check.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+
+// GCC 12's AVX-512 intrinsics start many results from _mm512_undefined_*(), a self-initialised
+// variable that -W(maybe-)uninitialized reports wherever they are inlined (GCC bug 105593, fixed
+// in 13); the warnings are silenced for the header's lines alone.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+#include <algorithm>
+
+#include "tensor/qtypes/all.h"
+#include "tensor/qtypes/int8_act.h"
+
+#define BG_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+// The pieces of one chunk's work, inlined into the chunk loop whatever the compiler's estimate of
+// their size: a call would spill the accumulator and reload the constants every chunk.
+#define BG_AVX512_INLINE __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"), always_inline)) inline
+
+namespace bg::cpu {
+
+namespace {
+
+constexpr int kRows = static_cast<int>(kAvx512Rows);
+static_assert(kRows == 16, "one zmm lane a row");
+
+// chunk_partial's multiply and add, each rounded once (see the top of the file for why not
+// _mm512_mul_ps and _mm512_add_ps).
+BG_AVX512_INLINE __m512 mul16(__m512 a, __m512 b) { return _mm512_mul_round_ps(a, b, _MM_FROUND_CUR_DIRECTION); }
+BG_AVX512_INLINE __m512 add16(__m512 a, __m512 b) { return _mm512_add_round_ps(a, b, _MM_FROUND_CUR_DIRECTION); }
+
+// Sixteen consecutive rows of W, at the current block: row 4m + k at p[m] + k * stride. Four
+// bases and two strides (s, 3s) make every row an address mode of its own ([p + s], [p + 2s],
+// [p + s3]), where sixteen row pointers would not fit the general registers.
+struct Rows16 {
+    const uint8_t* p[4];
+    int64_t s, s3;
+
+    BG_AVX512_INLINE const uint8_t* row(int i) const {
+        const uint8_t* b = p[i / 4];
+        switch (i % 4) {
+            case 0: return b;
+            case 1: return b + s;
+            case 2: return b + 2 * s;
+            default: return b + s3;
+        }
+    }
+    BG_AVX512_INLINE void advance(int64_t bytes) {
+        for (const uint8_t*& b : p) b += bytes;
+    }
+};
+
+// Four vectors of four rows to the sixteen rows' sums: vector k's 128-bit lane L holds four int32
+// parts of row 4L + k; the result's lane 4L + k is their sum, so lane j is row j. Two rounds of
+// interleave and add, each halving the parts a row has and doubling the rows a lane holds.
+BG_AVX512_INLINE __m512i sum4x4(__m512i a0, __m512i a1, __m512i a2, __m512i a3) {
+    // Per 128-bit lane, with a0's parts x0..x3 and a1's y0..y3: (x0+x2, y0+y2, x1+x3, y1+y3).
+    const __m512i s01 = _mm512_add_epi32(_mm512_unpacklo_epi32(a0, a1), _mm512_unpackhi_epi32(a0, a1));
+    const __m512i s23 = _mm512_add_epi32(_mm512_unpacklo_epi32(a2, a3), _mm512_unpackhi_epi32(a2, a3));
+    // (x0+x2, y0+y2, z0+z2, w0+w2) + (x1+x3, y1+y3, z1+z3, w1+w3): each row's whole sum.
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(s01, s23), _mm512_unpackhi_epi64(s01, s23));
+}
+
+// Stops GCC's SLP vectoriser from pairing the independent general-register chains below into
+// two-lane vectors, which it builds through the stack (a store-forwarding stall each time).
+#define BG_KEEP_IN_GPR(v) __asm__("" : "+r"(v))
+
+// The byte at offset o of each of the sixteen rows, lane i row i.
+BG_AVX512_INLINE __m512i bytes16(const Rows16& r, int64_t o) {
+    uint64_t half[2];
+    for (int h = 0; h < 2; ++h) {
+        uint64_t v = 0;
+        for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(r.row(8 * h + i)[o]) << (8 * i);
+        BG_KEEP_IN_GPR(v);
+        half[h] = v;
+    }
+    return _mm512_cvtepu8_epi32(_mm_set_epi64x(static_cast<long long>(half[1]), static_cast<long long>(half[0])));
+}
+
+// The FP16 value at offset o of each of the sixteen rows, lane i row i. vcvtph2ps converts every
+// half exactly, as qtypes::load_half does (it also quiets a signalling NaN, which the first
+// multiply of chunk_partial quiets in the portable kernel all the same).
+BG_AVX512_INLINE __m512 halves16(const Rows16& r, int64_t o) {
+    uint64_t quarter[4];
+    for (int h = 0; h < 4; ++h) {
+        uint64_t v = 0;
+        for (int i = 0; i < 4; ++i) v |= static_cast<uint64_t>(qtypes::load_le16(r.row(4 * h + i) + o)) << (16 * i);
+        BG_KEEP_IN_GPR(v);
+        quarter[h] = v;
+    }
+    return _mm512_cvtph_ps(_mm256_set_epi64x(static_cast<long long>(quarter[3]), static_cast<long long>(quarter[2]),
+                                             static_cast<long long>(quarter[1]), static_cast<long long>(quarter[0])));
+}
+
+// One token's block sums of the sixteen rows, per type, r at the block: sums() gives lane j = row
+// j's exact sum of (weight + kOffset) * q over the block, scales() lane j = row j's block scale as
+// the traits give it.
+template <class T>
+struct OneToken16 {
+    static constexpr bool kDirect = false;  // not here: the AVX2 kernel takes it
+};
+
+template <>
+struct OneToken16<qtypes::Mxfp4> {
+    static constexpr bool kDirect = true;
+    static constexpr int kOffset = 12;
+
+    // Row i's 16 code bytes.
+    BG_AVX512_INLINE static __m128i codes(const Rows16& r, int i) {
+        return _mm_loadu_si128(reinterpret_cast<const __m128i*>(r.row(i) + 1));
+    }
+    // Those of rows k, 4 + k, 8 + k, 12 + k, in that order of 128-bit lanes.
+    BG_AVX512_INLINE static __m512i codes4(const Rows16& r, int k) {
+        __m512i z = _mm512_castsi128_si512(codes(r, k));
+        z = _mm512_inserti32x4(z, codes(r, 4 + k), 1);
+        z = _mm512_inserti32x4(z, codes(r, 8 + k), 2);
+        return _mm512_inserti32x4(z, codes(r, 12 + k), 3);
+    }
+
+    BG_AVX512_INLINE static __m512i sums(const Rows16& r, const int8_t* q) {
+        // The AVX2 kernel's table: each code's value plus 12 (0..24), so vpdpbusd's unsigned
+        // operand takes it as it is.
+        const __m512i table =
+            _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+        const __m512i low4 = _mm512_set1_epi8(0x0F);
+        const __m512i q_lo = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
+        const __m512i q_hi = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16)));
+        __m512i p[4];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) {
+            const __m512i codes = codes4(r, k);
+            const __m512i lo = _mm512_shuffle_epi8(table, _mm512_and_si512(codes, low4));
+            const __m512i hi = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(codes, 4), low4));
+            // Operand order: the unsigned bytes (the weights) first, the signed (q) second.
+            p[k] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, q_lo), hi, q_hi);
+        }
+        return sum4x4(p[0], p[1], p[2], p[3]);
+    }
+
+    // Mxfp4::scale_of in vector form (as the AVX2 kernel's mxfp4_scales8): e >= 2 gives the float
+    // whose bits are (e - 1) << 23, e = 0 and 1 the subnormals whose bits are 0x00200000 << e.
+    BG_AVX512_INLINE static __m512 scales(const Rows16& r) {
+        const __m512i e = bytes16(r, 0);
+        const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+        const __m512i subnormal = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+        // The blend takes its third operand where the mask is set.
+        return _mm512_castsi512_ps(
+            _mm512_mask_blend_epi32(_mm512_cmpgt_epi32_mask(e, _mm512_set1_epi32(1)), subnormal, normal));
+    }
+};
+
+template <>
+struct OneToken16<qtypes::Q8_0> {
+    static constexpr bool kDirect = true;
+    static constexpr int kOffset = 128;
+
+    // Row i's 32 weight bytes.
+    BG_AVX512_INLINE static __m256i weights(const Rows16& r, int i) {
+        return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r.row(i) + 2));
+    }
+
+    BG_AVX512_INLINE static __m512i sums(const Rows16& r, const int8_t* q) {
+        const __m512i q2 = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
+        // w xor 0x80 is w + 128 as an unsigned byte (0..255; the stored -128 gives 0).
+        const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80));
+        __m512i p[8];
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; ++i) {
+            // Vector i holds rows j and j + 4 (j = 0..3, then 8..11), the order the tree below wants.
+            const int j = i < 4 ? i : i + 4;
+            const __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(weights(r, j)), weights(r, j + 4), 1);
+            p[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_xor_si512(w, sign), q2);
+        }
+        // sum4x4 of vectors 0..3 leaves, 128-bit lane by lane, rows 0..3's sums over weights 0..15,
+        // then over 16..31, then rows 4..7's two; of vectors 4..7 rows 8..15's. Adding each pair of
+        // neighbouring 128-bit lanes finishes the rows in order.
+        const __m512i t0 = sum4x4(p[0], p[1], p[2], p[3]), t1 = sum4x4(p[4], p[5], p[6], p[7]);
+        return _mm512_add_epi32(_mm512_shuffle_i32x4(t0, t1, _MM_SHUFFLE(2, 0, 2, 0)),
+                                _mm512_shuffle_i32x4(t0, t1, _MM_SHUFFLE(3, 1, 3, 1)));
+    }
+
+    BG_AVX512_INLINE static __m512 scales(const Rows16& r) { return halves16(r, 0); }
+};
+
+// Rows g .. g + 15 of W at one token; y gets the lanes of `store` (lane i: row g + i).
+template <class T>
+BG_AVX512 void rows16_one_token(const Int8RowsArgs& a, int64_t g, __mmask16 store) {
+    static_assert(T::kSubK == 32 && !T::kHasMin, "one scale a block, no min");
+    const MatView& W = *a.W;
+    const int64_t nb = W.cols / 32;
+    const int64_t s = static_cast<int64_t>(W.row_stride);
+    const uint8_t* base = W.data + static_cast<uint64_t>(g) * W.row_stride;
+    Rows16 r{{base, base + 4 * s, base + 8 * s, base + 12 * s}, s, 3 * s};
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t c = 0; c < nb; ++c, r.advance(T::kBlockBytes)) {
+        __m512i isum = OneToken16<T>::sums(r, a.xq + c * 32);
+        isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(OneToken16<T>::kOffset * (a.xs[2 * c] + a.xs[2 * c + 1])));
+        // chunk_partial: (d * dx) * float(isum), then added in chunk order.
+        const __m512 d = OneToken16<T>::scales(r);
+        acc = add16(acc, mul16(mul16(d, _mm512_set1_ps(a.xd[c])), _mm512_cvtepi32_ps(isum)));
+    }
+    // Lanes outside `store` are not written (nor can they fault).
+    _mm512_mask_storeu_ps(a.y + g, store, acc);
+}
+
+template <class T>
+BG_AVX512 void rows16(const Int8RowsArgs& a, int64_t r0, int64_t r1) {
+    for (int64_t g = r0; g < r1; g += kRows) {
+        const int n_rows = static_cast<int>(std::min<int64_t>(kRows, r1 - g));
+        if (n_rows == kRows) {
+            rows16_one_token<T>(a, g, 0xFFFF);
+        } else if (r1 >= kRows) {
+            // A short last group takes the sixteen rows that end with it, the ones before it
+            // (another group's, maybe another thread's) read again and not stored.
+            rows16_one_token<T>(a, r1 - kRows, static_cast<__mmask16>(0xFFFFu << (kRows - n_rows)));
+        } else {
+            int8_rows_avx2(a, g, r1);  // fewer than sixteen rows in all
+        }
+    }
+}
+
+}  // namespace
+
+bool int8_avx512_built() { return true; }
+
+int64_t int8_avx512_rows(GgmlType type, int64_t n_tok) {
+    return qtypes::visit(type, [&](auto traits) {
+        return OneToken16<decltype(traits)>::kDirect && n_tok == 1 ? kAvx512Rows : kAvx2Rows;
+    });
+}
+
+void int8_rows_avx512(const Int8RowsArgs& a, int64_t r0, int64_t r1) {
+    qtypes::visit(a.W->type, [&](auto traits) {
+        using T = decltype(traits);
+        if constexpr (OneToken16<T>::kDirect) {
+            if (a.n_tok == 1) {
+                rows16<T>(a, r0, r1);
+                return;
+            }
+        }
+        int8_rows_avx2(a, r0, r1);
+    });
+}
+
+}  // namespace bg::cpu
+
+#else  // not an x86-64 GCC or Clang build: the portable kernel serves alone
+
+namespace bg::cpu {
+
+bool int8_avx512_built() { return false; }
+
+int64_t int8_avx512_rows(GgmlType, int64_t) { return kAvx2Rows; }
+
+void int8_rows_avx512(const Int8RowsArgs&, int64_t, int64_t) {
+    BG_CHECK_MSG(false, "int8_rows_avx512: this build has no AVX-512 kernel (int8_avx512_built() is false)");
+}
+
+}  // namespace bg::cpu
+
+#endif
