@@ -1,4 +1,5 @@
-// Options that name a choice (--prefill, --backend, --swiglu-clamp, --matmul, --routing, --io)
+// Options that name a choice (--prefill, --backend, --swiglu-clamp, --matmul, --routing, --io,
+// --decode-experts)
 // are parsed once, at the command line, into enums (util/named_enum.h): every name maps to one
 // value and back, a wrong word is refused with the choices, and what a run records in its
 // metrics is the name it was given.
@@ -45,6 +46,7 @@ TEST(RunOptions, EveryNameParsesToOneValueAndBack) {
     expect_names_round_trip<bg::MatmulMode>(2);
     expect_names_round_trip<bg::RoutingPolicy>(4);
     expect_names_round_trip<bg::io::IoEngine>(2);
+    expect_names_round_trip<bg::DecodeExperts>(4);
 }
 
 TEST(RunOptions, AWrongWordNamesTheFlagAndTheChoices) {
@@ -88,6 +90,30 @@ TEST(RunOptions, ARunRecordsTheNamesItWasGiven) {
     const nlohmann::json j = nlohmann::json::parse(f);
     expect_choices(j.at("config"), {"token-major", "cpu", "llamacpp", "precise", "pinned-top1", "pread"});
     EXPECT_EQ(j.at("engine")["io_engine"], "pread (buffered)");
+    // --decode-experts left at auto: on the CPU backend it becomes gpu (no second processor).
+    EXPECT_EQ(j.at("config")["decode_experts"], "gpu");
+    EXPECT_EQ(j.at("engine")["decode_experts"], "gpu");
+}
+
+// --decode-experts cpu on the CPU backend: the start-up line says what each path costs, the
+// metrics what the CPU took, and a wrong word is refused with the choices.
+TEST(RunOptions, DecodeExpertsReachTheRun) {
+    bgtest::TempDir tmp("run-options-decode");
+    const std::string metrics = tmp.file("metrics.json");
+    const bgtest::Exit r = bgtest::run_cli({"run", "--model", bgtest::tiny_model(), "--prompt-tokens", "8", "--gen", "4",
+                                            "--ignore-eos", "--backend", "cpu", "--routing", "resident-only",
+                                            "--decode-experts", "cpu", "--metrics-json", metrics});
+    ASSERT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << r.err;
+    EXPECT_NE(r.err.find("decode experts: cpu; per host-resident expert"), std::string::npos) << r.err;
+    std::ifstream f(metrics);
+    const nlohmann::json j = nlohmann::json::parse(f);
+    EXPECT_EQ(j.at("config")["decode_experts"], "cpu");
+    EXPECT_GT(j.at("decode")["host_experts"]["cpu_experts"].get<uint64_t>(), 0u);
+    const bgtest::Exit bad = bgtest::run_cli({"run", "--model", bgtest::tiny_model(), "--decode-experts", "both"});
+    ASSERT_TRUE(WIFEXITED(bad.status)) << bad.err;
+    EXPECT_NE(WEXITSTATUS(bad.status), 0);
+    EXPECT_NE(bad.err.find("--decode-experts"), std::string::npos) << bad.err;
+    EXPECT_NE(bad.err.find("hybrid"), std::string::npos) << bad.err;
 }
 
 // --slots max and --hot max: with the tiny model every expert fits the default budgets, so S is
