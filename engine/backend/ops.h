@@ -203,7 +203,8 @@ public:
     // One routed expert on m <= OpsLimits::expert_max_tok gathered tokens: for j < m, with
     // x_j = x[rows[j]*ldx ..], out[out_rows[j]*width ..) = down . swiglu(gate . x_j, up . x_j, limit,
     // form), width = e.down.rows, out_rows distinct. The CPU runs exactly moe_gather, matmul
-    // (gate), matmul (up), swiglu, matmul (down), moe_scatter; the CUDA backend the fused expert
+    // (gate), matmul (up), swiglu, matmul (down), moe_scatter (gate and up as one matmul over
+    // both where they lie back to back, each row computed as alone); the CUDA backend the fused expert
     // FFN where the weights allow (cuda::expert_ffn), else that same sequence. Nothing is
     // accumulated across experts (each routed (token, rank) has its own output row), so results
     // do not depend on the order experts run in.

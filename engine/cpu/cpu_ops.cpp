@@ -59,7 +59,8 @@ public:
         route_scratch_.resize(static_cast<size_t>(2 * lim.n_expert));
         route_order_.resize(static_cast<size_t>(lim.n_expert));
         for (auto* v : {&xg_, &eo_}) v->resize(static_cast<size_t>(expert_work_floats_x(lim)));
-        for (auto* v : {&g_, &up_, &h_}) v->resize(static_cast<size_t>(expert_work_floats_ff(lim)));
+        gu_.resize(static_cast<size_t>(2 * expert_work_floats_ff(lim)));
+        h_.resize(static_cast<size_t>(expert_work_floats_ff(lim)));
         int8_.xq.resize(static_cast<size_t>(int8_scratch_values(lim)));
         int8_.xd.resize(static_cast<size_t>(int8_scratch_values(lim) / 32));
         int8_.xs.resize(static_cast<size_t>(int8_scratch_values(lim) / 16));
@@ -235,7 +236,25 @@ public:
                     SwigluClamp form, float* out, const int32_t* out_rows) override {
         const int64_t E = e.gate.cols, F = e.gate.rows;
         BG_CHECK(E == lim_.n_embd && F == lim_.n_ff && e.down.rows == E && e.down.cols == F);
-        const ExpertScratch s{fits(xg_, m * E), fits(g_, m * F), fits(up_, m * F), fits(h_, m * F), fits(eo_, m * E)};
+        float* gu = fits(gu_, 2 * m * F);
+        if (e.up.type == e.gate.type && e.up.row_stride == e.gate.row_stride && e.up.cols == E && e.up.rows == F &&
+            e.up.data == e.gate.data + static_cast<uint64_t>(F) * e.gate.row_stride) {
+            // Gate and up lie back to back (an expert's slot): one matmul over their 2F rows, so
+            // the activations are quantised once and the threads woken once for both; each row's
+            // arithmetic is the same as in two calls. Token t's gate then up are row t of gu.
+            float* xg = fits(xg_, m * E);
+            float* h = fits(h_, m * F);
+            float* eo = fits(eo_, m * E);
+            moe_gather(x, ldx, rows, m, E, xg);
+            MatView gate_up = e.gate;
+            gate_up.rows = 2 * F;
+            matmul(gate_up, xg, E, m, gu, 2 * F);
+            for (int64_t t = 0; t < m; ++t) cpu::swiglu(gu + t * 2 * F, gu + t * 2 * F + F, F, limit, form, h + t * F);
+            matmul(e.down, h, F, m, eo, E);
+            moe_scatter(eo, out_rows, m, E, out);
+            return;
+        }
+        const ExpertScratch s{fits(xg_, m * E), gu, gu + m * F, fits(h_, m * F), fits(eo_, m * E)};
         expert_ffn_by_ops(*this, e, x, ldx, rows, m, limit, form, out, out_rows, s);
     }
     void moe_weighted_sum(const float* eo, const float* w, int64_t n_tok, int64_t k, int64_t width, float* y) override {
@@ -258,7 +277,7 @@ private:
     std::vector<const float*> rows_;
     std::vector<int64_t> n_rows_;
     std::vector<float> att_scratch_, route_scratch_;
-    std::vector<float> xg_, g_, up_, h_, eo_;  // expert_ffn: gathered x, gate, up, hidden, output
+    std::vector<float> xg_, gu_, h_, eo_;  // expert_ffn: gathered x, gate and up [m][2F], hidden, output
     std::vector<int32_t> route_order_;
     Int8MatmulScratch int8_;  // --matmul fast: the int8 activations of the largest call
     const CpuIsa isa_ = best_cpu_isa();  // its row kernel, chosen once (the metrics' engine.cpu_int8_kernel)
