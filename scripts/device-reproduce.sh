@@ -42,6 +42,7 @@
 #   slice-warm      engine: seed-500-optimized's configuration alone, cold then warm pass -> measurements/slice/warm-pass/
 #   slice-kernels   Nsight Systems per-kernel GPU time of the slice-warm run -> measurements/slice/kernel-summary/
 #   slice-timeline  Nsight Systems GPU trace of the 64-token cold+warm run: gaps, launches, streams -> measurements/slice/timeline/
+#   slice-decode-timeline  CUPTI trace of 32 decode tokens (all resident experts in VRAM; --decode-experts gpu) -> measurements/slice/decode-timeline/
 #   slice-ubatch    engine: the warm pass with 16-, 32- and 64-token units (dense weights read once a unit) -> measurements/slice/ubatch/
 #   slice-fidelity  engine: resident-only and pinned-top1 against exact, 64 and 500 tokens -> measurements/slice/
 # The slice as llama-quantize's Q2_K preset makes it (scenarios/models/slice-q2_k.json, about 26 GB;
@@ -266,6 +267,31 @@ for part in "$@"; do
         { python3 scripts/gpu-timeline.py "$dir"/trace*.csv.xz --window-ms "$warm_ms"; echo; echo "== whole trace"; \
           python3 scripts/gpu-timeline.py "$dir"/trace*.csv.xz; } 2>&1 | tee "$dir/summary.txt" | head -n 40 | tee -a "$log" || status=1
       fi
+      ;;
+    slice-decode-timeline)
+      # Where a decode token's GPU time goes (issue 24: the GPU's per-token work, launch gaps): the
+      # CUPTI trace of 32 decoded tokens after a warm 64-token pass, (a) every resident expert in
+      # VRAM (--hot 20: no copies, the GPU's own chain) and (b) the decode scenario's budgets with
+      # --decode-experts gpu; each read by scripts/gpu-timeline.py over the decode's window.
+      slice_model
+      dir="$root/measurements/slice/decode-timeline"; mkdir -p "$dir"
+      nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$dir/machine.txt"
+      for cfg in vram gpu; do
+        if [ $cfg = vram ]; then budget=(--slots 20 --hot 20 --vram-budget 8000 --host-budget 2875)
+        else budget=(--slots 20 --hot 5 --transient-slots 12 --lru-slots 0 --host-budget 2875 --vram-budget 3068); fi
+        note "CUPTI timeline: slice decode, $cfg"
+        CUDA_INJECTION64_PATH=$stage/libbg_cupti_trace.so LD_LIBRARY_PATH=$stage:${LD_LIBRARY_PATH:-} \
+          BG_CUPTI_TRACE_OUT="$dir/trace-$cfg.csv" "$bin" run --backend cuda --model models/slice.gguf \
+          --file scenarios/prompts/64-tokens.txt --passes 2 --gen 32 --ignore-eos --routing resident-only \
+          --prefill layer-major --ubatch 16 --promote "${budget[@]}" --threads 0 --decode-experts gpu ${BG_TIMELINE_ARGS:-} \
+          --metrics-json "$dir/metrics-$cfg.json" > "$dir/run-$cfg.log" 2>&1 || status=1
+        grep -E "^pass|^decode" "$dir/run-$cfg.log" | tee -a "$log"
+        [ -f "$dir/trace-$cfg.csv" ] || continue
+        xz -9 -f "$dir/trace-$cfg.csv"
+        # The decode ends the trace: its wall time from "decode: N tokens, X tok/s".
+        dec_ms=$(grep -E "^decode: " "$dir/run-$cfg.log" | tail -n 1 | sed -E 's/^decode: ([0-9]+) tokens, ([0-9.]+) tok\/s.*/\1 \2/' | awk '{printf "%.3f", $1 / $2 * 1000}')
+        python3 scripts/gpu-timeline.py "$dir/trace-$cfg.csv.xz" --window-ms "$dec_ms" 2>&1 | tee "$dir/summary-$cfg.txt" | head -n 40 | tee -a "$log" || status=1
+      done
       ;;
     slice-ubatch)
       # Issue 22: whether more tokens per launch pays for the dense weights a layer re-reads for
