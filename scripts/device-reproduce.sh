@@ -285,11 +285,14 @@ for part in "$@"; do
           --file scenarios/prompts/64-tokens.txt --passes 2 --gen 32 --ignore-eos --routing resident-only \
           --prefill layer-major --ubatch 16 --promote "${budget[@]}" --threads 0 --decode-experts gpu ${BG_TIMELINE_ARGS:-} \
           --metrics-json "$dir/metrics-$cfg.json" > "$dir/run-$cfg.log" 2>&1 || status=1
-        grep -E "^pass|^decode" "$dir/run-$cfg.log" | tee -a "$log"
+        grep -E "^pass" "$dir/run-$cfg.log" | tee -a "$log"
+        # The decode ends the trace: its wall time from "decode: N tokens, X tok/s" (on the line of
+        # the generated text, which has no newline of its own).
+        dec=$(grep -oE "decode: [0-9]+ tokens, [0-9.]+ tok/s" "$dir/run-$cfg.log" | tail -n 1)
+        echo "$dec" | tee -a "$log"
         [ -f "$dir/trace-$cfg.csv" ] || continue
         xz -9 -f "$dir/trace-$cfg.csv"
-        # The decode ends the trace: its wall time from "decode: N tokens, X tok/s".
-        dec_ms=$(grep -E "^decode: " "$dir/run-$cfg.log" | tail -n 1 | sed -E 's/^decode: ([0-9]+) tokens, ([0-9.]+) tok\/s.*/\1 \2/' | awk '{printf "%.3f", $1 / $2 * 1000}')
+        dec_ms=$(echo "$dec" | awk '{printf "%.3f", $2 / $4 * 1000}')
         python3 scripts/gpu-timeline.py "$dir/trace-$cfg.csv.xz" --window-ms "$dec_ms" 2>&1 | tee "$dir/summary-$cfg.txt" | head -n 40 | tee -a "$log" || status=1
       done
       ;;

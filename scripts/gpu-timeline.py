@@ -81,7 +81,7 @@ def main():
     print(f"kernels shorter than 5 us: {len(short)} totalling {sum(e - s for s, e, *_ in short) / 1e6:.2f} ms")
     by = defaultdict(lambda: [0, 0])
     for s, e, n, *_ in kern:
-        k = n.split("(")[0][:90]
+        k = n.replace("(anonymous namespace)::", "").split("(")[0][:90]
         by[k][0] += 1; by[k][1] += e - s
     print("kernels by name (count, ms, mean us):")
     for k, (n, t) in sorted(by.items(), key=lambda kv: -kv[1][1])[:25]:

@@ -273,7 +273,7 @@ TEST_F(GpuTest, FillPositionsExact) {
 // sum of squares, a relative error of a few ulps in the scale.
 TEST_F(GpuTest, RmsNormMatchesCpu) {
     const int64_t n_rows = 6;
-    for (int64_t n : {1, 5, 1000, 20480}) {
+    for (int64_t n : {1, 5, 1000, 4098, 5120, 20480}) {
         for (bool weighted : {false, true}) {
             for (float eps : {1e-6f, 1e-20f}) {
                 for (bool in_place : {false, true}) {

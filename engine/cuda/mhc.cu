@@ -18,55 +18,52 @@ static_assert(offsetof(HcMix, comb) == kMixComb * sizeof(float), "HcMix layout")
 
 namespace {
 
-// One thread per token: a straight port of cpu::hc_mix, operation for operation.
-__global__ void hc_mix_kernel(const float* m_all, const float* base, const float* scale, int64_t n_tok,
-                              int n_iter, float eps, float* mix_all) {
-    const int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-    if (t >= n_tok) return;
-    const float* m = m_all + t * kMixWidth;
+// Half a warp per token: lane i < 16 owns comb element c[dst][src], dst = i / 4, src = i % 4, and
+// lanes 0-7 also the pre and post weights. cpu::hc_mix's operations, each in its order: a column
+// or row sum gathers its four values by shuffles and adds them as the CPU does, then each lane
+// divides its own element. One thread a token ran the 20 Sinkhorn rounds' 640 divisions in a
+// chain (23 us a call at decode); here each round is two dependent divisions.
+constexpr int kMixTokPerBlock = 4;  // tokens of a 64-thread block
+
+__global__ void hc_mix_kernel(const float* m_all, const float* base, const float* scale, int64_t n_tok, int n_iter,
+                              float eps, float* mix_all) {
+    const int lane = threadIdx.x & 31, i = lane & 15;
+    const int64_t t = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 16;
+    const bool live = t < n_tok;  // half-warp-uniform; dead halves still join the shuffles
+    const unsigned half = 0xFFFFu << (lane & 16);
+    const float* m = m_all + (live ? t : 0) * kMixWidth;
     float* out = mix_all + t * kMixWidth;
-    for (int i = 0; i < 4; ++i) {
-        out[kMixPre + i] = sigmoid_dev(mul_add(scale[0], m[i], base[i])) + eps;
-        out[kMixPost + i] = 2.0f * sigmoid_dev(mul_add(scale[1], m[4 + i], base[4 + i]));
-    }
-    float c[4][4];  // c[dst][src]
-#pragma unroll
-    for (int dst = 0; dst < 4; ++dst)
-#pragma unroll
-        for (int src = 0; src < 4; ++src) c[dst][src] = mul_add(scale[2], m[8 + dst + 4 * src], base[8 + dst + 4 * src]);
-#pragma unroll
-    for (int src = 0; src < 4; ++src) {
-        float mx = c[0][src];
-        for (int dst = 1; dst < 4; ++dst) mx = fmaxf(mx, c[dst][src]);
+    if (live && i < 4) out[kMixPre + i] = sigmoid_dev(mul_add(scale[0], m[i], base[i])) + eps;
+    if (live && i >= 4 && i < 8) out[kMixPost + i - 4] = 2.0f * sigmoid_dev(mul_add(scale[1], m[i], base[i]));
+    const int dst = i >> 2, src = i & 3;
+    const int base_lane = lane & 16;
+    // v(d, s): element c[d][s] of this token, from lane d * 4 + s of the half.
+    auto at = [&](float v, int d, int sc) { return __shfl_sync(half, v, base_lane + d * 4 + sc); };
+    float c = mul_add(scale[2], m[8 + dst + 4 * src], base[8 + dst + 4 * src]);
+    {  // softmax of each src's column over its destinations
+        const float c0 = at(c, 0, src), c1 = at(c, 1, src), c2 = at(c, 2, src), c3 = at(c, 3, src);
+        float mx = c0;
+        mx = fmaxf(mx, c1);
+        mx = fmaxf(mx, c2);
+        mx = fmaxf(mx, c3);
+        const float e = expf(c - mx);
+        const float e0 = at(e, 0, src), e1 = at(e, 1, src), e2 = at(e, 2, src), e3 = at(e, 3, src);
         float sum = 0.0f;
-#pragma unroll
-        for (int dst = 0; dst < 4; ++dst) {
-            c[dst][src] = expf(c[dst][src] - mx);
-            sum += c[dst][src];
-        }
-#pragma unroll
-        for (int dst = 0; dst < 4; ++dst) c[dst][src] = c[dst][src] / sum + eps;
+        sum += e0;
+        sum += e1;
+        sum += e2;
+        sum += e3;
+        c = e / sum + eps;
     }
     for (int it = 0; it < n_iter; ++it) {
         if (it > 0) {  // each src over its destinations; the first round starts with the dsts
-#pragma unroll
-            for (int src = 0; src < 4; ++src) {
-                const float s = c[0][src] + c[1][src] + c[2][src] + c[3][src] + eps;
-#pragma unroll
-                for (int dst = 0; dst < 4; ++dst) c[dst][src] /= s;
-            }
+            const float s = at(c, 0, src) + at(c, 1, src) + at(c, 2, src) + at(c, 3, src) + eps;
+            c /= s;
         }
-#pragma unroll
-        for (int dst = 0; dst < 4; ++dst) {
-            const float s = c[dst][0] + c[dst][1] + c[dst][2] + c[dst][3] + eps;
-#pragma unroll
-            for (int src = 0; src < 4; ++src) c[dst][src] /= s;
-        }
+        const float s = at(c, dst, 0) + at(c, dst, 1) + at(c, dst, 2) + at(c, dst, 3) + eps;
+        c /= s;
     }
-#pragma unroll
-    for (int dst = 0; dst < 4; ++dst)
-#pragma unroll
-        for (int src = 0; src < 4; ++src) out[kMixComb + 4 * dst + src] = c[dst][src];
+    if (live) out[kMixComb + 4 * dst + src] = c;
 }
 
 __global__ void hc_collapse_kernel(const float* H, const float* pre, int64_t pre_stride, int64_t n_tok,
@@ -108,9 +105,8 @@ void hc_mix(const float* m, const float* base, const float* scale, int64_t n_tok
     BG_CHECK(n_iter >= 1);
     if (n_tok <= 0) return;
     // Few tokens per call: small blocks spread them over more SMs.
-    constexpr int kMixThreads = 64;
-    hc_mix_kernel<<<static_cast<unsigned>((n_tok + kMixThreads - 1) / kMixThreads), kMixThreads, 0, stream>>>(
-        m, base, scale, n_tok, n_iter, eps, mix);
+    hc_mix_kernel<<<static_cast<unsigned>((n_tok + kMixTokPerBlock - 1) / kMixTokPerBlock), kMixTokPerBlock * 16, 0,
+                    stream>>>(m, base, scale, n_tok, n_iter, eps, mix);
     BG_CUDA_CHECK_LAUNCH();
 }
 
