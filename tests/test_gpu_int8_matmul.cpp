@@ -15,7 +15,9 @@
 //    max(2, M/16) tokens, and <= 5e-3 for every token: a wrong tile, pass or block would spoil
 //    many tokens or spoil them by more;
 //  - outputs are poisoned (NaN) first: every output written, nothing else touched; each case runs
-//    twice and must give the same bits (split-K partials added in a fixed order).
+//    twice and must give the same bits (split-K partials added in a fixed order);
+//  - passes of up to 8 tokens go through the GEMV kernel (int8_gemv_kernel.cuh) by default: those
+//    cases run on it and on the MMA kernel, each held to the same reference.
 // Skipped, visibly, without a GPU.
 #include <gtest/gtest.h>
 
@@ -136,34 +138,41 @@ TEST_P(Int8MatmulGpu, MatchesFloat64ReferenceAndTheCpu) {
     DevMat dW(W, c.offset);
     Dev<float> dx(x);
     Dev<float> dy(static_cast<size_t>(c.M * ldy));
-    cuda::Int8Workspace ws(c.cols, 0);
-    ws.force_split(c.split);
-    std::vector<float> first;
-    for (int run = 0; run < 2; ++run) {
-        BG_CUDA_CHECK(cudaMemset(dy.get(), 0xff, c.M * ldy * sizeof(float)));
-        cuda::int8_matmul(ws, dW.view, dx.get(), ldx, c.M, dy.get(), ldy, nullptr);
-        BG_CUDA_CHECK(cudaGetLastError());
-        BG_CUDA_CHECK(cudaDeviceSynchronize());
-        const std::vector<float> yall = dy.download();
-        if (run == 0) first = yall;
-        else ASSERT_EQ(std::memcmp(first.data(), yall.data(), yall.size() * sizeof(float)), 0) << "not deterministic";
-        std::vector<float> out(static_cast<size_t>(c.M * c.rows));
-        for (int64_t t = 0; t < c.M; ++t) {
-            for (int64_t r = 0; r < c.rows; ++r) out[t * c.rows + r] = yall[t * ldy + r];
-            for (int64_t r = c.rows; r < ldy; ++r) {
-                uint32_t bits;
-                std::memcpy(&bits, &yall[t * ldy + r], 4);
-                ASSERT_EQ(bits, 0xffffffffu) << "wrote y[" << t << "][" << r << "], past the row's outputs";
+    // Passes of up to 8 tokens run through the GEMV kernel by default; the MMA kernel takes them
+    // too (set_gemv(false)): both are held to the same reference.
+    for (bool gemv : {true, false}) {
+        if (!gemv && c.M > 8) continue;
+        cuda::Int8Workspace ws(c.cols, 0);
+        ws.force_split(c.split);
+        ws.set_gemv(gemv);
+        std::vector<float> first;
+        for (int run = 0; run < 2; ++run) {
+            BG_CUDA_CHECK(cudaMemset(dy.get(), 0xff, c.M * ldy * sizeof(float)));
+            cuda::int8_matmul(ws, dW.view, dx.get(), ldx, c.M, dy.get(), ldy, nullptr);
+            BG_CUDA_CHECK(cudaGetLastError());
+            BG_CUDA_CHECK(cudaDeviceSynchronize());
+            const std::vector<float> yall = dy.download();
+            if (run == 0) first = yall;
+            else ASSERT_EQ(std::memcmp(first.data(), yall.data(), yall.size() * sizeof(float)), 0) << "not deterministic";
+            std::vector<float> out(static_cast<size_t>(c.M * c.rows));
+            for (int64_t t = 0; t < c.M; ++t) {
+                for (int64_t r = 0; r < c.rows; ++r) out[t * c.rows + r] = yall[t * ldy + r];
+                for (int64_t r = c.rows; r < ldy; ++r) {
+                    uint32_t bits;
+                    std::memcpy(&bits, &yall[t * ldy + r], 4);
+                    ASSERT_EQ(bits, 0xffffffffu) << "wrote y[" << t << "][" << r << "], past the row's outputs";
+                }
             }
+            const Cmp cmp = compare(out, ref);
+            ASSERT_LT(cmp.bad, 0) << "output [token " << cmp.bad / c.rows << "][row " << cmp.bad % c.rows << "] not written";
+            EXPECT_LE(cmp.rel, kTolMatmul) << "||y-ref||/||ref|| = " << cmp.rel;
+            std::vector<double> cpu_as_ref(ycpu.begin(), ycpu.end());
+            const Cmp vs_cpu = compare(out, cpu_as_ref);
+            EXPECT_LE(vs_cpu.rel, kTolMatmul) << "against the CPU's matmul_int8: " << vs_cpu.rel;
+            if (run == 0)
+                std::printf("  %s%s: rel err %.3g (float64), %.3g (CPU)\n", mat_name(c).c_str(),
+                            c.M <= 8 ? (gemv ? " gemv" : " mma") : "", cmp.rel, vs_cpu.rel);
         }
-        const Cmp cmp = compare(out, ref);
-        ASSERT_LT(cmp.bad, 0) << "output [token " << cmp.bad / c.rows << "][row " << cmp.bad % c.rows << "] not written";
-        EXPECT_LE(cmp.rel, kTolMatmul) << "||y-ref||/||ref|| = " << cmp.rel;
-        std::vector<double> cpu_as_ref(ycpu.begin(), ycpu.end());
-        const Cmp vs_cpu = compare(out, cpu_as_ref);
-        EXPECT_LE(vs_cpu.rel, kTolMatmul) << "against the CPU's matmul_int8: " << vs_cpu.rel;
-        if (run == 0)
-            std::printf("  %s: rel err %.3g (float64), %.3g (CPU)\n", mat_name(c).c_str(), cmp.rel, vs_cpu.rel);
     }
 }
 
@@ -180,6 +189,10 @@ std::vector<MatCase> mat_cases() {
         v.push_back({t, 300, 1280, 16, 0, 0, 1});
         v.push_back({t, 300, 1280, 16, 0, 0, 3});
         v.push_back({t, 129, 4096, 40, 1, 2, 7});
+        // Few rows of a wide K: the GEMV shares a row between up to 8 warps (the mHC mix's
+        // 24 x 20480), with rows left over in the last CTA.
+        v.push_back({t, 24, 20480, 1});
+        v.push_back({t, 13, 8192, 3, 3, 1});
     }
     // The 256-weight types (rows of whole super-blocks): one super-block a pipeline step, two
     // m16n8k16 MMAs a chunk where scales cover 16 weights, the min term from the half sums;
@@ -192,6 +205,7 @@ std::vector<MatCase> mat_cases() {
         v.push_back({t, 100, 512, 17, 7, 1});
         v.push_back({t, 300, 1280, 16, 0, 0, 3});
         v.push_back({t, 129, 4096, 40, 1, 2, 7});
+        v.push_back({t, 13, 8192, 3, 3, 1});
     }
     return v;
 }
@@ -253,50 +267,55 @@ TEST_P(Int8ExpertFfnGpu, MatchesFloat64ReferenceOfItsArithmetic) {
     DevMat dg(gate, 0), du(up, 0), dd(down, 0);
     Dev<float> dx(x), dy(y0.size());
     Dev<int32_t> drows(rows), dout(out_rows);
-    cuda::Int8Workspace ws(std::max(E, F), F);
     const ExpertMats mats{dg.view, du.view, dd.view};
-    std::vector<float> first;
-    for (int run = 0; run < 2; ++run) {
-        dy.upload(y0);
-        cuda::int8_expert_ffn(ws, mats, dx.get(), ldx, c.gathered ? drows.get() : nullptr, c.M, c.limit, c.form,
-                              dy.get(), ldy, c.gathered ? dout.get() : nullptr, nullptr);
-        BG_CUDA_CHECK(cudaGetLastError());
-        BG_CUDA_CHECK(cudaDeviceSynchronize());
-        const std::vector<float> y = dy.download();
-        if (run == 0) first = y;
-        else ASSERT_EQ(std::memcmp(first.data(), y.data(), y.size() * sizeof(float)), 0) << "not deterministic";
-        std::vector<bool> written(static_cast<size_t>(T), false);
-        for (int32_t r : out_rows) written[r] = true;
-        std::vector<float> got;
-        std::vector<double> want;
-        int64_t stepped = 0;  // tokens over kTolFfnToken: an h value across a rounding boundary
-        double worst = 0;
-        for (int64_t t = 0; t < T; ++t) {
-            std::vector<float> got_t;
-            std::vector<double> want_t;
-            for (int64_t e = 0; e < ldy; ++e) {
-                const float v = y[t * ldy + e], v0 = y0[t * ldy + e];
-                if (!written[t] || e >= E) {
-                    ASSERT_EQ(std::memcmp(&v, &v0, 4), 0) << "y[" << t << "][" << e << "] changed";
-                    continue;
+    for (bool gemv : {true, false}) {
+        if (!gemv && c.M > 8) continue;
+        cuda::Int8Workspace ws(std::max(E, F), F);
+        ws.set_gemv(gemv);
+        std::vector<float> first;
+        for (int run = 0; run < 2; ++run) {
+            dy.upload(y0);
+            cuda::int8_expert_ffn(ws, mats, dx.get(), ldx, c.gathered ? drows.get() : nullptr, c.M, c.limit, c.form,
+                                  dy.get(), ldy, c.gathered ? dout.get() : nullptr, nullptr);
+            BG_CUDA_CHECK(cudaGetLastError());
+            BG_CUDA_CHECK(cudaDeviceSynchronize());
+            const std::vector<float> y = dy.download();
+            if (run == 0) first = y;
+            else ASSERT_EQ(std::memcmp(first.data(), y.data(), y.size() * sizeof(float)), 0) << "not deterministic";
+            std::vector<bool> written(static_cast<size_t>(T), false);
+            for (int32_t r : out_rows) written[r] = true;
+            std::vector<float> got;
+            std::vector<double> want;
+            int64_t stepped = 0;  // tokens over kTolFfnToken: an h value across a rounding boundary
+            double worst = 0;
+            for (int64_t t = 0; t < T; ++t) {
+                std::vector<float> got_t;
+                std::vector<double> want_t;
+                for (int64_t e = 0; e < ldy; ++e) {
+                    const float v = y[t * ldy + e], v0 = y0[t * ldy + e];
+                    if (!written[t] || e >= E) {
+                        ASSERT_EQ(std::memcmp(&v, &v0, 4), 0) << "y[" << t << "][" << e << "] changed";
+                        continue;
+                    }
+                    got_t.push_back(v);
+                    want_t.push_back(want_row[t * E + e]);
                 }
-                got_t.push_back(v);
-                want_t.push_back(want_row[t * E + e]);
+                if (got_t.empty()) continue;
+                const Cmp ct = compare(got_t, want_t);
+                ASSERT_LT(ct.bad, 0) << "token row " << t << ": a routed output is not finite";
+                worst = std::max(worst, ct.rel);
+                stepped += ct.rel > kTolFfnToken;
+                EXPECT_LE(ct.rel, kTolFfnStepped) << "token row " << t;
+                got.insert(got.end(), got_t.begin(), got_t.end());
+                want.insert(want.end(), want_t.begin(), want_t.end());
             }
-            if (got_t.empty()) continue;
-            const Cmp ct = compare(got_t, want_t);
-            ASSERT_LT(ct.bad, 0) << "token row " << t << ": a routed output is not finite";
-            worst = std::max(worst, ct.rel);
-            stepped += ct.rel > kTolFfnToken;
-            EXPECT_LE(ct.rel, kTolFfnStepped) << "token row " << t;
-            got.insert(got.end(), got_t.begin(), got_t.end());
-            want.insert(want.end(), want_t.begin(), want_t.end());
+            EXPECT_LE(stepped, max_stepped(c.M)) << "tokens over " << kTolFfnToken << " (worst " << worst << ")";
+            const Cmp cmp = compare(got, want);
+            if (run == 0)
+                std::printf("  %s%s: rel err %.3g overall, worst token %.3g, tokens over %.0e: %lld\n", ffn_name(c).c_str(),
+                            c.M <= 8 ? (gemv ? " gemv" : " mma") : "", cmp.rel, worst, kTolFfnToken,
+                            static_cast<long long>(stepped));
         }
-        EXPECT_LE(stepped, max_stepped(c.M)) << "tokens over " << kTolFfnToken << " (worst " << worst << ")";
-        const Cmp cmp = compare(got, want);
-        if (run == 0)
-            std::printf("  %s: rel err %.3g overall, worst token %.3g, tokens over %.0e: %lld\n", ffn_name(c).c_str(),
-                        cmp.rel, worst, kTolFfnToken, static_cast<long long>(stepped));
     }
 }
 

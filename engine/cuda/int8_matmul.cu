@@ -8,6 +8,7 @@
 
 #include "cuda/check.cuh"
 #include "cuda/sm_limit.cuh"
+#include "cuda/int8_gemv_kernel.cuh"
 #include "cuda/int8_matmul_kernel.cuh"
 #include "cuda/swiglu_dev.cuh"
 #include "tensor/qtypes/all.h"
@@ -104,6 +105,37 @@ int8mm::MmaParams mma_params(const Int8Workspace& ws, const uint8_t* w, uint64_t
     return p;
 }
 
+// Whether a pass of m tokens goes through the GEMV kernel.
+bool gemv_pass(const Int8Workspace& ws, int64_t m) { return ws.gemv() && m <= int8mm::kGemvMaxTok; }
+
+// The GEMV parameters of a call: warps per row chosen so the grid holds about 16 warps an SM
+// (each warp still at least two rounds of 8 chunks), the rest as mma_params.
+int8mm::GemvParams gemv_params(const Int8Workspace& ws, const uint8_t* w, uint64_t stride, const DeviceMat* up, int rows,
+                               int64_t cols, int m, const int8_t* xq, const float* xd, const float2* xs) {
+    int8mm::GemvParams p{};
+    p.w[0] = w;
+    p.stride[0] = stride;
+    p.w[1] = up ? up->data : w;
+    p.stride[1] = up ? up->row_stride : stride;
+    p.rows = rows;
+    p.nkb = static_cast<int>(cols / 32);
+    p.m = m;
+    p.xq = xq;
+    p.xd = xd;
+    p.xs = xs;
+    const int64_t want_warps = 16 * static_cast<int64_t>(ws.sm_count());
+    p.wpr = 1;
+    while (p.wpr < int8mm::kGemvWarps && static_cast<int64_t>(rows) * p.wpr < want_warps && 16 * p.wpr * 2 <= p.nkb)
+        p.wpr *= 2;
+    return p;
+}
+
+void launch_gemv(GgmlType type, const int8mm::GemvParams& p, int mats, cudaStream_t stream) {
+    const int ntok = p.m <= 1 ? 1 : p.m <= 2 ? 2 : p.m <= 4 ? 4 : 8;
+    qtypes::visit(type, [&](auto traits) { int8mm::launch_gemv<decltype(traits)>(p, ntok, mats, stream); });
+    BG_CUDA_CHECK_LAUNCH();
+}
+
 // Splits K for the call (splits_for) and launches the type's kernel.
 void launch_mma(const Int8Workspace& ws, GgmlType type, int8mm::MmaParams& p, int n_tiles, int mats,
                 cudaStream_t stream) {
@@ -155,6 +187,17 @@ void int8_matmul(Int8Workspace& ws, const DeviceMat& W, const float* x, int64_t 
     BG_CHECK(n_tok <= 1 || (ldx >= W.cols && ldy >= W.rows));
     if (W.rows == 0 || n_tok <= 0) return;
     ldy = std::max<int64_t>(ldy, W.rows);
+    if (gemv_pass(ws, n_tok)) {
+        const int m = static_cast<int>(n_tok);
+        quantize_x(ws, x, ldx, nullptr, m, W.cols, stream);
+        int8mm::GemvParams p =
+            gemv_params(ws, W.data, W.row_stride, nullptr, static_cast<int>(W.rows), W.cols, m, ws.xq(), ws.xd(), ws.xs());
+        p.epilogue = int8mm::kStore;
+        p.y = y;
+        p.ldy = ldy;
+        launch_gemv(W.type, p, 1, stream);
+        return;
+    }
     const int pass = pass_tokens(W.type, 1);
     for (int64_t j0 = 0; j0 < n_tok; j0 += pass) {
         const int m = static_cast<int>(std::min<int64_t>(pass, n_tok - j0));
@@ -192,6 +235,31 @@ void int8_expert_ffn(Int8Workspace& ws, const ExpertMats& e, const float* x, int
     BG_CHECK(ldy >= n_embd || (n_tok <= 1 && !out_rows));
     if (n_tok <= 0) return;
     const int ff = static_cast<int>(n_ff), E = static_cast<int>(n_embd);
+    if (gemv_pass(ws, n_tok)) {
+        // h in FP32 goes through the partials buffer (the GEMV has no split-K partials), each
+        // 32-row block of it quantised by the gate/up kernel's last warp on it.
+        BG_CHECK(static_cast<uint64_t>(n_tok) * static_cast<uint64_t>(ff) <= kInt8PartialFloats &&
+                 ff / 32 <= kInt8Counters);
+        const int m = static_cast<int>(n_tok);
+        quantize_x(ws, x, ldx, rows, m, n_embd, stream);
+        int8mm::GemvParams gu = gemv_params(ws, e.gate.data, e.gate.row_stride, &e.up, ff, E, m, ws.xq(), ws.xd(), ws.xs());
+        gu.epilogue = int8mm::kGateUpQuant;
+        gu.limit = limit;
+        gu.llama = form == bg::SwigluClamp::kLlamaCpp ? 1 : 0;
+        gu.h = ws.partials();
+        gu.counters = ws.counters();
+        gu.hq = ws.hq();
+        gu.hd = ws.hd();
+        gu.hs = ws.hs();
+        launch_gemv(e.gate.type, gu, 2, stream);
+        int8mm::GemvParams dn = gemv_params(ws, e.down.data, e.down.row_stride, nullptr, E, ff, m, ws.hq(), ws.hd(), ws.hs());
+        dn.epilogue = int8mm::kStore;
+        dn.y = y;
+        dn.ldy = std::max<int64_t>(ldy, n_embd);
+        dn.out_rows = out_rows;
+        launch_gemv(e.down.type, dn, 1, stream);
+        return;
+    }
     // h is quantised in the gate/up pass's fragment order, so both launches take the same tokens.
     const int pass = std::min(pass_tokens(e.gate.type, 2), pass_tokens(e.down.type, 1));
     for (int64_t j0 = 0; j0 < n_tok; j0 += pass) {

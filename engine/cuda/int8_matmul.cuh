@@ -16,6 +16,9 @@
 //    (so results are bit-identical run to run) and runs the epilogue: store or scatter to output
 //    rows, or, for gate/up, SwiGLU and the int8 quantisation of h for the down projection.
 //  A matmul is two launches (quantise x, MMA); an expert three (quantise x, gate/up, down).
+//  - passes of 1-8 tokens go to a GEMV kernel instead (int8_gemv_kernel.cuh): warps own whole
+//    rows and read the weights straight from global memory, dp4a on the same int8 words, no
+//    split-K; the same launches, the same arithmetic per block.
 //
 // Numerical contract: every block's integer sum is exact; the result differs from the float64
 // sum of the same block partials only by FP32 summation (tests/test_gpu_int8_matmul.cpp holds
@@ -56,6 +59,10 @@ public:
     // Split-K override for tests and benchmarks: 0 = the heuristic, n > 0 = n splits.
     void force_split(int n) { force_split_ = n; }
     int forced_split() const { return force_split_; }
+    // Passes of up to 8 tokens through the GEMV kernel (the default), or, off, through the MMA
+    // kernel as larger passes (tests and benchmarks compare the two).
+    void set_gemv(bool on) { gemv_ = on; }
+    bool gemv() const { return gemv_; }
 
     int8_t* xq() const { return xq_; }
     float* xd() const { return xd_; }
@@ -70,6 +77,7 @@ private:
     int64_t max_cols_ = 0, max_ff_ = 0;
     int sm_count_ = 0;
     int force_split_ = 0;
+    bool gemv_ = true;
     int8_t* xq_ = nullptr;
     float* xd_ = nullptr;
     float2* xs_ = nullptr;

@@ -1,4 +1,6 @@
-// The integer MMA kernels for q8_0 weights (int8_matmul_kernel.cuh; traits tensor/qtypes/q8_0.h).
+// The integer MMA and GEMV kernels for q8_0 weights
+// (int8_matmul_kernel.cuh, int8_gemv_kernel.cuh; traits tensor/qtypes/q8_0.h).
+#include "cuda/int8_gemv_kernel.cuh"
 #include "cuda/int8_matmul_kernel.cuh"
 #include "tensor/qtypes/q8_0.h"
 
@@ -7,6 +9,11 @@ namespace bg::cuda::int8mm {
 template <>
 void launch_mma<qtypes::Q8_0>(const MmaParams& p, int nt, int mats, int splits, cudaStream_t stream) {
     launch_mma_impl<qtypes::Q8_0>(p, nt, mats, splits, stream);
+}
+
+template <>
+void launch_gemv<qtypes::Q8_0>(const GemvParams& p, int ntok, int mats, cudaStream_t stream) {
+    launch_gemv_impl<qtypes::Q8_0>(p, ntok, mats, stream);
 }
 
 }  // namespace bg::cuda::int8mm
