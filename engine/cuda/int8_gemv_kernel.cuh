@@ -98,16 +98,32 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvParams p) {
         const GlobalLoader ld;
         const int stride = 8 * wpr;
         const unsigned quad = 0xFu << (4 * q);
+        // Activation words of chunk c, token j (lane t's 8 bytes), its scale and half sums.
+        auto act = [&](int c, int j, int2& xb, float& dx, float2& s) {
+            xb = __ldg(reinterpret_cast<const int2*>(p.xq + static_cast<int64_t>(c) * 256 + j * 32 + t * 8));
+            dx = __ldg(p.xd + static_cast<int64_t>(c) * kTileTok + j);
+            if constexpr (T::kHasMin) s = __ldg(p.xs + static_cast<int64_t>(c) * kTileTok + j);
+            else s = make_float2(0.0f, 0.0f);
+        };
+        // Activations held across the loads for one or two tokens (decode); more tokens load theirs
+        // as they compute.
+        constexpr int kHeldTok = NTOK <= 2 ? NTOK : 1;
         for (int c0 = grp * 8 + q; c0 < p.nkb; c0 += kGemvUnroll * stride) {
-            // Loads (and decodes) of kGemvUnroll chunks first, so their reads are in flight together.
+            // Every load of kGemvUnroll chunks first, with no branch between them, so their reads
+            // are in flight together: a chunk past the row's end loads the row's last chunk again
+            // and is not added.
             int lo[kGemvUnroll][MATS], hi[kGemvUnroll][MATS];
             float d[kGemvUnroll][MATS][2], mn[kGemvUnroll][MATS][2];
+            int2 xb[kGemvUnroll][kHeldTok];
+            float dx[kGemvUnroll][kHeldTok];
+            float2 xs[kGemvUnroll][kHeldTok];
 #pragma unroll
             for (int u = 0; u < kGemvUnroll; ++u) {
-                const int c = c0 + u * stride;
+                const int c = min(c0 + u * stride, p.nkb - 1);
 #pragma unroll
-                for (int m = 0; m < MATS; ++m)
-                    if (c < p.nkb) T::load_a(row[m], c, t, ld, lo[u][m], hi[u][m], d[u][m], mn[u][m]);
+                for (int m = 0; m < MATS; ++m) T::load_a(row[m], c, t, ld, lo[u][m], hi[u][m], d[u][m], mn[u][m]);
+#pragma unroll
+                for (int j = 0; j < kHeldTok; ++j) act(c, j, xb[u][j], dx[u][j], xs[u][j]);
             }
 #pragma unroll
             for (int u = 0; u < kGemvUnroll; ++u) {
@@ -116,25 +132,31 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvParams p) {
 #pragma unroll
                 for (int j = 0; j < NTOK; ++j) {
                     if (j >= p.m) break;
-                    const int2 xb = __ldg(reinterpret_cast<const int2*>(p.xq + static_cast<int64_t>(c) * 256 + j * 32 + t * 8));
-                    const float dx = __ldg(p.xd + static_cast<int64_t>(c) * kTileTok + j);
-                    float2 s = make_float2(0.0f, 0.0f);
-                    if constexpr (T::kHasMin) s = __ldg(p.xs + static_cast<int64_t>(c) * kTileTok + j);
+                    int2 b;
+                    float dxj;
+                    float2 s;
+                    if (j < kHeldTok) {
+                        b = xb[u][j];
+                        dxj = dx[u][j];
+                        s = xs[u][j];
+                    } else {
+                        act(c, j, b, dxj, s);
+                    }
 #pragma unroll
                     for (int m = 0; m < MATS; ++m) {
                         if constexpr (T::kSubK == 32) {
-                            int is = __dp4a(hi[u][m], xb.y, __dp4a(lo[u][m], xb.x, 0));
+                            int is = __dp4a(hi[u][m], b.y, __dp4a(lo[u][m], b.x, 0));
                             is += __shfl_xor_sync(quad, is, 1);
                             is += __shfl_xor_sync(quad, is, 2);
-                            acc[m][j] = fmaf(static_cast<float>(is), d[u][m][0] * dx, acc[m][j]);
+                            acc[m][j] = fmaf(static_cast<float>(is), d[u][m][0] * dxj, acc[m][j]);
                         } else {
-                            int il = __dp4a(lo[u][m], xb.x, 0), ih = __dp4a(hi[u][m], xb.y, 0);
+                            int il = __dp4a(lo[u][m], b.x, 0), ih = __dp4a(hi[u][m], b.y, 0);
                             il += __shfl_xor_sync(quad, il, 1);
                             ih += __shfl_xor_sync(quad, ih, 1);
                             il += __shfl_xor_sync(quad, il, 2);
                             ih += __shfl_xor_sync(quad, ih, 2);
-                            acc[m][j] = fmaf(static_cast<float>(il), d[u][m][0] * dx,
-                                             fmaf(static_cast<float>(ih), d[u][m][1] * dx, acc[m][j]));
+                            acc[m][j] = fmaf(static_cast<float>(il), d[u][m][0] * dxj,
+                                             fmaf(static_cast<float>(ih), d[u][m][1] * dxj, acc[m][j]));
                         }
                         if constexpr (T::kHasMin) acc[m][j] -= fmaf(mn[u][m][0], s.x, mn[u][m][1] * s.y);
                     }
