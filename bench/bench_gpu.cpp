@@ -423,14 +423,14 @@ void int8_counters(benchmark::State& state, int64_t M, double weights) {
 void BM_ExpertInt8(benchmark::State& state) {
     const bool graph = state.range(4) != 0;
     // Int8Workspace::force_split (0: heuristic); -1: the heuristic with the MMA kernel at every M
-    // (no GEMV for passes of up to 8 tokens), the comparison of the two kernels
+    // (no GEMV for passes of 1-2 tokens), the comparison of the two kernels
     const int split = static_cast<int>(state.range(5));
     const auto down = state.range(6) ? static_cast<GgmlType>(state.range(6)) : GgmlType::F32;  // 0: the gate's type
     ExpertBench b(static_cast<GgmlType>(state.range(0)), state.range(1), state.range(2), state.range(3), down);
     cuda::Int8Workspace ws(std::max(b.E, b.F), b.F);
     ws.force_split(std::max(split, 0));
-    ws.set_gemv(split >= 0);
-    state.counters["gemv"] = ws.gemv() && b.M <= 8 ? 1 : 0;
+    if (split < 0) ws.set_gemv_tokens(0);
+    state.counters["gemv"] = b.M <= ws.gemv_tokens() ? 1 : 0;
     time_calls(state, b.s, b.n_sets, static_cast<double>(b.bytes), b.flops(), graph, [&](size_t i) {
         cuda::int8_expert_ffn(ws, b.mats(i), b.x, b.E, b.rows, b.M, 10.0f, bg::SwigluClamp::kDeepSeek, b.y, b.E, b.rows,
                               b.s);
@@ -455,8 +455,8 @@ void BM_DenseInt8(benchmark::State& state) {
     const uint64_t rb = row_bytes(type, cols);
     cuda::Int8Workspace ws(cols, 0);
     ws.force_split(std::max(split, 0));
-    ws.set_gemv(split >= 0);
-    state.counters["gemv"] = ws.gemv() && M <= 8 ? 1 : 0;
+    if (split < 0) ws.set_gemv_tokens(0);
+    state.counters["gemv"] = M <= ws.gemv_tokens() ? 1 : 0;
     time_calls(state, s, sets.bufs.size(), static_cast<double>(img.size()), 2.0 * M * rows * cols, graph, [&](size_t i) {
         cuda::int8_matmul(ws, cuda::DeviceMat{sets.bufs[i], type, cols, rows, rb}, x, cols, M, y, rows, s);
     });
@@ -560,13 +560,13 @@ BG_DENSE_SHAPES(BENCHMARK(BM_DenseFused))
     ->ArgsProduct({{kQ8}, {5120}, {8192}, {1, 16}, {0}, {1, 2, 3}});
 BG_DENSE_SHAPES(BENCHMARK(BM_DenseSgemm));
 // type, n_embd, n_ff, M, graph, split (forced split-K count of every launch; 0 the heuristic; -1
-// the heuristic with the MMA kernel where the GEMV would run, M <= 8),
+// the heuristic with the MMA kernel where the GEMV would run, M <= 2),
 // down (the down projection's type; 0 the gate's). The K-quant rows are llama-quantize's mixes:
 // Q2_K with down Q3_K, Q4_K with down Q6_K (Q4_K_M), IQ2_XXS with down Q2_K, and each type alone.
 BENCHMARK(BM_ExpertInt8)
     ->ArgNames({"type", "n_embd", "n_ff", "M", "graph", "split", "down"})
     ->ArgsProduct({{kMx}, {5120}, {2304}, {1, 2, 3, 8, 16, 32, 64}, {0, 1}, {0}, {0}})
-    ->ArgsProduct({{kMx, kQ8}, {5120}, {2304}, {1, 8}, {0, 1}, {-1}, {0}})
+    ->ArgsProduct({{kMx, kQ8}, {5120}, {2304}, {1, 2}, {0, 1}, {-1}, {0}})
     ->ArgsProduct({{kMx}, {5120}, {2304}, {1, 16, 64}, {0}, {1, 2, 4, 8}, {0}})
     ->ArgsProduct({{kQ8}, {5120}, {2304}, {1, 8, 16, 64}, {0}, {0}, {0}})
     ->ArgsProduct({{kMx}, {1024}, {768}, {1, 16, 64}, {0}, {0}, {0}})

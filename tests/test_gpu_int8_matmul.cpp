@@ -16,8 +16,8 @@
 //    many tokens or spoil them by more;
 //  - outputs are poisoned (NaN) first: every output written, nothing else touched; each case runs
 //    twice and must give the same bits (split-K partials added in a fixed order);
-//  - passes of up to 8 tokens go through the GEMV kernel (int8_gemv_kernel.cuh) by default: those
-//    cases run on it and on the MMA kernel, each held to the same reference.
+//  - passes of up to 8 tokens may go through the GEMV kernel (int8_gemv_kernel.cuh; by default 1-2
+//    tokens do): those cases run on it and on the MMA kernel, each held to the same reference.
 // Skipped, visibly, without a GPU.
 #include <gtest/gtest.h>
 
@@ -138,13 +138,13 @@ TEST_P(Int8MatmulGpu, MatchesFloat64ReferenceAndTheCpu) {
     DevMat dW(W, c.offset);
     Dev<float> dx(x);
     Dev<float> dy(static_cast<size_t>(c.M * ldy));
-    // Passes of up to 8 tokens run through the GEMV kernel by default; the MMA kernel takes them
-    // too (set_gemv(false)): both are held to the same reference.
+    // Passes of up to 8 tokens may run through the GEMV kernel (set_gemv_tokens) or the MMA
+    // kernel: both are held to the same reference.
     for (bool gemv : {true, false}) {
         if (!gemv && c.M > 8) continue;
         cuda::Int8Workspace ws(c.cols, 0);
         ws.force_split(c.split);
-        ws.set_gemv(gemv);
+        ws.set_gemv_tokens(gemv ? 8 : 0);
         std::vector<float> first;
         for (int run = 0; run < 2; ++run) {
             BG_CUDA_CHECK(cudaMemset(dy.get(), 0xff, c.M * ldy * sizeof(float)));
@@ -271,7 +271,7 @@ TEST_P(Int8ExpertFfnGpu, MatchesFloat64ReferenceOfItsArithmetic) {
     for (bool gemv : {true, false}) {
         if (!gemv && c.M > 8) continue;
         cuda::Int8Workspace ws(std::max(E, F), F);
-        ws.set_gemv(gemv);
+        ws.set_gemv_tokens(gemv ? 8 : 0);
         std::vector<float> first;
         for (int run = 0; run < 2; ++run) {
             dy.upload(y0);

@@ -106,7 +106,7 @@ int8mm::MmaParams mma_params(const Int8Workspace& ws, const uint8_t* w, uint64_t
 }
 
 // Whether a pass of m tokens goes through the GEMV kernel.
-bool gemv_pass(const Int8Workspace& ws, int64_t m) { return ws.gemv() && m <= int8mm::kGemvMaxTok; }
+bool gemv_pass(const Int8Workspace& ws, int64_t m) { return m <= ws.gemv_tokens(); }
 
 // The GEMV parameters of a call: warps per row chosen so the grid holds about 16 warps an SM
 // (each warp still at least two rounds of 8 chunks), the rest as mma_params.
@@ -172,6 +172,11 @@ Int8Workspace::Int8Workspace(int64_t max_cols, int64_t max_ff) : max_cols_(max_c
     part_ = static_cast<float*>(take(kInt8PartialFloats * sizeof(float)));
     counters_ = static_cast<int*>(take(kInt8Counters * sizeof(int)));
     BG_CHECK(bytes_ == int8_workspace_bytes(max_cols, max_ff));
+}
+
+void Int8Workspace::set_gemv_tokens(int n) {
+    BG_CHECK_MSG(n >= 0 && n <= int8mm::kGemvMaxTok, "int8 GEMV: passes of 0..8 tokens");
+    gemv_tokens_ = n;
 }
 
 Int8Workspace::~Int8Workspace() {

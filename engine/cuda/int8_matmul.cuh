@@ -16,8 +16,8 @@
 //    (so results are bit-identical run to run) and runs the epilogue: store or scatter to output
 //    rows, or, for gate/up, SwiGLU and the int8 quantisation of h for the down projection.
 //  A matmul is two launches (quantise x, MMA); an expert three (quantise x, gate/up, down).
-//  - passes of 1-8 tokens go to a GEMV kernel instead (int8_gemv_kernel.cuh): warps own whole
-//    rows and read the weights straight from global memory, dp4a on the same int8 words, no
+//  - passes of 1-2 tokens (decode) go to a GEMV kernel instead (int8_gemv_kernel.cuh): warps own
+//    whole rows and read the weights straight from global memory, dp4a on the same int8 words, no
 //    split-K; the same launches, the same arithmetic per block.
 //
 // Numerical contract: every block's integer sum is exact; the result differs from the float64
@@ -59,10 +59,13 @@ public:
     // Split-K override for tests and benchmarks: 0 = the heuristic, n > 0 = n splits.
     void force_split(int n) { force_split_ = n; }
     int forced_split() const { return force_split_; }
-    // Passes of up to 8 tokens through the GEMV kernel (the default), or, off, through the MMA
-    // kernel as larger passes (tests and benchmarks compare the two).
-    void set_gemv(bool on) { gemv_ = on; }
-    bool gemv() const { return gemv_; }
+    // Passes of up to n tokens (0..8) go through the GEMV kernel, larger ones through the MMA
+    // kernel. The default, 2, is what the H200 measured: one token 31 us for a full-width MXFP4
+    // expert against the MMA kernel's 40, eight tokens 136 us against 42 (the GEMV's activations
+    // of more than two tokens are loaded as it computes). Tests run every count on both.
+    static constexpr int kGemvDefaultTokens = 2;
+    void set_gemv_tokens(int n);
+    int gemv_tokens() const { return gemv_tokens_; }
 
     int8_t* xq() const { return xq_; }
     float* xd() const { return xd_; }
@@ -77,7 +80,7 @@ private:
     int64_t max_cols_ = 0, max_ff_ = 0;
     int sm_count_ = 0;
     int force_split_ = 0;
-    bool gemv_ = true;
+    int gemv_tokens_ = kGemvDefaultTokens;
     int8_t* xq_ = nullptr;
     float* xd_ = nullptr;
     float2* xs_ = nullptr;
