@@ -14,7 +14,6 @@ namespace bg::cuda {
 namespace {
 
 constexpr int kAttnThreads = 128;
-constexpr int kAttnBatch = 8;  // row values a thread loads before it adds them
 constexpr int kIdxWarps = 8;
 constexpr int kIdxRowsPerWarp = 8;
 constexpr int kIdxRowsPerBlock = kIdxWarps * kIdxRowsPerWarp;
@@ -71,22 +70,11 @@ __global__ void attention_kernel(AttentionArgs a, int64_t max_rows) {
     __syncthreads();
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
-    // The loops below read rows from global memory in batches of kAttnBatch independent loads
-    // before they add any of them, in the order they always added: at decode a block has few
-    // warps and each of its adds used to wait for its own load (110 us a layer on the H200).
     for (int64_t j = warp; j < n_rows; j += n_warps) {
         const int32_t r = src[j];
         const float* row = r >= 0 ? a.kv + r * d : a.comp + static_cast<int64_t>(-r - 1) * d;
         float s = 0.0f;
-        int64_t i = lane;
-        for (; i + 32 * (kAttnBatch - 1) < d; i += 32 * kAttnBatch) {
-            float v[kAttnBatch];
-#pragma unroll
-            for (int b = 0; b < kAttnBatch; ++b) v[b] = row[i + 32 * b];
-#pragma unroll
-            for (int b = 0; b < kAttnBatch; ++b) s += qs[i + 32 * b] * v[b];
-        }
-        for (; i < d; i += 32) s += qs[i] * row[i];
+        for (int64_t i = lane; i < d; i += 32) s += qs[i] * row[i];
         s = warp_sum(s);
         if (lane == 0) logit[j] = a.scale * s;
     }
@@ -108,18 +96,7 @@ __global__ void attention_kernel(AttentionArgs a, int64_t max_rows) {
     float* out = a.out + t * a.ldo + h * d;
     for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
         float acc = 0.0f;
-        int64_t j = 0;
-        for (; j + kAttnBatch <= n_rows; j += kAttnBatch) {
-            float v[kAttnBatch];
-#pragma unroll
-            for (int b = 0; b < kAttnBatch; ++b) {
-                const int32_t r = src[j + b];
-                v[b] = (r >= 0 ? a.kv + r * d : a.comp + static_cast<int64_t>(-r - 1) * d)[i];
-            }
-#pragma unroll
-            for (int b = 0; b < kAttnBatch; ++b) acc = mul_add(logit[j + b] * inv, v[b], acc);
-        }
-        for (; j < n_rows; ++j) {
+        for (int64_t j = 0; j < n_rows; ++j) {
             const int32_t r = src[j];
             const float* row = r >= 0 ? a.kv + r * d : a.comp + static_cast<int64_t>(-r - 1) * d;
             acc = mul_add(logit[j] * inv, row[i], acc);
