@@ -85,11 +85,12 @@ int splits_for(const Int8Workspace& ws, int rows, int nkb, int n_tiles, int mats
     return (nkb + *kb_split - 1) / *kb_split;
 }
 
-// The parameters every launch shares: the matrix (and up, for gate/up: one pass over both), its
-// rows and K blocks, the pass's tokens and int8 activations, the workspace's partials.
-int8mm::MmaParams mma_params(const Int8Workspace& ws, const uint8_t* w, uint64_t stride, const DeviceMat* up, int rows,
-                             int64_t cols, int m, const int8_t* xq, const float* xd, const float2* xs) {
-    int8mm::MmaParams p{};
+// What both kernels' parameters share: the matrix (and up, for gate/up: one pass over both), its
+// rows and K blocks, the pass's tokens and int8 activations.
+template <class P>
+P pass_params(const uint8_t* w, uint64_t stride, const DeviceMat* up, int rows, int64_t cols, int m, const int8_t* xq,
+              const float* xd, const float2* xs) {
+    P p{};
     p.w[0] = w;
     p.stride[0] = stride;
     p.w[1] = up ? up->data : w;
@@ -100,6 +101,13 @@ int8mm::MmaParams mma_params(const Int8Workspace& ws, const uint8_t* w, uint64_t
     p.xq = xq;
     p.xd = xd;
     p.xs = xs;
+    return p;
+}
+
+// The MMA kernel's: the shared part and the workspace's split-K partials.
+int8mm::MmaParams mma_params(const Int8Workspace& ws, const uint8_t* w, uint64_t stride, const DeviceMat* up, int rows,
+                             int64_t cols, int m, const int8_t* xq, const float* xd, const float2* xs) {
+    auto p = pass_params<int8mm::MmaParams>(w, stride, up, rows, cols, m, xq, xd, xs);
     p.part = ws.partials();
     p.counters = ws.counters();
     return p;
@@ -109,20 +117,10 @@ int8mm::MmaParams mma_params(const Int8Workspace& ws, const uint8_t* w, uint64_t
 bool gemv_pass(const Int8Workspace& ws, int64_t m) { return m <= ws.gemv_tokens(); }
 
 // The GEMV parameters of a call: warps per row chosen so the grid holds about 16 warps an SM
-// (each warp still at least two rounds of 8 chunks), the rest as mma_params.
+// (each warp still at least two rounds of 8 chunks).
 int8mm::GemvParams gemv_params(const Int8Workspace& ws, const uint8_t* w, uint64_t stride, const DeviceMat* up, int rows,
                                int64_t cols, int m, const int8_t* xq, const float* xd, const float2* xs) {
-    int8mm::GemvParams p{};
-    p.w[0] = w;
-    p.stride[0] = stride;
-    p.w[1] = up ? up->data : w;
-    p.stride[1] = up ? up->row_stride : stride;
-    p.rows = rows;
-    p.nkb = static_cast<int>(cols / 32);
-    p.m = m;
-    p.xq = xq;
-    p.xd = xd;
-    p.xs = xs;
+    auto p = pass_params<int8mm::GemvParams>(w, stride, up, rows, cols, m, xq, xd, xs);
     const int64_t want_warps = 16 * static_cast<int64_t>(ws.sm_count());
     p.wpr = 1;
     while (p.wpr < int8mm::kGemvWarps && static_cast<int64_t>(rows) * p.wpr < want_warps && 16 * p.wpr * 2 <= p.nkb)
