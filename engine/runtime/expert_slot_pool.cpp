@@ -73,12 +73,8 @@ ExpertSlotPool::ExpertSlotPool(Backend& backend, const ExpertSlots& slots, const
     transient_base_ = static_cast<uint64_t>(H) * every_layer;
     staging_base_ = static_cast<uint64_t>(S - H) * every_layer;
     lru_base_ = staging_base_ + static_cast<uint64_t>(T_) * shared;
-    free_staging_.reserve(static_cast<size_t>(T_));
-    free_transient_.reserve(static_cast<size_t>(T_));
-    for (int32_t i = static_cast<int32_t>(T_) - 1; i >= 0; --i) {
-        free_staging_.push_back(i);
-        free_transient_.push_back(i);
-    }
+    free_staging_ = SlotFreeList(T_);
+    free_transient_ = SlotFreeList(T_);
 }
 
 ExpertSlotPool::~ExpertSlotPool() {
@@ -96,30 +92,6 @@ uint8_t* ExpertSlotPool::slot_of(int64_t layer, const Home& h) const {
     }
     BG_CHECK_MSG(false, "store: an expert without a slot has no slot address");
     return nullptr;
-}
-
-int32_t ExpertSlotPool::take_transient() {
-    if (free_transient_.empty()) return -1;
-    const int32_t t = free_transient_.back();
-    free_transient_.pop_back();
-    return t;
-}
-
-void ExpertSlotPool::give_transient(int32_t t) {
-    BG_CHECK(t >= 0 && t < T_ && static_cast<int64_t>(free_transient_.size()) < T_);
-    free_transient_.push_back(t);
-}
-
-int32_t ExpertSlotPool::take_staging() {
-    if (free_staging_.empty()) return -1;
-    const int32_t s = free_staging_.back();
-    free_staging_.pop_back();
-    return s;
-}
-
-void ExpertSlotPool::give_staging(int32_t s) {
-    BG_CHECK(s >= 0 && s < T_ && static_cast<int64_t>(free_staging_.size()) < T_);
-    free_staging_.push_back(s);
 }
 
 }  // namespace bg

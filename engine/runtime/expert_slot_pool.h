@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "runtime/expert_homes.h"
 #include "runtime/expert_slots.h"
+#include "runtime/slot_free_list.h"
 
 namespace bg {
 
@@ -37,16 +38,17 @@ public:
     uint8_t* transient(int32_t t) const { return device_ + transient_base_ + static_cast<uint64_t>(t) * sizes_.largest; }
     uint8_t* staging(int32_t s) const { return host_ + staging_base_ + static_cast<uint64_t>(s) * sizes_.largest; }
 
-    // Free transient and staging slots (stacks of capacity T): take returns -1 when none is free.
-    int32_t take_transient();
-    void give_transient(int32_t t);
-    int32_t take_staging();
-    void give_staging(int32_t s);
-    int64_t free_transient() const { return static_cast<int64_t>(free_transient_.size()); }
-    int64_t free_staging() const { return static_cast<int64_t>(free_staging_.size()); }
+    // Free transient and staging slots (runtime/slot_free_list.h, T of each): take returns -1
+    // when none is free.
+    int32_t take_transient() { return free_transient_.take(); }
+    void give_transient(int32_t t) { free_transient_.give(t); }
+    int32_t take_staging() { return free_staging_.take(); }
+    void give_staging(int32_t s) { free_staging_.give(s); }
+    int64_t free_transient() const { return free_transient_.free_count(); }
+    int64_t free_staging() const { return free_staging_.free_count(); }
     // The free slots, in the order take would not hand them out first (for the start-up probe).
-    const std::vector<int32_t>& free_staging_list() const { return free_staging_; }
-    const std::vector<int32_t>& free_transient_list() const { return free_transient_; }
+    const std::vector<int32_t>& free_staging_list() const { return free_staging_.free_slots(); }
+    const std::vector<int32_t>& free_transient_list() const { return free_transient_.free_slots(); }
 
     const ExpertSlots& sizes() const { return sizes_; }
     uint64_t device_bytes() const { return device_bytes_; }
@@ -62,7 +64,7 @@ private:
     uint8_t* host_ = nullptr;    // [L][S-H] host slots (each layer's size), then [T] staging, then [lru] slots
     std::vector<uint64_t> hot_base_, host_base_;  // [L] where each layer's slots start in its pool
     uint64_t transient_base_ = 0, staging_base_ = 0, lru_base_ = 0;
-    std::vector<int32_t> free_staging_, free_transient_;  // stacks, capacity T
+    SlotFreeList free_staging_{0}, free_transient_{0};  // T slots each, once the budgets are checked
 };
 
 }  // namespace bg
