@@ -123,6 +123,14 @@ TEST(DecodeSplit, SameTokensOnEveryPathAndEachHostByteTakesOnePath) {
             EXPECT_EQ(cpu + pcie, host + disk) << "a host or disk expert byte is copied or computed in place, once";
             EXPECT_GT(host, 0u) << "no host-resident expert in decode: no test";
             EXPECT_EQ(d["host_experts"]["cpu_bytes"], x["cpu_bytes"]);
+            // Every expert the store copied is one it found in host memory or read from disk and
+            // did not hand to the CPU; each copy is a whole expert (the tiny model's experts are
+            // all one size).
+            const uint64_t copied = d["host_experts"]["copied_experts"];
+            EXPECT_EQ(copied, x["copied_experts"].get<uint64_t>());
+            EXPECT_EQ(copied, x["host_hits"].get<uint64_t>() + x["disk_fetches"].get<uint64_t>() -
+                                  x["cpu_experts"].get<uint64_t>());
+            EXPECT_EQ(pcie, copied * s.model().expert_bytes_each(0));
             if (mode == DecodeExperts::kGpu) {
                 EXPECT_EQ(cpu, 0u);
                 EXPECT_TRUE(d["host_experts"]["rates_by_layer"].empty());

@@ -34,6 +34,7 @@ struct ExpertRanges {
 // Each of a layer's expert matrices has its own type (llama-quantize gives ffn_down a step more).
 struct ExpertTypes {
     GgmlType gate = GgmlType::MXFP4, up = GgmlType::MXFP4, down = GgmlType::MXFP4;
+    bool operator==(const ExpertTypes&) const = default;
 };
 
 // One Engram row: its bytes in the table, and for a fork-fp8 table its E8M0 scales in the scales

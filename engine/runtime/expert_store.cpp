@@ -38,6 +38,7 @@ StoreCounters StoreCounters::operator-(const StoreCounters& o) const {
     d.host_hit_bytes -= o.host_hit_bytes;
     d.disk_bytes -= o.disk_bytes;
     d.consumed_bytes -= o.consumed_bytes;
+    d.copied_experts -= o.copied_experts;
     d.pcie_bytes -= o.pcie_bytes;
     d.pcie_ms -= o.pcie_ms;
     d.pcie_wall_ms -= o.pcie_wall_ms;
@@ -64,6 +65,7 @@ nlohmann::json StoreCounters::to_json() const {
             {"disk_bytes", disk_bytes},
             {"consumed_bytes", consumed_bytes},
             {"disk_read_pct", consumed_bytes ? 100.0 * disk_bytes / consumed_bytes : 0.0},
+            {"copied_experts", copied_experts},
             {"pcie_bytes", pcie_bytes},
             {"pcie_ms", pcie_ms},
             {"pcie_wall_ms", pcie_wall_ms},
@@ -441,6 +443,7 @@ bool TieredExpertStore::do_copies(std::unique_lock<std::mutex>& lk) {
         lk.lock();
         Item& it = items_[q.item];
         c_.pcie_bytes += q.bytes;
+        ++c_.copied_experts;
         if (it.staging >= 0) {
             pool_->give_staging(it.staging);
             it.staging = -1;
@@ -618,6 +621,7 @@ void TieredExpertStore::set_host_compute(DecodeExperts mode, const std::vector<H
     BG_CHECK(!active_);
     host_mode_ = mode;
     rates_ = rates;
+    rates_at_start_ = rates;
 }
 
 TieredExpertStore::HostPathProbe TieredExpertStore::probe_host_path(int64_t layer) {
@@ -652,6 +656,11 @@ TieredExpertStore::HostPathProbe TieredExpertStore::probe_host_path(int64_t laye
 std::vector<HostPathRates> TieredExpertStore::host_path_rates() const {
     std::lock_guard<std::mutex> g(mu_);
     return rates_;
+}
+
+std::vector<HostPathRates> TieredExpertStore::host_path_rates_at_start() const {
+    std::lock_guard<std::mutex> g(mu_);
+    return rates_at_start_;
 }
 
 StoreCounters TieredExpertStore::counters() const {

@@ -69,6 +69,7 @@ struct StoreCounters {
     uint64_t vram_hits = 0, host_hits = 0, disk_fetches = 0;
     uint64_t vram_hit_bytes = 0, host_hit_bytes = 0, disk_bytes = 0;  // expert bytes by source
     uint64_t consumed_bytes = 0;     // once per expert per layer per unit of work
+    uint64_t copied_experts = 0;     // host->device copies of whole experts (what pcie_bytes counts)
     uint64_t pcie_bytes = 0;         // host->device copies of expert bytes
     double pcie_ms = 0;              // copy-engine time of those copies (events; host wall time on the CPU arena)
     double pcie_wall_ms = 0;         // host wall time from queueing each batch to its last copy landing
@@ -142,6 +143,8 @@ public:
     void set_host_compute(DecodeExperts mode, const std::vector<HostPathRates>& rates_by_layer);
     DecodeExperts host_compute_mode() const { return host_mode_; }
     std::vector<HostPathRates> host_path_rates() const;
+    // The rates set_host_compute was given (empty if it never was).
+    std::vector<HostPathRates> host_path_rates_at_start() const;
     static constexpr double kRateWeight = 0.25;
     // For the start-up measurement of those rates: reads experts 0, 1, ... of the layer from the
     // file into up to kProbeExperts staging slots (more bytes than a CPU cache holds, so each
@@ -237,7 +240,8 @@ private:
     Timeline disk_timeline_{timeline_capacity(m_.moe_shape().n_layer, m_.moe_shape().n_expert)};  // this pass's disk-busy intervals
     Timeline copy_timeline_{timeline_capacity(m_.moe_shape().n_layer, m_.moe_shape().n_expert)};  // this pass's copy batches
     DecodeExperts host_mode_ = DecodeExperts::kGpu;
-    std::vector<HostPathRates> rates_;  // [layer]
+    std::vector<HostPathRates> rates_;           // [layer], refined as the run goes
+    std::vector<HostPathRates> rates_at_start_;  // [layer], as set_host_compute gave them
     std::vector<int32_t> split_items_, split_tokens_, split_order_;  // [n_expert] begin_layer's host split
     std::vector<uint8_t> split_on_cpu_;                              // [n_expert]
     StoreCounters c_;

@@ -201,10 +201,8 @@ void Session::measure_host_paths() {
     for (int64_t l = 0; l < L; ++l) {
         const ExpertTypes t = model_->expert_types(l);
         int64_t same = -1;
-        for (int64_t j = 0; j < l && same < 0; ++j) {
-            const ExpertTypes u = model_->expert_types(j);
-            if (u.gate == t.gate && u.up == t.up && u.down == t.down) same = j;
-        }
+        for (int64_t j = 0; j < l && same < 0; ++j)
+            if (model_->expert_types(j) == t) same = j;
         if (same >= 0) {
             rates[l] = rates[same];
             continue;
@@ -226,7 +224,6 @@ void Session::measure_host_paths() {
         r.cpu_ms_per_token = r.cpu_ms_one;
     }
     store_->set_host_compute(cfg_.decode_experts, rates);
-    host_rates_ = rates;
     const HostPathRates& r = rates.front();
     std::fprintf(stderr,
                  "decode experts: %s; per host-resident expert of layer 0 at one token: the CPU %.3f ms in place, or a "
@@ -421,15 +418,16 @@ nlohmann::json Session::run(bool verbose, const std::function<void(int32_t)>& on
                                      b0 >= 0 ? fwd_->device_busy_ms() - b0 : -1.0);
     // Where the host-resident experts went (--decode-experts): each path's bytes and busy time.
     nlohmann::json rates = nlohmann::json::array(), rates_end = nlohmann::json::array();
-    for (const HostPathRates& r : host_rates_) rates.push_back(r.to_json());
-    if (!host_rates_.empty())
+    const std::vector<HostPathRates> at_start = store_->host_path_rates_at_start();
+    for (const HostPathRates& r : at_start) rates.push_back(r.to_json());
+    if (!at_start.empty())
         for (const HostPathRates& r : store_->host_path_rates()) rates_end.push_back(r.to_json());
     dm["host_experts"] = {{"mode", enum_name(cfg_.decode_experts)},
                           {"cpu_experts", dd.cpu_experts},
                           {"cpu_bytes", dd.cpu_bytes},
                           {"cpu_busy_ms", fwd_->host_expert_ms() - host_ms0},
                           {"cpu_gb_s", fwd_->host_expert_ms() > host_ms0 ? dd.cpu_bytes / ((fwd_->host_expert_ms() - host_ms0) * 1e6) : 0.0},
-                          {"copied_experts", dd.host_hits + dd.disk_fetches - dd.cpu_experts},
+                          {"copied_experts", dd.copied_experts},
                           {"copied_bytes", dd.pcie_bytes},
                           {"copy_busy_ms", dd.pcie_ms},
                           {"cpu_share_of_host_bytes",

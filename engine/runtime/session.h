@@ -89,7 +89,6 @@ private:
     std::unique_ptr<Sampler> sampler_;
     tok::EndOfGeneration eog_;
     std::vector<int32_t> prompt_, generated_;
-    std::vector<HostPathRates> host_rates_;  // [layer], empty under --decode-experts gpu
     bool stopped_at_eog_ = false;
 };
 
