@@ -113,6 +113,25 @@ int8mm::MmaParams mma_params(const Int8Workspace& ws, const uint8_t* w, uint64_t
     return p;
 }
 
+// The epilogues both kernels share: gate/up's SwiGLU and quantisation of h for down, and down's
+// store (or scatter to out_rows).
+template <class P>
+void gate_up_epilogue(P& p, const Int8Workspace& ws, float limit, bg::SwigluClamp form) {
+    p.epilogue = int8mm::kGateUpQuant;
+    p.limit = limit;
+    p.llama = form == bg::SwigluClamp::kLlamaCpp ? 1 : 0;
+    p.hq = ws.hq();
+    p.hd = ws.hd();
+    p.hs = ws.hs();
+}
+template <class P>
+void store_epilogue(P& p, float* y, int64_t ldy, const int32_t* out_rows) {
+    p.epilogue = int8mm::kStore;
+    p.y = y;
+    p.ldy = ldy;
+    p.out_rows = out_rows;
+}
+
 // Whether a pass of m tokens goes through the GEMV kernel.
 bool gemv_pass(const Int8Workspace& ws, int64_t m) { return m <= ws.gemv_tokens(); }
 
@@ -195,9 +214,7 @@ void int8_matmul(Int8Workspace& ws, const DeviceMat& W, const float* x, int64_t 
         quantize_x(ws, x, ldx, nullptr, m, W.cols, stream);
         int8mm::GemvParams p =
             gemv_params(ws, W.data, W.row_stride, nullptr, static_cast<int>(W.rows), W.cols, m, ws.xq(), ws.xd(), ws.xs());
-        p.epilogue = int8mm::kStore;
-        p.y = y;
-        p.ldy = ldy;
+        store_epilogue(p, y, ldy, nullptr);
         launch_gemv(W.type, p, 1, stream);
         return;
     }
@@ -215,9 +232,7 @@ void int8_matmul(Int8Workspace& ws, const DeviceMat& W, const float* x, int64_t 
             const int rows = static_cast<int>(std::min<int64_t>(chunk_rows, W.rows - r0));
             int8mm::MmaParams p = mma_params(ws, W.data + static_cast<uint64_t>(r0) * W.row_stride, W.row_stride,
                                              nullptr, rows, W.cols, m, ws.xq(), ws.xd(), ws.xs());
-            p.epilogue = int8mm::kStore;
-            p.y = y + j0 * ldy + r0;
-            p.ldy = ldy;
+            store_epilogue(p, y + j0 * ldy + r0, ldy, nullptr);
             launch_mma(ws, W.type, p, n_tiles, 1, stream);
         }
     }
@@ -246,20 +261,12 @@ void int8_expert_ffn(Int8Workspace& ws, const ExpertMats& e, const float* x, int
         const int m = static_cast<int>(n_tok);
         quantize_x(ws, x, ldx, rows, m, n_embd, stream);
         int8mm::GemvParams gu = gemv_params(ws, e.gate.data, e.gate.row_stride, &e.up, ff, E, m, ws.xq(), ws.xd(), ws.xs());
-        gu.epilogue = int8mm::kGateUpQuant;
-        gu.limit = limit;
-        gu.llama = form == bg::SwigluClamp::kLlamaCpp ? 1 : 0;
+        gate_up_epilogue(gu, ws, limit, form);
         gu.h = ws.partials();
         gu.counters = ws.counters();
-        gu.hq = ws.hq();
-        gu.hd = ws.hd();
-        gu.hs = ws.hs();
         launch_gemv(e.gate.type, gu, 2, stream);
         int8mm::GemvParams dn = gemv_params(ws, e.down.data, e.down.row_stride, nullptr, E, ff, m, ws.hq(), ws.hd(), ws.hs());
-        dn.epilogue = int8mm::kStore;
-        dn.y = y;
-        dn.ldy = std::max<int64_t>(ldy, n_embd);
-        dn.out_rows = out_rows;
+        store_epilogue(dn, y, std::max<int64_t>(ldy, n_embd), out_rows);
         launch_gemv(e.down.type, dn, 1, stream);
         return;
     }
@@ -273,20 +280,13 @@ void int8_expert_ffn(Int8Workspace& ws, const ExpertMats& e, const float* x, int
 
         int8mm::MmaParams gu =
             mma_params(ws, e.gate.data, e.gate.row_stride, &e.up, ff, E, m, ws.xq(), ws.xd(), ws.xs());
-        gu.epilogue = int8mm::kGateUpQuant;
-        gu.limit = limit;
-        gu.llama = form == bg::SwigluClamp::kLlamaCpp ? 1 : 0;
-        gu.hq = ws.hq();
-        gu.hd = ws.hd();
-        gu.hs = ws.hs();
+        gate_up_epilogue(gu, ws, limit, form);
         launch_mma(ws, e.gate.type, gu, n_tiles, 2, stream);
 
         int8mm::MmaParams dn =
             mma_params(ws, e.down.data, e.down.row_stride, nullptr, E, ff, m, ws.hq(), ws.hd(), ws.hs());
-        dn.epilogue = int8mm::kStore;
-        dn.y = out_rows ? y : y + j0 * ldy;
-        dn.ldy = std::max<int64_t>(ldy, n_embd);
-        dn.out_rows = out_rows ? out_rows + j0 : nullptr;
+        store_epilogue(dn, out_rows ? y : y + j0 * ldy, std::max<int64_t>(ldy, n_embd),
+                       out_rows ? out_rows + j0 : nullptr);
         launch_mma(ws, e.down.type, dn, n_tiles, 1, stream);
     }
 }
