@@ -257,6 +257,7 @@ const std::map<std::string, std::string>& reserved_flags() {
         {"--host-budget", "hardware.host_budget_mib"}, {"--vram-budget", "hardware.vram_budget_mib"},
         {"--threads", "engine.threads"},    {"--residency", "engine.residency"},
         {"--engram-buffer", "engine.engram_buffer_kib"}, {"--backend", "engine.backend"},
+        {"--engram-read-ahead", "engine.engram_read_ahead_kib"},
         {"--decode-experts", "engine.decode_experts"}};
     return m;
 }
@@ -444,6 +445,7 @@ Scenario parse_scenario(const std::string& text, const std::string& path) {
     }
     e.threads = en.integer("threads", 0, 4096).value_or(e.threads);
     e.engram_buffer_kib = en.integer("engram_buffer_kib", 4, 1 << 22).value_or(e.engram_buffer_kib);
+    e.engram_read_ahead_kib = en.integer("engram_read_ahead_kib", 0, 1 << 22).value_or(e.engram_read_ahead_kib);
     e.backend = en.string("backend", false, {"auto", "cpu", "cuda"}).value_or("");
     e.decode_experts = en.string("decode_experts", false, {"auto", "gpu", "cpu", "hybrid"}).value_or("");
     if (auto r = en.string("residency")) {
@@ -571,6 +573,7 @@ std::vector<std::string> engine_args(const Scenario& s, const Changes& c, const 
                        "--queue-depth", std::to_string(e.queue_depth), "--read-size", std::to_string(e.read_size_bytes),
                        "--host-budget", std::to_string(s.host_budget_mib), "--vram-budget", std::to_string(s.vram_budget_mib),
                        "--engram-buffer", std::to_string(e.engram_buffer_kib), "--threads", std::to_string(e.threads)});
+    if (e.engram_read_ahead_kib >= 0) a.insert(a.end(), {"--engram-read-ahead", std::to_string(e.engram_read_ahead_kib)});
     if (!e.backend.empty()) a.insert(a.end(), {"--backend", e.backend});
     if (!e.decode_experts.empty()) a.insert(a.end(), {"--decode-experts", e.decode_experts});
     if (!e.residency_path.empty()) a.insert(a.end(), {"--residency", e.residency_path});

@@ -81,6 +81,7 @@ struct EngineOptions {
     int64_t queue_depth = 64, read_size_bytes = 1 << 20;
     int64_t threads = 0;             // 0: all cores
     int64_t engram_buffer_kib = 2048;
+    int64_t engram_read_ahead_kib = -1;  // --engram-read-ahead; -1 = not passed (the engine's default)
     std::string backend;             // "" = the engine's default (auto)
     std::string decode_experts;      // --decode-experts; "" = the engine's default (auto)
     std::string residency_path;      // resolved; "" = the engine's default plan

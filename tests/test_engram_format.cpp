@@ -180,6 +180,84 @@ TEST(EngramFiles, ProvidersReadForkRowsExactly) {
     EXPECT_EQ(store.counters().row_bytes, 2u * 24u * static_cast<uint64_t>(bg::fp8::packed_row_bytes(dim)));
 }
 
+// Read-ahead: rows offered before a fetch come from the ring, the same bytes as rows read by the
+// fetch; a ring smaller than a fetch gives what it holds and the fetch reads the rest; rows
+// offered and then not asked for in their turn are dropped (counted), never handed to a fetch
+// of other rows.
+TEST(EngramFiles, StoreReadAheadGivesTheSameRowsAndDropsWhatNoFetchAsked) {
+    auto m = Model::open(fork_model());
+    bg::cpu::ThreadPool pool(2);
+    auto ops = bg::cpu::make_cpu_ops(pool);
+    auto backend = bg::make_cpu_backend();
+    bg::io::IoConfig io;
+    io.queue_depth = 4;  // fewer reads in flight than the ring holds: the rest start on later polls
+    auto reader = bg::io::Reader::open(fork_model(), io);
+    const int64_t dim = m->hp().engram_dim;
+    const uint64_t row = bg::fp8::packed_row_bytes(dim);
+    bg::EngramStore store(*m, *backend, *reader, 5 * row, 9 * row + row / 2);
+    ASSERT_EQ(store.ahead_capacity(), 9);
+    std::mt19937_64 gen(std::random_device{}());
+    const std::vector<int64_t>& layers = m->hp().engram_layers;
+    ASSERT_GE(layers.size(), 2u);
+    auto check = [&](int64_t l, const std::vector<uint64_t>& rows, const char* what) {
+        const std::vector<float> all = table_rows(*m, l);
+        std::vector<float> got(rows.size() * dim);
+        store.fetch_rows(l, rows.data(), static_cast<int64_t>(rows.size()), got.data(), *ops);
+        ops->sync();
+        for (size_t i = 0; i < rows.size(); ++i)
+            ASSERT_EQ(0, std::memcmp(all.data() + rows[i] * dim, got.data() + i * dim, dim * 4))
+                << what << ", layer " << l << ", row " << rows[i];
+    };
+    auto draw = [&](int64_t l, size_t n) {
+        const uint64_t n_rows = table_rows(*m, l).size() / dim;
+        std::vector<uint64_t> r(n);
+        for (auto& x : r) x = gen() % n_rows;
+        return r;
+    };
+    const int64_t l0 = layers[0], l1 = layers[1];
+
+    // 24 rows offered, 9 taken: the fetch takes those 9 from the ring and reads 15.
+    const std::vector<uint64_t> a = draw(l0, 24);
+    EXPECT_EQ(store.read_ahead(l0, a.data(), 24), 9);
+    EXPECT_EQ(store.read_ahead(l0, a.data() + 9, 15), 0) << "the ring is full";
+    check(l0, a, "partly read ahead");
+    bg::EngramCounters c = store.counters();
+    EXPECT_EQ(c.rows, 24u);
+    EXPECT_EQ(c.rows_read_ahead, 9u);
+    EXPECT_EQ(c.rows_discarded, 0u);
+
+    // Offered for two fetches of different layers, in their order: all from the ring.
+    const std::vector<uint64_t> b0 = draw(l0, 4), b1 = draw(l1, 5);
+    EXPECT_EQ(store.read_ahead(l0, b0.data(), 4), 4);
+    EXPECT_EQ(store.read_ahead(l1, b1.data(), 5), 5);
+    EXPECT_EQ(store.read_ahead(0, nullptr, 0), 0);
+    check(l0, b0, "read ahead, first of two");
+    check(l1, b1, "read ahead, second of two");
+    c = store.counters();
+    EXPECT_EQ(c.rows_read_ahead, 18u);
+    EXPECT_EQ(c.rows_discarded, 0u);
+
+    // A fetch that asks for the first 3 offered rows, then others: 3 from the ring, the other 5
+    // offered are dropped, and its own rows are read.
+    std::vector<uint64_t> d = draw(l1, 8), e = d;
+    for (size_t i = 3; i < e.size(); ++i) e[i] = (e[i] + 1) % (table_rows(*m, l1).size() / dim);
+    EXPECT_EQ(store.read_ahead(l1, d.data(), 8), 8);
+    check(l1, e, "diverging after three rows");
+    c = store.counters();
+    EXPECT_EQ(c.rows_read_ahead, 21u);
+    EXPECT_EQ(c.rows_discarded, 5u);
+
+    // Rows of another layer at the front: none of them is handed to this fetch.
+    EXPECT_EQ(store.read_ahead(l0, d.data(), 8), 8);
+    check(l1, d, "another layer's rows offered");
+    c = store.counters();
+    EXPECT_EQ(c.rows_read_ahead, 21u);
+    EXPECT_EQ(c.rows_discarded, 13u);
+    EXPECT_EQ(c.rows, 24u + 4u + 5u + 8u + 8u);
+    // Dropped rows were read as well.
+    EXPECT_GE(c.disk_read_bytes, (c.rows + c.rows_discarded) * row);
+}
+
 // ---- hostile files: the fork pair broken one way at a time ----------------------------------
 
 std::string open_error(const std::string& path) {

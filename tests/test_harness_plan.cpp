@@ -43,7 +43,7 @@ TEST(MemoryPlan, RunAllocatesExactlyWhatThePlanFromTheScalePrinted) {
     // And the live objects hold those bytes.
     EXPECT_EQ(got.total(bg::MemoryTier::kVram), s.store().device_bytes() + s.engram().buffer_bytes());
     EXPECT_EQ(got.total(bg::MemoryTier::kHost),
-              s.model().dense_bytes() + s.forward().buffer_bytes() + s.store().host_bytes() + s.engram().buffer_bytes() +
+              s.model().dense_bytes() + s.forward().buffer_bytes() + s.store().host_bytes() + s.engram().host_bytes() +
                   s.store().timeline_bytes() + s.engram().timeline().bytes());
     // The metrics carry the plan.
     const nlohmann::json m = s.run(false);

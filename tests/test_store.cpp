@@ -397,6 +397,56 @@ TEST(Store, SpeculativeCopiesChangeNoResultAndAreCounted) {
     EXPECT_EQ(warm_off["speculative_copies"].get<uint64_t>(), 0u);
 }
 
+// Engram read-ahead (EngramStore::read_ahead, offered by the forward once a pass's tokens are
+// embedded) changes no result and reads the same pages; in a run that follows its plan, every
+// row a fetch uses was read ahead and none is dropped, layer-major, token-major, at decode, and
+// with a ring too small for a pass's rows.
+TEST(Store, EngramReadAheadChangesNoResultAndEveryRowWasReadAhead) {
+    bg::RunConfig c = tiny_cfg();
+    c.routing = bg::RoutingPolicy::kResidentOnly;
+    c.passes = 2;
+    c.gen = 4;
+    c.engram_read_ahead_kib = 0;
+    bg::Session off(c);
+    const nlohmann::json moff = off.run(false);
+    ASSERT_GT(moff["passes"][0]["engram"]["rows"].get<uint64_t>(), 0u) << "the tiny model has Engram layers";
+    auto check = [&](bg::RunConfig rc, bool all_ahead, const char* what) {
+        bg::Session s(rc);
+        const nlohmann::json m = s.run(false);
+        EXPECT_EQ(s.generated(), off.generated()) << what;
+        EXPECT_EQ(s.all_logits(c.routing), off.all_logits(c.routing)) << what;
+        std::vector<nlohmann::json> parts(m["passes"].begin(), m["passes"].end());
+        parts.push_back(m["decode"]);
+        std::vector<nlohmann::json> parts_off(moff["passes"].begin(), moff["passes"].end());
+        parts_off.push_back(moff["decode"]);
+        for (size_t i = 0; i < parts.size(); ++i) {
+            const nlohmann::json& g = parts[i]["engram"];
+            const nlohmann::json& g_off = parts_off[i]["engram"];
+            EXPECT_EQ(g["rows"], g_off["rows"]) << what << ", part " << i;
+            EXPECT_EQ(g["row_bytes"], g_off["row_bytes"]) << what << ", part " << i;
+            EXPECT_EQ(g["disk_read_bytes"], g_off["disk_read_bytes"]) << what << ", part " << i;
+            EXPECT_EQ(g["rows_discarded"].get<uint64_t>(), 0u) << what << ", part " << i;
+            if (all_ahead)
+                EXPECT_EQ(g["rows_read_ahead"], g["rows"]) << what << ", part " << i;
+            else
+                EXPECT_GT(g["rows_read_ahead"].get<uint64_t>(), 0u) << what << ", part " << i;
+            EXPECT_EQ(g_off["rows_read_ahead"].get<uint64_t>(), 0u) << what << ", part " << i;
+        }
+    };
+    c.engram_read_ahead_kib = 2048;
+    check(c, true, "layer-major");
+    {
+        bg::RunConfig t = c;
+        t.prefill = bg::PrefillOrder::kTokenMajor;
+        check(t, true, "token-major");
+    }
+    {
+        bg::RunConfig t = c;
+        t.engram_read_ahead_kib = 1;  // fewer rows than one unit's: offered again after each fetch
+        check(t, false, "a ring smaller than a unit's rows");
+    }
+}
+
 TEST(Store, CiScaleWarmPassReadsLessThanCold) {
     bg::RunConfig c;
     c.model_path = bgtest::ci_model();

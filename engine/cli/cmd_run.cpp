@@ -154,6 +154,12 @@ void add_run_flags(CLI::App* cmd, RunConfig& cfg) {
                     "Of the VRAM budget, MiB set aside for the CUDA runtime (cuBLAS, streams); CUDA backend only")
         ->capture_default_str();
     cmd->add_option("--engram-buffer", cfg.engram_buffer_kib, "Engram row buffer in device memory, KiB")->capture_default_str();
+    cmd->add_option("--engram-read-ahead", cfg.engram_read_ahead_kib,
+                    "Host ring the Engram rows of a pass's positions are read into ahead of their layer, KiB (0: off)")
+        ->capture_default_str();
+    cmd->add_option("--engram-queue-depth", cfg.engram_queue_depth, "Engram reads in flight at most")
+        ->check(CLI::Range(1u, 32768u))
+        ->capture_default_str();
     cmd->add_flag("--fidelity", cfg.fidelity, "Also report top-1 agreement and mean KL of the routing policy against exact");
     cmd->add_flag("--verify-slots", cfg.verify_slots, "After each pass compare every loaded slot with the file");
     cmd->add_option("--metrics-json", cfg.metrics_json, "Write metrics JSON here");

@@ -204,6 +204,7 @@ Forward::Forward(const Model& m, std::unique_ptr<Ops> ops, ExpertProvider& exper
     emb_host_ = alloc_host<float>(f.emb_host);
     onehot_ = alloc_host<float>(f.onehot);
     erows_ = alloc_host<uint64_t>(f.erows);
+    if (!m_.moe_shape().engram_layers.empty()) plan_rows_.resize(static_cast<size_t>(hp_.engram_buckets()));
     by_expert_count_ = alloc_host<int32_t>(f.by_expert_count);
     by_expert_start_ = alloc_host<int32_t>(f.by_expert_start);
     used_experts_ = alloc_host<int32_t>(f.used_experts);
@@ -262,6 +263,7 @@ void Forward::refresh_hot_set() {
 }
 
 void Forward::reset() {
+    plan_layer_ = SIZE_MAX;
     // Caches are overwritten position by position; only the selection counts must be cleared
     // for a reused position to never see a stale selection.
     for (int64_t l = 0; l < hp_.n_layer; ++l)
@@ -323,6 +325,37 @@ void Forward::embed(Ubatch& u, const int32_t* tokens, int64_t n, int64_t pos0) {
     ops_->sync();
 }
 
+void Forward::plan_reads(int64_t pos0, int64_t n) {
+    BG_CHECK(pos0 >= 0 && n >= 1 && pos0 + n <= cfg_.n_ctx);
+    plan_pos0_ = plan_pos_ = pos0;
+    plan_end_ = pos0 + n;
+    plan_row_ = 0;
+    plan_layer_ = 0;
+    offer_engram_rows();
+}
+
+void Forward::offer_engram_rows() {
+    // The order the fetches will ask in: each Engram layer in turn, its positions ascending
+    // (units are consecutive positions, each fetch a unit's rows by position).
+    const std::vector<int64_t>& layers = m_.moe_shape().engram_layers;
+    const int64_t nb = hp_.engram_buckets();
+    if (plan_layer_ >= layers.size()) {
+        engram_.read_ahead(0, nullptr, 0);  // nothing left to offer: only let the reads move on
+        return;
+    }
+    while (plan_layer_ < layers.size()) {
+        const int64_t l = layers[plan_layer_];
+        engram_rows(l, plan_pos_, plan_rows_.data());
+        plan_row_ += engram_.read_ahead(l, plan_rows_.data() + plan_row_, nb - plan_row_);
+        if (plan_row_ < nb) return;  // no room: the rest after the next fetch
+        plan_row_ = 0;
+        if (++plan_pos_ == plan_end_) {
+            plan_pos_ = plan_pos0_;
+            ++plan_layer_;
+        }
+    }
+}
+
 void Forward::mix(const MatView& fn, const float* base, const float* scale, const float* h, int64_t n, float* out_mix) {
     const int64_t W = kHc * E_;
     ops_->rmsnorm(h, nullptr, W, n, hp_.rms_eps, hflat_);
@@ -335,6 +368,17 @@ void Forward::engram(int64_t l, const Ubatch& u) {
     const int64_t nb = hp_.engram_buckets(), dim = hp_.engram_dim, n = u.n;
     for (int64_t i = 0; i < n; ++i) engram_rows(l, u.pos0 + i, &erows_[i * nb]);
     engram_.fetch_rows(l, erows_, n * nb, erow_, *ops_);
+    // The fetch read what the ring did not hold: the offers go on after its rows.
+    const std::vector<int64_t>& layers = m_.moe_shape().engram_layers;
+    const size_t li = static_cast<size_t>(std::find(layers.begin(), layers.end(), l) - layers.begin());
+    const int64_t end = u.pos0 + n;
+    if (plan_layer_ != SIZE_MAX && u.pos0 >= plan_pos0_ && end <= plan_end_ &&
+        (plan_layer_ < li || (plan_layer_ == li && plan_pos_ < end))) {
+        plan_layer_ = end == plan_end_ ? li + 1 : li;
+        plan_pos_ = end == plan_end_ ? plan_pos0_ : end;
+        plan_row_ = 0;
+    }
+    offer_engram_rows();  // into the room this fetch made
     // [n][buckets*dim] -> [n][4 keys + 1 value][n_embd]
     ops_->matmul(w.engram_wkv, erow_, nb * dim, n, ekv_, (kHc + 1) * E_);
     ops_->engram_gate_add(ekv_, w.engram_k, w.engram_q, n, E_, hp_.rms_eps, H(u.pos0));
@@ -447,7 +491,10 @@ void Forward::attention_half(int64_t l, Ubatch& u) {
     const LayerWeights& w = layers_[l];
     const int64_t p0 = u.pos0, n = u.n, k = hp_.n_expert_used, ne = hp_.n_expert;
     float* h = H(p0);
-    if (m_.roles()[l].engram) engram(l, u);
+    if (m_.roles()[l].engram)
+        engram(l, u);
+    else
+        offer_engram_rows();  // read-ahead reads move on only while someone polls them
     ops_->busy_begin();
     // Attention sub-layer.
     mix(w.hc_attn_fn, w.hc_attn_base, w.hc_attn_scale, h, n, mixa_);

@@ -66,6 +66,9 @@ public:
     void reset() override;
 
     void embed(Ubatch& u, const int32_t* tokens, int64_t n, int64_t pos0) override;
+    // Offers the Engram rows of the positions, Engram layer by layer, to the provider's
+    // read-ahead, as much as it takes now; the rest is offered after each Engram fetch.
+    void plan_reads(int64_t pos0, int64_t n) override;
     // Engram, the attention sub-layer, the MoE mix and routing. The routing stays on the device
     // for moe_half; with an observer attached it is also copied into u.ids / u.wts.
     void attention_half(int64_t l, Ubatch& u) override;
@@ -110,6 +113,7 @@ private:
     float* H(int64_t pos) const { return H_ + pos * 4 * E_; }
     void mix(const MatView& fn, const float* base, const float* scale, const float* h, int64_t n, float* out_mix);
     void engram(int64_t l, const Ubatch& u);
+    void offer_engram_rows();  // the plan_reads rows not yet taken, while the provider takes them
     void attention(int64_t l, const Ubatch& u);
     void blocks(int64_t l, const Ubatch& u);
     void collapse_final(const Ubatch& u, int64_t i);
@@ -151,6 +155,11 @@ private:
     float* emb_host_;          // [mu][n_embd] embedding rows dequantised on the host
     float* onehot_;            // [mu][4]
     uint64_t* erows_;          // [mu*buckets]
+    // plan_reads: Engram rows of positions [plan_pos0_, plan_end_) still to offer, from position
+    // plan_pos_ (row plan_row_ of it) of the plan_layer_-th Engram layer on.
+    int64_t plan_pos0_ = 0, plan_end_ = 0, plan_pos_ = 0, plan_row_ = 0;
+    size_t plan_layer_ = SIZE_MAX;  // SIZE_MAX: no plan
+    std::vector<uint64_t> plan_rows_;  // [buckets] one position's rows
     int32_t *by_expert_count_;  // [n_expert + 1] expert_counts_ on the host
     int32_t *by_expert_start_, *used_experts_, *used_tokens_;
     // Host-resident experts on the CPU (ForwardLayout's host_* and eo_up, up_rows; null without).

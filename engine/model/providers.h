@@ -50,6 +50,12 @@ public:
     // Dequantised rows: out[i*dim .. (i+1)*dim) = row rows[i] of the layer's table, where out is
     // memory of `ops`' backend; the rows are in place when the call returns.
     virtual void fetch_rows(int64_t layer, const uint64_t* rows, int64_t n, float* out, Ops& ops) = 0;
+    // Rows later fetch_rows calls will ask for, offered in the order they will ask: a provider
+    // may start reading them now, so the disk works while the caller computes. Returns how many
+    // of rows[0..n) it took from the front (0 where it does not read ahead or has no room now);
+    // the rest may be offered again after the next fetch_rows. n = 0 only lets reads already
+    // started move on. Results never depend on what was taken: a fetch returns the same rows.
+    virtual int64_t read_ahead(int64_t /*layer*/, const uint64_t* /*rows*/, int64_t /*n*/) { return 0; }
 };
 
 }  // namespace bg

@@ -10,15 +10,26 @@
 namespace bg {
 
 EngramCounters EngramCounters::operator-(const EngramCounters& o) const {
-    return {rows - o.rows, row_bytes - o.row_bytes, disk_read_bytes - o.disk_read_bytes, disk_ms - o.disk_ms};
+    return {rows - o.rows,
+            row_bytes - o.row_bytes,
+            disk_read_bytes - o.disk_read_bytes,
+            disk_ms - o.disk_ms,
+            rows_read_ahead - o.rows_read_ahead,
+            rows_discarded - o.rows_discarded};
 }
 
 nlohmann::json EngramCounters::to_json() const {
-    return {{"rows", rows}, {"row_bytes", row_bytes}, {"disk_read_bytes", disk_read_bytes}, {"disk_ms", disk_ms}};
+    return {{"rows", rows},
+            {"row_bytes", row_bytes},
+            {"disk_read_bytes", disk_read_bytes},
+            {"disk_ms", disk_ms},
+            {"rows_read_ahead", rows_read_ahead},
+            {"rows_discarded", rows_discarded}};
 }
 
-EngramStore::EngramStore(const MoeModel& m, Backend& backend, io::Reader& reader, uint64_t buffer_bytes)
-    : m_(m), backend_(backend), reader_(reader), buffer_bytes_(buffer_bytes) {
+EngramStore::EngramStore(const MoeModel& m, Backend& backend, io::Reader& reader, uint64_t buffer_bytes,
+                         uint64_t ahead_bytes)
+    : m_(m), backend_(backend), reader_(reader), buffer_bytes_(buffer_bytes), ring_bytes_(ahead_bytes) {
     uint64_t row_bytes = 0;
     uint64_t reads_per_row = 1;
     for (int64_t l : m.moe_shape().engram_layers) {
@@ -31,50 +42,151 @@ EngramStore::EngramStore(const MoeModel& m, Backend& backend, io::Reader& reader
     const uint64_t cap = row_bytes ? buffer_bytes / row_bytes : 1;
     rows_per_fetch_ = static_cast<int64_t>(cap);
     ops_.resize(cap * reads_per_row);
-    done_.resize(cap * reads_per_row);
+    // A poll hands back a fetch's reads and read-ahead reads alike.
+    const uint64_t ahead_rows = row_bytes ? ahead_bytes / row_bytes : 0;
+    done_.resize(std::max<uint64_t>(cap, ahead_rows) * reads_per_row);
+    slot_bytes_ = row_bytes;
+    ring_.resize(ring_bytes_);
+    ahead_.resize(ahead_rows);
     buffer_ = backend.alloc_device(buffer_bytes);
     staging_ = backend.alloc_host(buffer_bytes);
+    disk_bytes_at_start_ = reader_.stats().bytes_read;
 }
 
 EngramStore::~EngramStore() {
+    // Reads still in flight (an error unwound a fetch) must not land in a freed ring: the reader
+    // copies a read's bytes out only while it is polled, so they are taken here first.
+    try {
+        while (ahead_in_flight_ > 0) reap(true, nullptr);
+    } catch (...) {
+    }
     backend_.free_device(buffer_);
     backend_.free_host(staging_);
+}
+
+EngramCounters EngramStore::counters() const {
+    EngramCounters c = c_;
+    // The reader is this store's alone, and read-ahead reads land between fetches.
+    c.disk_read_bytes = reader_.stats().bytes_read - disk_bytes_at_start_;
+    return c;
+}
+
+size_t EngramStore::reap(bool wait, const io::ReadOp** failed) {
+    const size_t k = reader_.poll(done_.data(), done_.size(), wait);
+    size_t own = 0;
+    for (size_t j = 0; j < k; ++j) {
+        const io::ReadOp* op = done_[j];
+        if (op->tag & kAheadTag) {
+            Ahead& a = ahead_[op->tag & ~kAheadTag];
+            BG_CHECK(a.n_done < a.n_reads && ahead_in_flight_ > 0);
+            ++a.n_done;
+            --ahead_in_flight_;
+            if (op->error && !a.failed) a.failed = op;
+        } else {
+            ++own;
+            if (op->error && failed && !*failed) *failed = op;
+        }
+    }
+    return own;
+}
+
+int64_t EngramStore::read_ahead(int64_t layer, const uint64_t* rows, int64_t n) {
+    // Only a fetch submits reads of its own, and it waits for all of them.
+    BG_CHECK(reap(false, nullptr) == 0);
+    int64_t took = 0;
+    while (took < n && ahead_tail_ - ahead_head_ < ahead_.size()) {
+        const uint64_t i = ahead_tail_ % ahead_.size();
+        Ahead& a = ahead_[i];
+        const EngramRowRanges r = m_.engram_row(layer, rows[took]);
+        a.layer = layer;
+        a.row = rows[took];
+        a.bytes = r.bytes();
+        a.n_reads = a.n_done = 0;
+        a.failed = nullptr;
+        uint8_t* dst = slot(i);
+        // Values, then (fork-fp8) the scales right behind them: the packed row.
+        for (const ByteRange* br : {&r.values, &r.scales}) {
+            if (!br->bytes) continue;
+            io::ReadOp& op = a.reads[a.n_reads++];
+            op = io::ReadOp{};
+            op.file = br->file;
+            op.offset = br->offset;
+            op.bytes = br->bytes;
+            op.dst = dst;
+            op.tag = kAheadTag | i;
+            dst += br->bytes;
+            reader_.submit(&op);
+            ++ahead_in_flight_;
+        }
+        ++ahead_tail_;
+        ++took;
+    }
+    return took;
+}
+
+void EngramStore::discard_ahead() {
+    while (ahead_in_flight_ > 0) BG_CHECK(reap(true, nullptr) == 0);
+    c_.rows_discarded += ahead_tail_ - ahead_head_;
+    ahead_head_ = ahead_tail_ = 0;
 }
 
 const uint8_t* EngramStore::fetch_raw(int64_t layer, const uint64_t* rows, int64_t n, Ops& ops) {
     BG_CHECK(n <= rows_per_fetch());
     const double t0_ms = now_ms();
-    const uint64_t before = reader_.stats().bytes_read;
+    // The rows at the ring's front that match, in order, come from it (they go first in the
+    // staging area); the rest are read now. A ring left holding other rows was read for nothing.
+    int64_t ahead = 0;
     uint64_t at = 0;
-    size_t n_ops = 0;
-    auto submit = [&](const ByteRange& r, int64_t i) {
-        io::ReadOp& op = ops_[n_ops++];
-        op = io::ReadOp{};
-        op.file = r.file;
-        op.offset = r.offset;
-        op.bytes = r.bytes;
-        op.dst = staging_ + at;
-        op.tag = static_cast<uint64_t>(i);
-        at += r.bytes;
-        reader_.submit(&op);
+    while (ahead < n && ahead_head_ + ahead < ahead_tail_) {
+        const Ahead& a = ahead_at(ahead_head_ + ahead);
+        if (a.layer != layer || a.row != rows[ahead]) break;
+        at += a.bytes;
+        ++ahead;
+    }
+    const io::ReadOp* failed = nullptr;
+    size_t got = 0;
+    auto take_ahead = [&] {
+        uint64_t to = 0;
+        for (int64_t i = 0; i < ahead; ++i, ++ahead_head_) {
+            Ahead& a = ahead_at(ahead_head_);
+            while (a.n_done < a.n_reads) got += reap(true, &failed);
+            if (a.failed && !failed) failed = a.failed;
+            std::memcpy(staging_ + to, slot(ahead_head_), a.bytes);
+            to += a.bytes;
+        }
+        c_.rows_read_ahead += static_cast<uint64_t>(ahead);
+        if (ahead_head_ == ahead_tail_) ahead_head_ = ahead_tail_ = 0;
     };
-    for (int64_t i = 0; i < n; ++i) {
+    const bool stale = ahead < n && ahead_head_ + ahead < ahead_tail_;
+    if (stale) {
+        take_ahead();
+        discard_ahead();
+    }
+    size_t n_ops = 0;
+    for (int64_t i = ahead; i < n; ++i) {
         // Values, then (fork-fp8) the scales right behind them: the packed row.
         const EngramRowRanges r = m_.engram_row(layer, rows[i]);
-        submit(r.values, i);
-        if (r.scales.bytes) submit(r.scales, i);
+        for (const ByteRange* br : {&r.values, &r.scales}) {
+            if (!br->bytes) continue;
+            io::ReadOp& op = ops_[n_ops++];
+            op = io::ReadOp{};
+            op.file = br->file;
+            op.offset = br->offset;
+            op.bytes = br->bytes;
+            op.dst = staging_ + at;
+            op.tag = static_cast<uint64_t>(i);
+            at += br->bytes;
+            reader_.submit(&op);
+        }
     }
-    // Every read must land before an error is raised: they write into staging_.
-    const io::ReadOp* failed = nullptr;
-    for (size_t got = 0; got < n_ops;) {
-        const size_t k = reader_.poll(done_.data(), done_.size(), true);
-        for (size_t j = 0; j < k; ++j)
-            if (done_[j]->error && !failed) failed = done_[j];
-        got += k;
-    }
-    if (failed)
+    if (!stale) take_ahead();
+    // Every read must land before an error is raised: they write into staging_ and the ring.
+    while (got < n_ops) got += reap(true, &failed);
+    if (failed) {
+        while (ahead_in_flight_ > 0) reap(true, nullptr);
         fail("engram: read of layer %lld row at offset %llu of %s failed: %s", (long long)layer,
              (unsigned long long)failed->offset, reader_.path(failed->file).c_str(), std::strerror(failed->error));
+    }
     // The device buffer is refilled only once the ops reading it have run; the host waited for
     // the disk meanwhile, and the device worked through what was queued before.
     if (buffer_read_pending_) {
@@ -84,7 +196,6 @@ const uint8_t* EngramStore::fetch_raw(int64_t layer, const uint64_t* rows, int64
     backend_.copy(buffer_, staging_, at, CopyKind::kHostToDevice);
     c_.rows += static_cast<uint64_t>(n);
     c_.row_bytes += at;
-    c_.disk_read_bytes += reader_.stats().bytes_read - before;
     const double t1_ms = now_ms();
     c_.disk_ms += t1_ms - t0_ms;
     timeline_.add(t0_ms, t1_ms);

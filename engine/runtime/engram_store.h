@@ -4,6 +4,13 @@
 // row (model/engram_format.h) is two ranges, its values and its scales in another tensor: two
 // reads (two pages, as rows are random), packed back to back in the buffer. At most two reads
 // per row that fits the buffer are in flight.
+//
+// Read-ahead: the forward knows a pass's rows once its tokens are embedded (they hash from the
+// tokens alone), so it offers them (read_ahead) in the order it will fetch them; their reads
+// start at once and land in a host ring of fixed row slots, and the fetch that asks for them
+// only waits for what is still in flight. The ring is transit, not a cache: each row read ahead
+// is handed to exactly one fetch, then its slot is reused. A fetch whose rows differ from what
+// was offered (a caller that changed its mind) drains the ring and reads them itself.
 #pragma once
 
 #include <cstdint>
@@ -23,28 +30,55 @@ struct EngramCounters {
     uint64_t rows = 0;
     uint64_t row_bytes = 0;        // exact bytes of the rows used
     uint64_t disk_read_bytes = 0;  // bytes the device read (whole pages)
-    double disk_ms = 0;            // wall time spent fetching
+    double disk_ms = 0;            // wall time fetch_rows spent waiting for reads and the copy behind them
+    uint64_t rows_read_ahead = 0;  // rows of `rows` whose reads a read_ahead had started
+    uint64_t rows_discarded = 0;   // rows read ahead that no fetch asked for in their turn (read twice)
     EngramCounters operator-(const EngramCounters& o) const;
     nlohmann::json to_json() const;
 };
 
 class EngramStore final : public EngramProvider {
 public:
-    EngramStore(const MoeModel& m, Backend& backend, io::Reader& reader, uint64_t buffer_bytes);
+    // ahead_bytes: the read-ahead ring (host memory, whole row slots); 0 turns read-ahead off.
+    EngramStore(const MoeModel& m, Backend& backend, io::Reader& reader, uint64_t buffer_bytes,
+                uint64_t ahead_bytes = 0);
     ~EngramStore() override;
     // Any backend: each buffer's worth of rows fetched, then dequantised by the backend into out.
     void fetch_rows(int64_t layer, const uint64_t* rows, int64_t n, float* out, Ops& ops) override;
+    int64_t read_ahead(int64_t layer, const uint64_t* rows, int64_t n) override;
     int64_t rows_per_fetch() const { return rows_per_fetch_; }
-    EngramCounters counters() const { return c_; }
+    // Rows the read-ahead ring holds at most.
+    int64_t ahead_capacity() const { return static_cast<int64_t>(ahead_.size()); }
+    EngramCounters counters() const;
     // The intervals spent fetching since the last clear_timeline() (reads and the copy behind them).
     const Timeline& timeline() const { return timeline_; }
     void clear_timeline() { timeline_.clear(); }
     uint64_t buffer_bytes() const { return buffer_bytes_; }
+    // Host memory held: the pinned staging area and the read-ahead ring.
+    uint64_t host_bytes() const { return buffer_bytes_ + ring_bytes_; }
 
 private:
+    // One row read ahead: its reads land in its ring slot (values, then a fork-fp8 row's scales).
+    struct Ahead {
+        int64_t layer = -1;
+        uint64_t row = 0;
+        uint64_t bytes = 0;        // packed row bytes
+        io::ReadOp reads[2];
+        uint32_t n_reads = 0, n_done = 0;
+        const io::ReadOp* failed = nullptr;  // the first of its reads that failed
+    };
+    static constexpr uint64_t kAheadTag = 1ull << 63;  // ReadOp::tag of a read-ahead read; else a fetch's
+
     // rows[0..n) packed back to back in the device buffer (n <= rows_per_fetch()), in the table's
-    // type, valid until the next call.
+    // type, valid until the next call. Rows at the front of the read-ahead ring are taken from it.
     const uint8_t* fetch_raw(int64_t layer, const uint64_t* rows, int64_t n, Ops& ops);
+    // Takes what the reader has finished (waiting for one at least with wait); returns how many
+    // of a fetch's own reads (tag < kAheadTag) finished, and keeps the first of them that failed.
+    size_t reap(bool wait, const io::ReadOp** failed);
+    Ahead& ahead_at(uint64_t i) { return ahead_[i % ahead_.size()]; }
+    uint8_t* slot(uint64_t i) { return ring_.data() + (i % ahead_.size()) * slot_bytes_; }
+    // Waits for every read-ahead read still in flight, then empties the ring.
+    void discard_ahead();
 
     const MoeModel& m_;
     Backend& backend_;
@@ -55,6 +89,13 @@ private:
     int64_t rows_per_fetch_ = 0;          // rows that fit the buffer
     std::vector<io::ReadOp> ops_;         // [rows_per_fetch_ x reads per row (1, or 2 with a fork-fp8 table)]
     std::vector<io::ReadOp*> done_;
+    uint64_t slot_bytes_ = 0;             // the largest packed row
+    uint64_t ring_bytes_ = 0;             // as asked: whole slots of it are used
+    std::vector<uint8_t> ring_;           // host memory [ring_bytes_]: [ahead_.size()][slot_bytes_] used
+    std::vector<Ahead> ahead_;            // the ring's rows; entry i (mod size) owns slot i
+    uint64_t ahead_head_ = 0, ahead_tail_ = 0;  // rows [head, tail) are in the ring, oldest first
+    uint64_t ahead_in_flight_ = 0;        // read-ahead reads submitted and not yet reaped
+    uint64_t disk_bytes_at_start_ = 0;    // the reader's bytes_read when this store began
     // The last fetch's dequantisation is queued on the ops, not waited for: the next fetch waits
     // for it (ops.sync) after its disk reads, before refilling the buffer. A forward syncs its ops
     // before it goes, so nothing queued outlives it.

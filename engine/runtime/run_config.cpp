@@ -83,6 +83,8 @@ nlohmann::json RunConfig::to_json() const {
         {"vram_budget_mib", vram_budget_mib},
         {"vram_reserve_mib", vram_reserve_mib},
         {"engram_buffer_kib", engram_buffer_kib},
+        {"engram_read_ahead_kib", engram_read_ahead_kib},
+        {"engram_queue_depth", engram_queue_depth},
         {"fidelity", fidelity},
         {"verify_slots", verify_slots},
         {"metrics_json", metrics_json},

@@ -91,6 +91,10 @@ struct RunConfig {
     // Not used on the CPU backend.
     uint64_t vram_reserve_mib = 160;
     uint64_t engram_buffer_kib = 2048;
+    // Host ring the Engram rows of the positions a pass will run are read into ahead of their
+    // layer (0: each layer's rows are read when it asks), and the Engram reads in flight at most.
+    uint64_t engram_read_ahead_kib = 2048;
+    uint32_t engram_queue_depth = 512;
     bool fidelity = false;            // also measure the policy's distance from exact routing
     bool verify_slots = false;        // after each pass, compare every loaded slot with the file
     std::string metrics_json;         // where to write the metrics ("" = none)

@@ -56,6 +56,7 @@ void Runner::prefill(const std::vector<int32_t>& prompt, PrefillOrder order, int
     if (order == PrefillOrder::kTokenMajor) {
         for (int64_t ui = 0; ui < n_units; ++ui) {
             embed(ui);
+            fwd_.plan_reads(units_[ui].pos0, units_[ui].n);
             for (int64_t l = 0; l < L; ++l) fwd_.layer(l, units_[ui]);
             unit_logits(units_[ui]);
         }
@@ -67,6 +68,7 @@ void Runner::prefill(const std::vector<int32_t>& prompt, PrefillOrder order, int
             embed(ui);
             unit_ptrs_.push_back(&units_[ui]);
         }
+        fwd_.plan_reads(0, n);
         for (int64_t l = 0; l < L; ++l) {
             fwd_.prepare_moe(l, n);
             for (int64_t ui = 0; ui < n_units; ++ui) fwd_.attention_half(l, units_[ui]);
@@ -98,6 +100,7 @@ std::vector<int32_t> Runner::decode(std::vector<float>& logits, int64_t n_gen, S
         if (g + 1 == n_gen || stop.stopped_at(out)) break;
         if (n_past_ >= fwd_.n_ctx()) fail("decode: context of %lld tokens is full", (long long)fwd_.n_ctx());
         fwd_.embed(u, &t, 1, n_past_);
+        fwd_.plan_reads(n_past_, 1);
         for (int64_t l = 0; l < L; ++l) fwd_.layer(l, u);
         fwd_.logits(u, 0, logits.data());
         ++n_past_;

@@ -22,11 +22,22 @@ namespace bg {
 
 namespace {
 
+// A row of up to 4 KiB + 1 byte at any offset covers at most two pages: one read each.
+constexpr uint32_t kEngramReadBytes = 8192;
+
 io::IoConfig io_config(const RunConfig& c) {
     io::IoConfig io;
     io.engine = c.io;
     io.queue_depth = c.queue_depth;
     io.read_bytes = c.read_size;
+    return io;
+}
+
+// Engram reads are a row each, at most two pages: many small reads in flight, small buffers.
+io::IoConfig engram_io_config(const RunConfig& c) {
+    io::IoConfig io = io_config(c);
+    io.queue_depth = c.engram_queue_depth;
+    io.read_bytes = kEngramReadBytes;
     return io;
 }
 
@@ -122,7 +133,7 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
     pool_ = std::make_unique<cpu::ThreadPool>(cfg.threads > 0 ? cfg.threads : device->dense_on_device() ? std::max(1, hw - 1) : 0);
     // Each reader opens every file of the model once (every shard of a split model).
     expert_reader_ = io::Reader::open(model_->shard_paths(), io_config(cfg), cfg.faults);
-    engram_reader_ = io::Reader::open(model_->shard_paths(), io_config(cfg), cfg.faults);
+    engram_reader_ = io::Reader::open(model_->shard_paths(), engram_io_config(cfg), cfg.faults);
 
     const uint64_t mib = 1ull << 20;
     const uint64_t engram_bytes = cfg.engram_buffer_kib * 1024;
@@ -134,7 +145,8 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
     const bool on_device = device->dense_on_device();
     cfg_.decode_experts = resolve_decode_experts(cfg.decode_experts, on_device);
     memory_ = plan_memory(shape, cfg, on_device, n_prompt, plan_.slots, plan_.hot);
-    engram_ = std::make_unique<EngramStore>(*model_, *backend_, *engram_reader_, engram_bytes);
+    engram_ = std::make_unique<EngramStore>(*model_, *backend_, *engram_reader_, engram_bytes,
+                                            cfg.engram_read_ahead_kib * 1024);
     if (on_device) vram_reserve_bytes_ = cfg.vram_reserve_mib * mib;
 
     StoreConfig sc;
@@ -145,7 +157,7 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
     sc.vram_budget_bytes = cfg.vram_budget_mib * mib;
     sc.host_budget_bytes = cfg.host_budget_mib * mib;
     sc.device_fixed_bytes = engram_->buffer_bytes() + memory_.forward_device_bytes + vram_reserve_bytes_;
-    sc.host_fixed_bytes = model_->dense_bytes() + memory_.forward_host_bytes + engram_->buffer_bytes()  // + pinned staging
+    sc.host_fixed_bytes = model_->dense_bytes() + memory_.forward_host_bytes + engram_->host_bytes()
                           + engram_->timeline().bytes();
     store_ = std::make_unique<TieredExpertStore>(*model_, *backend_, *expert_reader_, plan_, sc);
 
@@ -185,7 +197,7 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
 
     const uint64_t live_vram = store_->device_bytes() + engram_->buffer_bytes() + fwd_->device_bytes() + vram_reserve_bytes_;
     const uint64_t live_host = model_->dense_bytes() + fwd_->buffer_bytes() + store_->host_bytes() +
-                               engram_->buffer_bytes() + store_->timeline_bytes() + engram_->timeline().bytes();
+                               engram_->host_bytes() + store_->timeline_bytes() + engram_->timeline().bytes();
     BG_CHECK_MSG(live_vram == memory_.total(MemoryTier::kVram) && live_host == memory_.total(MemoryTier::kHost),
                  "the memory plan and the allocations differ");
 
