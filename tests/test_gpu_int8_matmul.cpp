@@ -16,8 +16,8 @@
 //    many tokens or spoil them by more;
 //  - outputs are poisoned (NaN) first: every output written, nothing else touched; each case runs
 //    twice and must give the same bits (split-K partials added in a fixed order);
-//  - passes of up to 8 tokens may go through the GEMV kernel (int8_gemv_kernel.cuh; by default 1-2
-//    tokens do): those cases run on it and on the MMA kernel, each held to the same reference.
+//  - passes of 1-2 tokens go through the GEMV kernel (int8_gemv_kernel.cuh): those cases run on
+//    it and on the MMA kernel, each held to the same reference.
 // Skipped, visibly, without a GPU.
 #include <gtest/gtest.h>
 
@@ -138,13 +138,13 @@ TEST_P(Int8MatmulGpu, MatchesFloat64ReferenceAndTheCpu) {
     DevMat dW(W, c.offset);
     Dev<float> dx(x);
     Dev<float> dy(static_cast<size_t>(c.M * ldy));
-    // Passes of up to 8 tokens may run through the GEMV kernel (set_gemv_tokens) or the MMA
-    // kernel: both are held to the same reference.
+    // Passes the GEMV kernel takes (set_gemv_tokens) run on it and on the MMA kernel: both are
+    // held to the same reference.
     for (bool gemv : {true, false}) {
-        if (!gemv && c.M > 8) continue;
+        if (gemv && c.M > cuda::Int8Workspace::kGemvMaxTokens) continue;
         cuda::Int8Workspace ws(c.cols, 0);
         ws.force_split(c.split);
-        ws.set_gemv_tokens(gemv ? 8 : 0);
+        ws.set_gemv_tokens(gemv ? cuda::Int8Workspace::kGemvMaxTokens : 0);
         std::vector<float> first;
         for (int run = 0; run < 2; ++run) {
             BG_CUDA_CHECK(cudaMemset(dy.get(), 0xff, c.M * ldy * sizeof(float)));
@@ -171,7 +171,7 @@ TEST_P(Int8MatmulGpu, MatchesFloat64ReferenceAndTheCpu) {
             EXPECT_LE(vs_cpu.rel, kTolMatmul) << "against the CPU's matmul_int8: " << vs_cpu.rel;
             if (run == 0)
                 std::printf("  %s%s: rel err %.3g (float64), %.3g (CPU)\n", mat_name(c).c_str(),
-                            c.M <= 8 ? (gemv ? " gemv" : " mma") : "", cmp.rel, vs_cpu.rel);
+                            c.M <= cuda::Int8Workspace::kGemvMaxTokens ? (gemv ? " gemv" : " mma") : "", cmp.rel, vs_cpu.rel);
         }
     }
 }
@@ -269,9 +269,9 @@ TEST_P(Int8ExpertFfnGpu, MatchesFloat64ReferenceOfItsArithmetic) {
     Dev<int32_t> drows(rows), dout(out_rows);
     const ExpertMats mats{dg.view, du.view, dd.view};
     for (bool gemv : {true, false}) {
-        if (!gemv && c.M > 8) continue;
+        if (gemv && c.M > cuda::Int8Workspace::kGemvMaxTokens) continue;
         cuda::Int8Workspace ws(std::max(E, F), F);
-        ws.set_gemv_tokens(gemv ? 8 : 0);
+        ws.set_gemv_tokens(gemv ? cuda::Int8Workspace::kGemvMaxTokens : 0);
         std::vector<float> first;
         for (int run = 0; run < 2; ++run) {
             dy.upload(y0);
@@ -313,7 +313,7 @@ TEST_P(Int8ExpertFfnGpu, MatchesFloat64ReferenceOfItsArithmetic) {
             const Cmp cmp = compare(got, want);
             if (run == 0)
                 std::printf("  %s%s: rel err %.3g overall, worst token %.3g, tokens over %.0e: %lld\n", ffn_name(c).c_str(),
-                            c.M <= 8 ? (gemv ? " gemv" : " mma") : "", cmp.rel, worst, kTolFfnToken,
+                            c.M <= cuda::Int8Workspace::kGemvMaxTokens ? (gemv ? " gemv" : " mma") : "", cmp.rel, worst, kTolFfnToken,
                             static_cast<long long>(stepped));
         }
     }

@@ -34,7 +34,10 @@
 
 namespace bg::cuda::int8mm {
 
-constexpr int kGemvMaxTok = 8;  // tokens of a GEMV pass: one MMA n-tile's worth
+// Tokens of a GEMV pass at most: their activations are held in registers across the loads.
+// More tokens ran at 136 us for eight against the MMA kernel's 42 (H200, full-width MXFP4
+// expert), so they go to the MMA kernel, and the GEMV is built for one and two tokens alone.
+constexpr int kGemvMaxTok = 2;
 constexpr int kGemvWarps = 8;   // warps of a CTA
 constexpr int kGemvUnroll = 4;  // chunks a quad loads before it computes
 
@@ -105,25 +108,23 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvParams p) {
             if constexpr (T::kHasMin) s = __ldg(p.xs + static_cast<int64_t>(c) * kTileTok + j);
             else s = make_float2(0.0f, 0.0f);
         };
-        // Activations held across the loads for one or two tokens (decode); more tokens load theirs
-        // as they compute.
-        constexpr int kHeldTok = NTOK <= 2 ? NTOK : 1;
+        static_assert(NTOK <= kGemvMaxTok, "activations held across the loads");
         for (int c0 = grp * 8 + q; c0 < p.nkb; c0 += kGemvUnroll * stride) {
             // Every load of kGemvUnroll chunks first, with no branch between them, so their reads
             // are in flight together: a chunk past the row's end loads the row's last chunk again
             // and is not added.
             int lo[kGemvUnroll][MATS], hi[kGemvUnroll][MATS];
             float d[kGemvUnroll][MATS][2], mn[kGemvUnroll][MATS][2];
-            int2 xb[kGemvUnroll][kHeldTok];
-            float dx[kGemvUnroll][kHeldTok];
-            float2 xs[kGemvUnroll][kHeldTok];
+            int2 xb[kGemvUnroll][NTOK];
+            float dx[kGemvUnroll][NTOK];
+            float2 xs[kGemvUnroll][NTOK];
 #pragma unroll
             for (int u = 0; u < kGemvUnroll; ++u) {
                 const int c = min(c0 + u * stride, p.nkb - 1);
 #pragma unroll
                 for (int m = 0; m < MATS; ++m) T::load_a(row[m], c, t, ld, lo[u][m], hi[u][m], d[u][m], mn[u][m]);
 #pragma unroll
-                for (int j = 0; j < kHeldTok; ++j) act(c, j, xb[u][j], dx[u][j], xs[u][j]);
+                for (int j = 0; j < NTOK; ++j) act(c, j, xb[u][j], dx[u][j], xs[u][j]);
             }
 #pragma unroll
             for (int u = 0; u < kGemvUnroll; ++u) {
@@ -132,16 +133,9 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvParams p) {
 #pragma unroll
                 for (int j = 0; j < NTOK; ++j) {
                     if (j >= p.m) break;
-                    int2 b;
-                    float dxj;
-                    float2 s;
-                    if (j < kHeldTok) {
-                        b = xb[u][j];
-                        dxj = dx[u][j];
-                        s = xs[u][j];
-                    } else {
-                        act(c, j, b, dxj, s);
-                    }
+                    const int2 b = xb[u][j];
+                    const float dxj = dx[u][j];
+                    const float2 s = xs[u][j];
 #pragma unroll
                     for (int m = 0; m < MATS; ++m) {
                         if constexpr (T::kSubK == 32) {
@@ -233,9 +227,7 @@ template <class T>
 void launch_gemv_impl(const GemvParams& p, int ntok, int mats, cudaStream_t stream) {
     switch (ntok) {
         case 1: launch_gemv_nt<T, 1>(p, mats, stream); break;
-        case 2: launch_gemv_nt<T, 2>(p, mats, stream); break;
-        case 4: launch_gemv_nt<T, 4>(p, mats, stream); break;
-        default: launch_gemv_nt<T, 8>(p, mats, stream); break;
+        default: launch_gemv_nt<T, 2>(p, mats, stream); break;
     }
 }
 

@@ -192,7 +192,7 @@ Int8Workspace::Int8Workspace(int64_t max_cols, int64_t max_ff) : max_cols_(max_c
 }
 
 void Int8Workspace::set_gemv_tokens(int n) {
-    BG_CHECK_MSG(n >= 0 && n <= int8mm::kGemvMaxTok, "int8 GEMV: passes of 0..8 tokens");
+    BG_CHECK_MSG(n >= 0 && n <= int8mm::kGemvMaxTok, "int8 GEMV: passes of 0..2 tokens");
     gemv_tokens_ = n;
 }
 
