@@ -14,6 +14,7 @@ EngramCounters EngramCounters::operator-(const EngramCounters& o) const {
             row_bytes - o.row_bytes,
             disk_read_bytes - o.disk_read_bytes,
             disk_ms - o.disk_ms,
+            busy_ms - o.busy_ms,
             rows_read_ahead - o.rows_read_ahead,
             rows_discarded - o.rows_discarded};
 }
@@ -23,6 +24,7 @@ nlohmann::json EngramCounters::to_json() const {
             {"row_bytes", row_bytes},
             {"disk_read_bytes", disk_read_bytes},
             {"disk_ms", disk_ms},
+            {"busy_ms", busy_ms},
             {"rows_read_ahead", rows_read_ahead},
             {"rows_discarded", rows_discarded}};
 }
@@ -71,8 +73,21 @@ EngramCounters EngramStore::counters() const {
     return c;
 }
 
+void EngramStore::submit(io::ReadOp* op) {
+    const double t_ms = now_ms();
+    reader_.submit(op);
+    if (reads_in_flight_++ == 0) busy_since_ms_ = t_ms;
+}
+
 size_t EngramStore::reap(bool wait, const io::ReadOp** failed) {
     const size_t k = reader_.poll(done_.data(), done_.size(), wait);
+    BG_CHECK(k <= reads_in_flight_);
+    reads_in_flight_ -= k;
+    if (k > 0 && reads_in_flight_ == 0) {
+        const double t_ms = now_ms();
+        timeline_.add(busy_since_ms_, t_ms);
+        c_.busy_ms += t_ms - busy_since_ms_;
+    }
     size_t own = 0;
     for (size_t j = 0; j < k; ++j) {
         const io::ReadOp* op = done_[j];
@@ -115,7 +130,7 @@ int64_t EngramStore::read_ahead(int64_t layer, const uint64_t* rows, int64_t n) 
             op.dst = dst;
             op.tag = kAheadTag | i;
             dst += br->bytes;
-            reader_.submit(&op);
+            submit(&op);
             ++ahead_in_flight_;
         }
         ++ahead_tail_;
@@ -176,7 +191,7 @@ const uint8_t* EngramStore::fetch_raw(int64_t layer, const uint64_t* rows, int64
             op.dst = staging_ + at;
             op.tag = static_cast<uint64_t>(i);
             at += br->bytes;
-            reader_.submit(&op);
+            submit(&op);
         }
     }
     if (!stale) take_ahead();
@@ -196,9 +211,7 @@ const uint8_t* EngramStore::fetch_raw(int64_t layer, const uint64_t* rows, int64
     backend_.copy(buffer_, staging_, at, CopyKind::kHostToDevice);
     c_.rows += static_cast<uint64_t>(n);
     c_.row_bytes += at;
-    const double t1_ms = now_ms();
-    c_.disk_ms += t1_ms - t0_ms;
-    timeline_.add(t0_ms, t1_ms);
+    c_.disk_ms += now_ms() - t0_ms;
     return buffer_;
 }
 

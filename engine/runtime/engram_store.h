@@ -31,6 +31,7 @@ struct EngramCounters {
     uint64_t row_bytes = 0;        // exact bytes of the rows used
     uint64_t disk_read_bytes = 0;  // bytes the device read (whole pages)
     double disk_ms = 0;            // wall time fetch_rows spent waiting for reads and the copy behind them
+    double busy_ms = 0;            // wall time with an Engram read in flight (the timeline's intervals)
     uint64_t rows_read_ahead = 0;  // rows of `rows` whose reads a read_ahead had started
     uint64_t rows_discarded = 0;   // rows read ahead that no fetch asked for in their turn (read twice)
     EngramCounters operator-(const EngramCounters& o) const;
@@ -50,7 +51,9 @@ public:
     // Rows the read-ahead ring holds at most.
     int64_t ahead_capacity() const { return static_cast<int64_t>(ahead_.size()); }
     EngramCounters counters() const;
-    // The intervals spent fetching since the last clear_timeline() (reads and the copy behind them).
+    // The intervals with an Engram read in flight (read ahead or a fetch's own) since the last
+    // clear_timeline(): each from the submission that found none in flight to the poll that saw
+    // the last one land (reads are seen landing only when polled, so an interval may end late).
     const Timeline& timeline() const { return timeline_; }
     void clear_timeline() { timeline_.clear(); }
     uint64_t buffer_bytes() const { return buffer_bytes_; }
@@ -79,6 +82,8 @@ private:
     uint8_t* slot(uint64_t i) { return ring_.data() + (i % ahead_.size()) * slot_bytes_; }
     // Waits for every read-ahead read still in flight, then empties the ring.
     void discard_ahead();
+    // reader_.submit, and the start of a timeline interval when no read was in flight.
+    void submit(io::ReadOp* op);
 
     const MoeModel& m_;
     Backend& backend_;
@@ -95,6 +100,8 @@ private:
     std::vector<Ahead> ahead_;            // the ring's rows; entry i (mod size) owns slot i
     uint64_t ahead_head_ = 0, ahead_tail_ = 0;  // rows [head, tail) are in the ring, oldest first
     uint64_t ahead_in_flight_ = 0;        // read-ahead reads submitted and not yet reaped
+    uint64_t reads_in_flight_ = 0;        // every read submitted and not yet reaped
+    double busy_since_ms_ = 0;            // when reads_in_flight_ last left 0
     uint64_t disk_bytes_at_start_ = 0;    // the reader's bytes_read when this store began
     // The last fetch's dequantisation is queued on the ops, not waited for: the next fetch waits
     // for it (ops.sync) after its disk reads, before refilling the buffer. A forward syncs its ops
