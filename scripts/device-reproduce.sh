@@ -31,8 +31,9 @@
 #   slice-3060      harness: scenarios/slice/rtx3060-proxy (seed-4a-4b on 28 SMs, --sm-limit: 24 on
 #                   an H200) and its projection for the RTX 3060
 #   slice-decode    harness: scenarios/slice/decode (--decode-experts hybrid), decode-gpu and decode-cpu
-#   slice-engram-read-ahead  harness: scenarios/slice/decode-no-engram-read-ahead between two runs of decode
-#                   (Engram read-ahead off, then on, on the same machine)
+#   slice-engram-read-ahead  harness: scenarios/slice/decode-engram-read-ahead between two runs of
+#                   decode-no-engram-read-ahead (Engram read-ahead on between two runs with it off, one machine;
+#                   the runs of 2026-12-03 12:44-12:57 ran decode, on by default then, around the scenario with it off)
 #   slice-decode-hot-pool  harness: scenarios/slice/decode-hot-pool (decode with hot-pool routing, ours:
 #                   an interpretation of the seed's sentence; compare with slice-decode)
 #   slice-decode-threads  engine: decode with --decode-experts gpu | cpu | hybrid and the CPU's threads -> measurements/slice/decode-threads/
@@ -184,8 +185,8 @@ for part in "$@"; do
     slice-4a4b) slice_model; harness_run run seed-4a-4b slice ;;
     slice-3060) slice_model; harness_run run rtx3060-proxy slice ;;
     slice-decode) slice_model; harness_run run decode slice; harness_run run decode-gpu slice; harness_run run decode-cpu slice ;;
-    slice-engram-read-ahead) slice_model; harness_run run decode slice; harness_run run decode-no-engram-read-ahead slice
-      harness_run run decode slice ;;
+    slice-engram-read-ahead) slice_model; harness_run run decode-no-engram-read-ahead slice
+      harness_run run decode-engram-read-ahead slice; harness_run run decode-no-engram-read-ahead slice ;;
     slice-decode-hot-pool) slice_model; harness_run run decode-hot-pool slice ;;
     slice-decode-preloaded) slice_model; harness_run run decode-preloaded slice; harness_run run decode-preloaded-gpu slice; harness_run run decode-preloaded-500 slice ;;
     slice-500) slice_model; harness_run run seed-500-baseline slice; harness_run run seed-500-optimized slice ;;

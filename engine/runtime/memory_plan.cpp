@@ -202,7 +202,7 @@ MemoryPlan plan_memory(const ModelShape& shape, const RunConfig& cfg, bool cuda,
     const uint64_t engram = cfg.engram_buffer_kib * 1024;
     add(MemoryTier::kVram, "Engram row buffer", engram);
     add(MemoryTier::kHost, "Engram staging (pinned)", engram);
-    add(MemoryTier::kHost, "Engram read-ahead ring", cfg.engram_read_ahead_kib * 1024);
+    if (cfg.engram_read_ahead_kib) add(MemoryTier::kHost, "Engram read-ahead ring", cfg.engram_read_ahead_kib * 1024);
     add(MemoryTier::kHost, "disk and copy timelines (expert reads, expert copies, Engram)",
         3 * timeline_capacity(hp.n_layer, hp.n_expert) * sizeof(Interval));
     if (cuda) add(MemoryTier::kVram, "CUDA runtime reserve (--vram-reserve)", cfg.vram_reserve_mib << 20);

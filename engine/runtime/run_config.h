@@ -93,7 +93,10 @@ struct RunConfig {
     uint64_t engram_buffer_kib = 2048;
     // Host ring the Engram rows of the positions a pass will run are read into ahead of their
     // layer (0: each layer's rows are read when it asks), and the Engram reads in flight at most.
-    uint64_t engram_read_ahead_kib = 2048;
+    // Off by default: on the slice (H200, 12 runs on two machines) it cut the warm pass's Engram
+    // waits from 36-42 ms to 9-10 ms but not its wall (55-71 ms with it, 59-67 without), nor
+    // decode (REPRODUCING.md §3).
+    uint64_t engram_read_ahead_kib = 0;
     uint32_t engram_queue_depth = 512;
     bool fidelity = false;            // also measure the policy's distance from exact routing
     bool verify_slots = false;        // after each pass, compare every loaded slot with the file
