@@ -327,6 +327,10 @@ void Forward::embed(Ubatch& u, const int32_t* tokens, int64_t n, int64_t pos0) {
 
 void Forward::plan_reads(int64_t pos0, int64_t n) {
     BG_CHECK(pos0 >= 0 && n >= 1 && pos0 + n <= cfg_.n_ctx);
+    if (!engram_.reads_ahead()) {
+        plan_layer_ = SIZE_MAX;  // nothing to offer rows to
+        return;
+    }
     plan_pos0_ = plan_pos_ = pos0;
     plan_end_ = pos0 + n;
     plan_row_ = 0;
@@ -337,6 +341,7 @@ void Forward::plan_reads(int64_t pos0, int64_t n) {
 void Forward::offer_engram_rows() {
     // The order the fetches will ask in: each Engram layer in turn, its positions ascending
     // (units are consecutive positions, each fetch a unit's rows by position).
+    if (plan_layer_ == SIZE_MAX) return;  // no plan
     const std::vector<int64_t>& layers = m_.moe_shape().engram_layers;
     const int64_t nb = hp_.engram_buckets();
     if (plan_layer_ >= layers.size()) {

@@ -56,6 +56,8 @@ public:
     // the rest may be offered again after the next fetch_rows. n = 0 only lets reads already
     // started move on. Results never depend on what was taken: a fetch returns the same rows.
     virtual int64_t read_ahead(int64_t /*layer*/, const uint64_t* /*rows*/, int64_t /*n*/) { return 0; }
+    // Whether read_ahead may take anything at all: a caller need not hash rows to offer otherwise.
+    virtual bool reads_ahead() const { return false; }
 };
 
 }  // namespace bg

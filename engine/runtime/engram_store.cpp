@@ -31,7 +31,7 @@ nlohmann::json EngramCounters::to_json() const {
 
 EngramStore::EngramStore(const MoeModel& m, Backend& backend, io::Reader& reader, uint64_t buffer_bytes,
                          uint64_t ahead_bytes)
-    : m_(m), backend_(backend), reader_(reader), buffer_bytes_(buffer_bytes), ring_bytes_(ahead_bytes) {
+    : m_(m), backend_(backend), reader_(reader), buffer_bytes_(buffer_bytes) {
     uint64_t row_bytes = 0;
     uint64_t reads_per_row = 1;
     for (int64_t l : m.moe_shape().engram_layers) {
@@ -48,7 +48,7 @@ EngramStore::EngramStore(const MoeModel& m, Backend& backend, io::Reader& reader
     const uint64_t ahead_rows = row_bytes ? ahead_bytes / row_bytes : 0;
     done_.resize(std::max<uint64_t>(cap, ahead_rows) * reads_per_row);
     slot_bytes_ = row_bytes;
-    ring_.resize(ring_bytes_);
+    ring_.resize(ahead_bytes);
     ahead_.resize(ahead_rows);
     buffer_ = backend.alloc_device(buffer_bytes);
     staging_ = backend.alloc_host(buffer_bytes);
@@ -71,6 +71,26 @@ EngramCounters EngramStore::counters() const {
     // The reader is this store's alone, and read-ahead reads land between fetches.
     c.disk_read_bytes = reader_.stats().bytes_read - disk_bytes_at_start_;
     return c;
+}
+
+uint64_t EngramStore::submit_row(int64_t layer, uint64_t row, io::ReadOp* ops, uint8_t* dst, uint64_t tag, uint32_t* n_reads) {
+    // Values, then (fork-fp8) the scales right behind them: the packed row.
+    const EngramRowRanges r = m_.engram_row(layer, row);
+    uint64_t at = 0;
+    *n_reads = 0;
+    for (const ByteRange* br : {&r.values, &r.scales}) {
+        if (!br->bytes) continue;
+        io::ReadOp& op = ops[(*n_reads)++];
+        op = io::ReadOp{};
+        op.file = br->file;
+        op.offset = br->offset;
+        op.bytes = br->bytes;
+        op.dst = dst + at;
+        op.tag = tag;
+        at += br->bytes;
+        submit(&op);
+    }
+    return at;
 }
 
 void EngramStore::submit(io::ReadOp* op) {
@@ -112,27 +132,12 @@ int64_t EngramStore::read_ahead(int64_t layer, const uint64_t* rows, int64_t n) 
     while (took < n && ahead_tail_ - ahead_head_ < ahead_.size()) {
         const uint64_t i = ahead_tail_ % ahead_.size();
         Ahead& a = ahead_[i];
-        const EngramRowRanges r = m_.engram_row(layer, rows[took]);
         a.layer = layer;
         a.row = rows[took];
-        a.bytes = r.bytes();
-        a.n_reads = a.n_done = 0;
+        a.n_done = 0;
         a.failed = nullptr;
-        uint8_t* dst = slot(i);
-        // Values, then (fork-fp8) the scales right behind them: the packed row.
-        for (const ByteRange* br : {&r.values, &r.scales}) {
-            if (!br->bytes) continue;
-            io::ReadOp& op = a.reads[a.n_reads++];
-            op = io::ReadOp{};
-            op.file = br->file;
-            op.offset = br->offset;
-            op.bytes = br->bytes;
-            op.dst = dst;
-            op.tag = kAheadTag | i;
-            dst += br->bytes;
-            submit(&op);
-            ++ahead_in_flight_;
-        }
+        a.bytes = submit_row(layer, a.row, a.reads, slot(i), kAheadTag | i, &a.n_reads);
+        ahead_in_flight_ += a.n_reads;
         ++ahead_tail_;
         ++took;
     }
@@ -179,20 +184,9 @@ const uint8_t* EngramStore::fetch_raw(int64_t layer, const uint64_t* rows, int64
     }
     size_t n_ops = 0;
     for (int64_t i = ahead; i < n; ++i) {
-        // Values, then (fork-fp8) the scales right behind them: the packed row.
-        const EngramRowRanges r = m_.engram_row(layer, rows[i]);
-        for (const ByteRange* br : {&r.values, &r.scales}) {
-            if (!br->bytes) continue;
-            io::ReadOp& op = ops_[n_ops++];
-            op = io::ReadOp{};
-            op.file = br->file;
-            op.offset = br->offset;
-            op.bytes = br->bytes;
-            op.dst = staging_ + at;
-            op.tag = static_cast<uint64_t>(i);
-            at += br->bytes;
-            submit(&op);
-        }
+        uint32_t k = 0;
+        at += submit_row(layer, rows[i], &ops_[n_ops], staging_ + at, static_cast<uint64_t>(i), &k);
+        n_ops += k;
     }
     if (!stale) take_ahead();
     // Every read must land before an error is raised: they write into staging_ and the ring.

@@ -58,7 +58,8 @@ public:
     void clear_timeline() { timeline_.clear(); }
     uint64_t buffer_bytes() const { return buffer_bytes_; }
     // Host memory held: the pinned staging area and the read-ahead ring.
-    uint64_t host_bytes() const { return buffer_bytes_ + ring_bytes_; }
+    uint64_t host_bytes() const { return buffer_bytes_ + ring_.size(); }
+    bool reads_ahead() const override { return !ahead_.empty(); }
 
 private:
     // One row read ahead: its reads land in its ring slot (values, then a fork-fp8 row's scales).
@@ -84,6 +85,9 @@ private:
     void discard_ahead();
     // reader_.submit, and the start of a timeline interval when no read was in flight.
     void submit(io::ReadOp* op);
+    // Submits the reads of one row (values, then a fork-fp8 row's scales right behind them) into
+    // ops[0..*n_reads) landing at dst, each tagged tag; returns the packed row's bytes.
+    uint64_t submit_row(int64_t layer, uint64_t row, io::ReadOp* ops, uint8_t* dst, uint64_t tag, uint32_t* n_reads);
 
     const MoeModel& m_;
     Backend& backend_;
@@ -95,8 +99,7 @@ private:
     std::vector<io::ReadOp> ops_;         // [rows_per_fetch_ x reads per row (1, or 2 with a fork-fp8 table)]
     std::vector<io::ReadOp*> done_;
     uint64_t slot_bytes_ = 0;             // the largest packed row
-    uint64_t ring_bytes_ = 0;             // as asked: whole slots of it are used
-    std::vector<uint8_t> ring_;           // host memory [ring_bytes_]: [ahead_.size()][slot_bytes_] used
+    std::vector<uint8_t> ring_;           // host memory, as asked: [ahead_.size()][slot_bytes_] of it used
     std::vector<Ahead> ahead_;            // the ring's rows; entry i (mod size) owns slot i
     uint64_t ahead_head_ = 0, ahead_tail_ = 0;  // rows [head, tail) are in the ring, oldest first
     uint64_t ahead_in_flight_ = 0;        // read-ahead reads submitted and not yet reaped
