@@ -1,6 +1,7 @@
 // The CPU thread pool (engine/cpu/thread_pool.h): every index of every job is visited exactly
-// once, whatever the chunk counts of consecutive jobs, whether the workers are busy or idle when
-// a job comes, and for a job given right after construction.
+// once, whatever the chunk counts of consecutive jobs, whether the workers are spinning or asleep
+// when a job comes, and for a job given right after construction; a team's members each run on a
+// thread of their own and see, after each barrier, everything every member wrote before it.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -33,12 +34,70 @@ TEST(ThreadPool, EveryIndexOnceAcrossChangingChunkCounts) {
     }
 }
 
-TEST(ThreadPool, WakesIdleWorkers) {
+TEST(ThreadPool, WakesSleepingWorkers) {
     bg::cpu::ThreadPool pool(4);
     for (int rep = 0; rep < 5; ++rep) {
-        // The workers have been idle a while when the job comes.
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        // Longer than the spin: the workers have gone to sleep when the job comes.
+        std::this_thread::sleep_for(std::chrono::microseconds(3 * bg::cpu::ThreadPool::kSpinUs));
         run_and_check(pool, 64, 1);
+    }
+}
+
+// Each member adds its index into its own slot of round r, waits at the barrier, then checks that
+// every member's slot of round r holds its index: a barrier that let one member through early
+// would leave a slot unwritten. Team sizes change between runs, back to back and after sleeps.
+TEST(ThreadPool, TeamMembersSeeEachOthersWritesAfterEachBarrier) {
+    for (const int threads : {1, 2, 3, 5}) {
+        SCOPED_TRACE(threads);
+        bg::cpu::ThreadPool pool(threads);
+        constexpr int kRounds = 20;
+        for (int rep = 0; rep < 60; ++rep) {
+            const int members = 1 + rep % threads;
+            if (rep % 20 == 19) std::this_thread::sleep_for(std::chrono::microseconds(3 * bg::cpu::ThreadPool::kSpinUs));
+            std::vector<int> slot(static_cast<size_t>(kRounds * members), -1);
+            std::vector<int> ran(static_cast<size_t>(members), 0), wrong(static_cast<size_t>(members), 0);
+            std::vector<int> sizes(static_cast<size_t>(members), 0);
+            std::vector<std::thread::id> ids(static_cast<size_t>(members));
+            pool.run(members, [&](const bg::cpu::Team& team) {
+                const auto me = static_cast<size_t>(team.index());
+                ids[me] = std::this_thread::get_id();
+                sizes[me] = team.size();
+                ++ran[me];
+                for (int r = 0; r < kRounds; ++r) {
+                    slot[static_cast<size_t>(r * members) + me] = team.index();
+                    team.barrier();
+                    for (int j = 0; j < members; ++j)
+                        if (slot[static_cast<size_t>(r * members + j)] != j) ++wrong[me];
+                }
+            });
+            for (int i = 0; i < members; ++i) {
+                ASSERT_EQ(ran[static_cast<size_t>(i)], 1) << "member " << i << " of " << members;
+                ASSERT_EQ(sizes[static_cast<size_t>(i)], members);
+                ASSERT_EQ(wrong[static_cast<size_t>(i)], 0) << "member " << i << " passed a barrier early";
+                for (int j = i + 1; j < members; ++j) ASSERT_NE(ids[static_cast<size_t>(i)], ids[static_cast<size_t>(j)]);
+            }
+            ASSERT_EQ(ids[0], std::this_thread::get_id()) << "the caller is member 0";
+        }
+    }
+}
+
+// Team::share: the members' parts tile [0, n) in order, sizes within one of each other.
+TEST(ThreadPool, TeamSharesTileTheRange) {
+    bg::cpu::ThreadPool pool(4);
+    for (const int64_t n : {0, 1, 3, 4, 7, 100}) {
+        std::vector<int64_t> b(4), e(4);
+        pool.run(4, [&](const bg::cpu::Team& team) {
+            team.share(n, &b[static_cast<size_t>(team.index())], &e[static_cast<size_t>(team.index())]);
+        });
+        EXPECT_EQ(b[0], 0);
+        EXPECT_EQ(e[3], n);
+        for (size_t i = 0; i < 4; ++i) {
+            if (i > 0) {
+                EXPECT_EQ(b[i], e[i - 1]);
+            }
+            EXPECT_LE(e[i] - b[i], n / 4 + 1);
+            EXPECT_GE(e[i] - b[i], n / 4);
+        }
     }
 }
 

@@ -1,8 +1,16 @@
 #include "cpu/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "util/check.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define BG_CPU_RELAX() _mm_pause()
+#else
+#define BG_CPU_RELAX() std::this_thread::yield()
+#endif
 
 namespace bg::cpu {
 
@@ -15,11 +23,35 @@ inline void chunk_bounds(int64_t n, int parts, int i, int64_t* b, int64_t* e) {
     *e = n * (i + 1) / parts;
 }
 
+constexpr uint64_t kMembersBits = 16;
+constexpr uint64_t kMembersMask = (uint64_t(1) << kMembersBits) - 1;
+
+// Pauses spent spinning on a word before each wait also yields the core: a few tens of
+// microseconds, so a member that lost its core (more threads than cores) gets it back soon.
+constexpr int kPausesBeforeYield = 1024;
+
+// Spins until done() is true, yielding the core now and then.
+template <class Done>
+void spin_until(Done done) {
+    for (int i = 1; !done(); ++i) {
+        BG_CPU_RELAX();
+        if (i % kPausesBeforeYield == 0) std::this_thread::yield();
+    }
+}
+
+using Clock = std::chrono::steady_clock;
+
 }  // namespace
+
+void Team::barrier() const {
+    if (size_ > 1) pool_->barrier_wait();
+}
+
+void Team::share(int64_t n, int64_t* b, int64_t* e) const { chunk_bounds(n, size_, index_, b, e); }
 
 ThreadPool::ThreadPool(int n_threads) {
     if (n_threads <= 0) n_threads = static_cast<int>(std::thread::hardware_concurrency());
-    n_threads_ = std::max(1, n_threads);
+    n_threads_ = std::clamp(n_threads, 1, static_cast<int>(kMembersMask));
     threads_.reserve(static_cast<size_t>(n_threads_ - 1));
     for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
 }
@@ -27,60 +59,106 @@ ThreadPool::ThreadPool(int n_threads) {
 ThreadPool::~ThreadPool() {
     {
         std::lock_guard<std::mutex> lk(mu_);
-        stop_ = true;
+        stop_.store(true);
     }
-    cv_start_.notify_all();
+    cv_.notify_all();
     for (auto& t : threads_) t.join();
 }
 
-void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn,
-                              int64_t min_chunk) {
+void ThreadPool::start(JobFn fn, const void* ctx, int members) {
+    BG_CHECK(members >= 1 && members <= n_threads_);
+    if (members == 1) {
+        fn(ctx, this, 0, 1);  // not worth a wake-up
+        return;
+    }
+    BG_CHECK_MSG(!busy_.exchange(true), "ThreadPool: a job started inside another (not re-entrant)");
+    job_fn_ = fn;
+    job_ctx_ = ctx;
+    barrier_members_ = members;
+    barrier_count_.store(0, std::memory_order_relaxed);
+    pending_.store(members - 1, std::memory_order_relaxed);
+    const uint64_t gen = (state_.load(std::memory_order_relaxed) >> kMembersBits) + 1;
+    // seq_cst, paired with a sleeping worker's: either it sees this job before it sleeps, or this
+    // thread sees it counted among the sleepers and wakes it.
+    state_.store((gen << kMembersBits) | static_cast<uint64_t>(members));
+    if (sleepers_.load() > 0) {
+        std::lock_guard<std::mutex> lk(mu_);
+        cv_.notify_all();
+    }
+    fn(ctx, this, 0, members);
+    spin_until([&] { return pending_.load(std::memory_order_acquire) == 0; });
+    job_fn_ = nullptr;
+    job_ctx_ = nullptr;
+    busy_.store(false, std::memory_order_release);
+}
+
+void ThreadPool::barrier_wait() {
+    const uint32_t phase = barrier_phase_.load(std::memory_order_acquire);
+    if (barrier_count_.fetch_add(1, std::memory_order_acq_rel) == barrier_members_ - 1) {
+        // The last to arrive: reset the count before the others can leave (they wait for the
+        // phase, stored after it), then let them go.
+        barrier_count_.store(0, std::memory_order_relaxed);
+        barrier_phase_.store(phase + 1, std::memory_order_release);
+        return;
+    }
+    spin_until([&] { return barrier_phase_.load(std::memory_order_acquire) != phase; });
+}
+
+void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t min_chunk) {
     if (n <= 0) return;
     if (min_chunk < 1) min_chunk = 1;
     // As many chunks as threads, but never so many that one falls below min_chunk.
     const int64_t max_parts = std::max<int64_t>(1, n / min_chunk);
     const int parts = static_cast<int>(std::min<int64_t>(n_threads_, max_parts));
-    if (parts == 1) {
-        fn(0, n);  // not worth a wake-up
-        return;
-    }
-    {
-        std::lock_guard<std::mutex> lk(mu_);
-        BG_CHECK_MSG(job_ == nullptr, "ThreadPool::parallel_for is not re-entrant");
-        job_ = &fn;
-        job_n_ = n;
-        job_chunk_ = min_chunk;
-        job_parts_ = parts;
-        pending_ = parts - 1;
-        ++generation_;
-    }
-    cv_start_.notify_all();
-    int64_t b, e;
-    chunk_bounds(n, parts, 0, &b, &e);
-    fn(b, e);
-    std::unique_lock<std::mutex> lk(mu_);
-    cv_done_.wait(lk, [this] { return pending_ == 0; });
-    job_ = nullptr;
+    struct Ctx {
+        const std::function<void(int64_t, int64_t)>* fn;
+        int64_t n;
+    } ctx{&fn, n};
+    start(
+        [](const void* c, ThreadPool*, int index, int members) {
+            const auto* x = static_cast<const Ctx*>(c);
+            int64_t b, e;
+            chunk_bounds(x->n, members, index, &b, &e);
+            (*x->fn)(b, e);
+        },
+        &ctx, parts);
+}
+
+void ThreadPool::run(int members, const std::function<void(const Team&)>& fn) {
+    start(
+        [](const void* c, ThreadPool* pool, int index, int n) {
+            (*static_cast<const std::function<void(const Team&)>*>(c))(Team(pool, index, n));
+        },
+        &fn, members);
 }
 
 void ThreadPool::worker(int idx) {
-    uint64_t seen = 0;
-    std::unique_lock<std::mutex> lk(mu_);
+    uint64_t seen = 0;  // the generation at construction: a job published before this thread runs is still new to it
     for (;;) {
-        cv_start_.wait(lk, [&] { return stop_ || generation_ != seen; });
-        if (stop_) return;
-        seen = generation_;
-        // Threads beyond this job's chunk count sit it out.
-        if (idx >= job_parts_) continue;
-        const auto* fn = job_;
-        const int64_t n = job_n_;
-        const int parts = job_parts_;
-        lk.unlock();
-        int64_t b, e;
-        chunk_bounds(n, parts, idx, &b, &e);
-        (*fn)(b, e);
-        lk.lock();
-        if (--pending_ == 0) cv_done_.notify_one();
+        uint64_t s = state_.load(std::memory_order_acquire);
+        if ((s >> kMembersBits) == seen) {
+            // Spin a while, then sleep until the next job (or the end).
+            const auto until = Clock::now() + std::chrono::microseconds(kSpinUs);
+            for (int i = 1; (s >> kMembersBits) == seen && !stop_.load(std::memory_order_relaxed); ++i) {
+                BG_CPU_RELAX();
+                if (i % 256 == 0 && Clock::now() > until) {
+                    std::unique_lock<std::mutex> lk(mu_);
+                    sleepers_.fetch_add(1);
+                    cv_.wait(lk, [&] { return (state_.load() >> kMembersBits) != seen || stop_.load(); });
+                    sleepers_.fetch_sub(1);
+                } else if (i % kPausesBeforeYield == 0) {
+                    std::this_thread::yield();
+                }
+                s = state_.load(std::memory_order_acquire);
+            }
+        }
+        if (stop_.load()) return;
+        seen = s >> kMembersBits;
+        const int members = static_cast<int>(s & kMembersMask);
+        // Threads beyond this job's team sit it out.
+        if (idx >= members) continue;
+        job_fn_(job_ctx_, this, idx, members);
+        pending_.fetch_sub(1, std::memory_order_acq_rel);
     }
 }
 

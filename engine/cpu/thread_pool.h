@@ -1,7 +1,22 @@
-// A fixed pool of worker threads created at start-up; parallel_for splits [0, n) into
-// contiguous chunks and blocks until all are done. Nothing is allocated per call.
+// A fixed pool of worker threads created at start-up. Two ways to give it work, neither of which
+// allocates:
+//  - parallel_for splits [0, n) into contiguous chunks, one a thread, and returns when all are
+//    done;
+//  - run starts one function on several threads at once (a team, the caller among them), whose
+//    members can wait for each other inside it (Team::barrier): a job of several dependent
+//    phases, such as a routed expert's gate and up rows, then its down rows, costs one start and
+//    one join instead of one per phase.
+//
+// Workers spin for kSpinUs after a job before they sleep, the caller spins for the team's end,
+// and barriers spin: a decode step hands the pool a few jobs each a few hundred microseconds
+// long, and on 16 cores a start and join through a mutex and condition variable cost about 35 us
+// each (bench_cpu's BM_PoolRoundTrip), a large part of such a job. Every spin falls back to
+// yielding the core after a while, so a pool larger than the cores it gets still makes progress.
+// A job is published by one atomic word holding its generation and team size, so a worker that
+// sits a job out can never mistake the next job's size for this one's.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -10,6 +25,26 @@
 #include <vector>
 
 namespace bg::cpu {
+
+class ThreadPool;
+
+// The members of one ThreadPool::run, as each sees them.
+class Team {
+public:
+    int index() const { return index_; }  // 0 .. size() - 1; the caller of run is 0
+    int size() const { return size_; }
+    // Returns once every member has called it (the same number of times): what each wrote before
+    // is visible to all after.
+    void barrier() const;
+    // This member's part of [0, n) in `size()` balanced contiguous parts: [*b, *e).
+    void share(int64_t n, int64_t* b, int64_t* e) const;
+
+private:
+    friend class ThreadPool;
+    Team(ThreadPool* pool, int index, int size) : pool_(pool), index_(index), size_(size) {}
+    ThreadPool* pool_;
+    int index_, size_;
+};
 
 class ThreadPool {
 public:
@@ -25,19 +60,39 @@ public:
     // fn must not throw: it runs on worker threads.
     void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn,
                       int64_t min_chunk = 1);
+    // Calls fn(team) on `members` threads at once (1 <= members <= size()), the calling thread as
+    // member 0, and returns when every member has returned. Not re-entrant; fn must not throw.
+    void run(int members, const std::function<void(const Team&)>& fn);
+
+    // How long an idle worker spins for the next job before it sleeps.
+    static constexpr int64_t kSpinUs = 200;
 
 private:
+    friend class Team;
+    // The job as every member runs it: a function of (context, member index).
+    using JobFn = void (*)(const void* ctx, ThreadPool* pool, int index, int members);
+    void start(JobFn fn, const void* ctx, int members);
     void worker(int idx);
+    void barrier_wait();
+
     int n_threads_ = 1;
     std::vector<std::thread> threads_;
+    // The job: written before state_ publishes it, read only by the members, whom the caller
+    // waits for before it writes the next.
+    JobFn job_fn_ = nullptr;
+    const void* job_ctx_ = nullptr;
+    // (generation << 16) | member count of the current job.
+    std::atomic<uint64_t> state_{0};
+    std::atomic<int> pending_{0};   // members of the current job not yet done, the caller excluded
+    std::atomic<int> sleepers_{0};  // workers that may be waiting on cv_
+    std::atomic<bool> stop_{false};
+    std::atomic<bool> busy_{false};  // a job is running (re-entry is a bug)
+    // The barrier of the current job's members: arrivals, and the phase the last arrival advances.
+    std::atomic<int> barrier_count_{0};
+    std::atomic<uint32_t> barrier_phase_{0};
+    int barrier_members_ = 1;
     std::mutex mu_;
-    std::condition_variable cv_start_, cv_done_;
-    const std::function<void(int64_t, int64_t)>* job_ = nullptr;
-    int64_t job_n_ = 0, job_chunk_ = 1;
-    int job_parts_ = 1;   // chunks of the current job: chunk i goes to thread i (caller = 0)
-    uint64_t generation_ = 0;
-    int pending_ = 0;
-    bool stop_ = false;
+    std::condition_variable cv_;
 };
 
 }  // namespace bg::cpu
