@@ -4,11 +4,16 @@
 //    GB/s is the floor every "of_probe" counter below is measured against (recorded in the
 //    output's context as "host_read_gbs");
 //  - one routed expert at full width (5120 x 2304: gate and up projections, SwiGLU, down
-//    projection) through cpu::matmul_int8, per weight type and row kernel (portable, avx2,
-//    avx512vnni), for M = 1, 4, 16 tokens. Every call reads another copy of the expert, cycling
-//    through at least 768 MB of copies, so the weights come from memory, not a cache. Counters:
-//    GB/s of weight bytes read, of_probe = GB/s / host_read_gbs (issue 24's target: >= 0.8 at
-//    M = 1), us per call (wall time, the calling thread included).
+//    projection) as the engine computes it, one pool job (cpu::expert_ffn_int8;
+//    BM_CpuExpertInt8), per weight type and row kernel (portable, avx2, avx512vnni), for M = 1,
+//    4, 16 tokens. Every call reads another copy of the expert, cycling through at least 768 MB
+//    of copies, so the weights come from memory, not a cache. Counters: GB/s of weight bytes
+//    read, of_probe = GB/s / host_read_gbs (issue 24's target: >= 0.8 at M = 1), us per call
+//    (wall time, the calling thread included);
+//  - beside it, for what separates that from the probe: the same expert as three matmul_int8
+//    calls (BM_CpuExpertInt8Steps, the engine's way before), whole experts one a thread with no
+//    split (BM_CpuExpertInt8PerThread: what the memory gives sixteen row kernels at once), and
+//    one empty parallel_for (BM_PoolRoundTrip: a start and join of the pool).
 // --threads N (ours, taken out before Google Benchmark reads the rest): the pool's threads
 // (default: every hardware thread). A row kernel this CPU or build lacks is skipped, with the
 // reason printed.
@@ -25,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu/int8_expert.h"
 #include "cpu/int8_matmul.h"
 #include "cpu/ops.h"
 #include "cpu/thread_pool.h"
@@ -124,7 +130,54 @@ const ExpertCopies& copies_of(GgmlType t, int64_t E, int64_t F) {
     return *c;
 }
 
+// The counters of one expert benchmark (see the top of the file).
+void expert_counters(benchmark::State& state, const ExpertCopies& ex, GgmlType type, cpu::CpuIsa isa) {
+    cpu::ThreadPool& pool = *g_bench.pool;
+    const double calls = static_cast<double>(state.iterations());
+    state.counters["GB/s"] = benchmark::Counter(static_cast<double>(ex.expert_bytes) * calls / 1e9,
+                                                benchmark::Counter::kIsRate);
+    state.counters["us"] = benchmark::Counter(calls * 1e-6, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+    state.counters["expert_mb"] = static_cast<double>(ex.expert_bytes) / 1e6;
+    state.counters["sets"] = ex.n_sets;
+    state.counters["threads"] = pool.size();
+    // of_probe needs the rate: Google Benchmark divides kIsRate counters by the time itself, so
+    // this one is a rate too, scaled by the probe.
+    state.counters["of_probe"] = benchmark::Counter(
+        static_cast<double>(ex.expert_bytes) * calls / 1e9 / g_bench.host_read_gbs, benchmark::Counter::kIsRate);
+    state.SetLabel(std::string(type_name(type)) + " " + cpu::cpu_isa_name(isa));
+}
+
 void BM_CpuExpertInt8(benchmark::State& state) {
+    const auto type = static_cast<GgmlType>(state.range(0));
+    const int64_t E = state.range(1), F = state.range(2), M = state.range(3);
+    const auto isa = static_cast<cpu::CpuIsa>(state.range(4));
+    if (!cpu::cpu_isa_usable(isa)) {
+        state.SkipWithError((std::string("the ") + cpu::cpu_isa_name(isa) + " kernel is not usable here").c_str());
+        return;
+    }
+    const ExpertCopies& ex = copies_of(type, E, F);
+    std::mt19937 rng(23);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::vector<float> x(static_cast<size_t>(M * E)), gu(static_cast<size_t>(M * 2 * F)), h(static_cast<size_t>(M * F)),
+        y(x.size());
+    for (float& v : x) v = u(rng);
+    cpu::Int8MatmulScratch scratch;
+    cpu::ThreadPool& pool = *g_bench.pool;
+    int s = 0;
+    for (auto _ : state) {
+        MatView gate_up = ex.gate(s);
+        gate_up.rows = 2 * F;
+        cpu::expert_ffn_int8(pool, scratch, gate_up, ex.down(s), x.data(), E, M, 10.0f, SwigluClamp::kDeepSeek,
+                             gu.data(), h.data(), y.data(), isa);
+        benchmark::DoNotOptimize(y.data());
+        s = (s + 1) % ex.n_sets;
+    }
+    expert_counters(state, ex, type, isa);
+}
+
+// The same expert as the three steps the engine took before (cpu/int8_expert.h): matmul_int8
+// over gate, then up, the SwiGLU, matmul_int8 over down, the pool started and joined for each.
+void BM_CpuExpertInt8Steps(benchmark::State& state) {
     const auto type = static_cast<GgmlType>(state.range(0));
     const int64_t E = state.range(1), F = state.range(2), M = state.range(3);
     const auto isa = static_cast<cpu::CpuIsa>(state.range(4));
@@ -149,17 +202,75 @@ void BM_CpuExpertInt8(benchmark::State& state) {
         benchmark::DoNotOptimize(y.data());
         s = (s + 1) % ex.n_sets;
     }
-    const double calls = static_cast<double>(state.iterations());
-    state.counters["GB/s"] = benchmark::Counter(static_cast<double>(ex.expert_bytes) * calls / 1e9,
-                                                benchmark::Counter::kIsRate);
-    state.counters["us"] = benchmark::Counter(calls * 1e-6, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
-    state.counters["expert_mb"] = static_cast<double>(ex.expert_bytes) / 1e6;
-    state.counters["sets"] = ex.n_sets;
+    expert_counters(state, ex, type, isa);
+}
+
+// The pool's cost of one parallel_for with nothing to do: waking every worker and waiting for
+// them all, the price each matmul_int8 call pays on top of its rows.
+void BM_PoolRoundTrip(benchmark::State& state) {
+    cpu::ThreadPool& pool = *g_bench.pool;
+    std::vector<int64_t> seen(static_cast<size_t>(pool.size()) * 8, 0);
+    for (auto _ : state) {
+        pool.parallel_for(pool.size(), [&](int64_t b, int64_t e) {
+            for (int64_t i = b; i < e; ++i) ++seen[static_cast<size_t>(i) * 8];
+        });
+    }
+    benchmark::DoNotOptimize(seen.data());
     state.counters["threads"] = pool.size();
-    // of_probe needs the rate: Google Benchmark divides kIsRate counters by the time itself, so
-    // this one is a rate too, scaled by the probe.
-    state.counters["of_probe"] = benchmark::Counter(
-        static_cast<double>(ex.expert_bytes) * calls / 1e9 / g_bench.host_read_gbs, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_PoolRoundTrip)->UseRealTime();
+
+// Every thread computes whole experts of its own (each reads another copy), one thread a call:
+// the same row kernel and bytes as BM_CpuExpertInt8, without splitting one expert's rows across
+// the threads. Set beside it, the two separate what the split costs (wake-ups, joins, the
+// serial activation quantisation) from what the memory gives many row kernels at once.
+void BM_CpuExpertInt8PerThread(benchmark::State& state) {
+    const auto type = static_cast<GgmlType>(state.range(0));
+    const int64_t E = state.range(1), F = state.range(2), M = state.range(3);
+    const auto isa = static_cast<cpu::CpuIsa>(state.range(4));
+    if (!cpu::cpu_isa_usable(isa)) {
+        state.SkipWithError((std::string("the ") + cpu::cpu_isa_name(isa) + " kernel is not usable here").c_str());
+        return;
+    }
+    const ExpertCopies& ex = copies_of(type, E, F);
+    cpu::ThreadPool& pool = *g_bench.pool;
+    const int n = pool.size();
+    struct PerThread {
+        std::unique_ptr<cpu::ThreadPool> one;
+        cpu::Int8MatmulScratch scratch;
+        std::vector<float> x, g, up, h, y;
+    };
+    std::vector<PerThread> per(static_cast<size_t>(n));
+    std::mt19937 rng(23);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (PerThread& p : per) {
+        p.one = std::make_unique<cpu::ThreadPool>(1);
+        p.x.resize(static_cast<size_t>(M * E));
+        for (float& v : p.x) v = u(rng);
+        p.g.resize(static_cast<size_t>(M * F));
+        p.up.resize(p.g.size());
+        p.h.resize(p.g.size());
+        p.y.resize(p.x.size());
+    }
+    int s = 0;
+    for (auto _ : state) {
+        pool.parallel_for(n, [&](int64_t b, int64_t e) {
+            for (int64_t i = b; i < e; ++i) {
+                PerThread& p = per[static_cast<size_t>(i)];
+                const int set = static_cast<int>((s + i) % ex.n_sets);
+                cpu::matmul_int8(*p.one, p.scratch, ex.gate(set), p.x.data(), E, M, p.g.data(), F, isa);
+                cpu::matmul_int8(*p.one, p.scratch, ex.up(set), p.x.data(), E, M, p.up.data(), F, isa);
+                cpu::swiglu(p.g.data(), p.up.data(), M * F, 10.0f, SwigluClamp::kDeepSeek, p.h.data());
+                cpu::matmul_int8(*p.one, p.scratch, ex.down(set), p.h.data(), F, M, p.y.data(), E, isa);
+                benchmark::DoNotOptimize(p.y.data());
+            }
+        });
+        s = (s + n) % ex.n_sets;
+    }
+    const double bytes = static_cast<double>(ex.expert_bytes) * n * static_cast<double>(state.iterations());
+    state.counters["GB/s"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsRate);
+    state.counters["of_probe"] = benchmark::Counter(bytes / 1e9 / g_bench.host_read_gbs, benchmark::Counter::kIsRate);
+    state.counters["threads"] = n;
     state.SetLabel(std::string(type_name(type)) + " " + cpu::cpu_isa_name(isa));
 }
 
@@ -171,6 +282,8 @@ void expert_args(benchmark::internal::Benchmark* b) {
 }
 
 BENCHMARK(BM_CpuExpertInt8)->Apply(expert_args)->ArgNames({"type", "E", "F", "M", "isa"})->UseRealTime();
+BENCHMARK(BM_CpuExpertInt8Steps)->Apply(expert_args)->ArgNames({"type", "E", "F", "M", "isa"})->UseRealTime();
+BENCHMARK(BM_CpuExpertInt8PerThread)->Apply(expert_args)->ArgNames({"type", "E", "F", "M", "isa"})->UseRealTime();
 
 // --threads N, removed from argv; 0 when absent.
 int take_threads(int& argc, char** argv) {

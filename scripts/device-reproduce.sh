@@ -16,7 +16,7 @@
 #              all of them ran past 7 minutes on the H200 (2026-12-01, cut short), so pick with
 #              BG_BENCH_FILTER: 'D2D|ExpertFused|ExpertMxfp4' (experts), 'D2D|Dense' (dense weights)
 #   cpu-kernels  the CPU integer kernels' tests (test_int8_matmul, test_kquants) on the GPU machine's host -> measurements/device/cpu-kernels/
-#   cpu-bench  bench_cpu: the CPU expert kernels (portable and AVX2 row kernels, M = 1, 4, 16) against
+#   cpu-bench  bench_cpu: the CPU expert kernels (portable, AVX2 and AVX-512 row kernels, M = 1, 4, 16) against
 #              the host-memory read probe of the same run -> measurements/device/bench-cpu/
 #   kernel-profile  Nsight Compute (ncu) on the fused MXFP4 expert at 1, 8 and 64 tokens -> measurements/device/kernel-profile/
 #   kernel-sass  ncu instruction statistics of the fused MXFP4 expert at 1 token, and its SASS -> measurements/device/kernel-profile/

@@ -126,7 +126,9 @@ TEST(GpuE2E, LogitsCloseToTheCpuAndTierStateInvariant) {
     // path; the fast path's difference is reported (the top of this file says why it is larger).
     std::printf("  %s: logits max rel diff to the CPU %.3g (tolerance %s)\n", mode, rel,
                 std::string(mode) == "precise" ? "2e-3" : "none: reported");
-    if (std::string(mode) == "precise") EXPECT_LT(rel, kLogitsTol);
+    if (std::string(mode) == "precise") {
+        EXPECT_LT(rel, kLogitsTol);
+    }
     EXPECT_GT(gpu.store().verify_slots(), 0u);
     }
 }

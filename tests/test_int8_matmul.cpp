@@ -16,7 +16,9 @@
 #include <random>
 #include <vector>
 
+#include "cpu/int8_expert.h"
 #include "cpu/int8_matmul.h"
+#include "cpu/ops.h"
 #include "cpu/int8_rows.h"
 #include "int8_run.h"
 #include "cpu/thread_pool.h"
@@ -271,6 +273,51 @@ TEST(Int8MatmulKernels, Avx512RowRangesWriteTheirRowsAlone) {
                     }
             }
         }
+}
+
+// A routed expert as one pool job (cpu/int8_expert.h) gives, bit for bit, what its three steps
+// give one by one: matmul_int8 over the gate and up rows, the SwiGLU, matmul_int8 over the down
+// rows. Every kernel this machine runs, teams of one to four, token counts that split the rows
+// unevenly, fresh inputs each time; y starts as NaN, so a row no member wrote shows.
+TEST(Int8Expert, OneJobEqualsItsStepsBitForBit) {
+    auto rng = bgtest::fresh_rng();
+    struct Shape {
+        GgmlType type;
+        int64_t E, F;
+    };
+    for (const cpu::CpuIsa isa : {cpu::CpuIsa::kPortable, cpu::CpuIsa::kAvx2, cpu::CpuIsa::kAvx512}) {
+        if (!cpu::cpu_isa_usable(isa)) continue;
+        for (const int threads : {1, 3, 4}) {
+            cpu::ThreadPool pool(threads);
+            cpu::Int8MatmulScratch steps_scratch, job_scratch;
+            for (const Shape sh : {Shape{GgmlType::MXFP4, 288, 224}, Shape{GgmlType::Q8_0, 96, 160},
+                                   Shape{GgmlType::Q4_K, 512, 256}, Shape{GgmlType::MXFP4, 1024, 512}})
+                for (const int64_t m : {1, 3, 17}) {
+                    const int64_t E = sh.E, F = sh.F;
+                    const bgtest::HostMat gu_w = bgtest::random_mat(sh.type, 2 * F, E, 0, rng);
+                    const bgtest::HostMat down_w = bgtest::random_mat(sh.type, E, F, 0, rng);
+                    const MatView gate_up{gu_w.bytes.data(), sh.type, E, 2 * F, gu_w.stride};
+                    const MatView down{down_w.bytes.data(), sh.type, F, E, down_w.stride};
+                    const int64_t ldx = E + 5;
+                    const std::vector<float> x = bgtest::uniform(rng, m * ldx, -1.0f, 1.0f);
+                    const float limit = 7.0f;
+                    std::vector<float> gu(static_cast<size_t>(m * 2 * F)), h(static_cast<size_t>(m * F));
+                    std::vector<float> y_steps(static_cast<size_t>(m * E));
+                    cpu::matmul_int8(pool, steps_scratch, gate_up, x.data(), ldx, m, gu.data(), 2 * F, isa);
+                    for (int64_t t = 0; t < m; ++t)
+                        cpu::swiglu(gu.data() + t * 2 * F, gu.data() + t * 2 * F + F, F, limit, SwigluClamp::kDeepSeek,
+                                    h.data() + t * F);
+                    cpu::matmul_int8(pool, steps_scratch, down, h.data(), F, m, y_steps.data(), E, isa);
+                    std::vector<float> gu2(gu.size()), h2(h.size()), y_job(y_steps.size(), std::nanf(""));
+                    cpu::expert_ffn_int8(pool, job_scratch, gate_up, down, x.data(), ldx, m, limit,
+                                         SwigluClamp::kDeepSeek, gu2.data(), h2.data(), y_job.data(), isa);
+                    ASSERT_EQ(0, std::memcmp(y_steps.data(), y_job.data(), y_job.size() * sizeof(float)))
+                        << cpu::cpu_isa_name(isa) << " threads " << threads << " " << type_name(sh.type) << " E " << E
+                        << " F " << F << " m " << m;
+                    ASSERT_EQ(0, std::memcmp(h.data(), h2.data(), h.size() * sizeof(float)));
+                }
+        }
+    }
 }
 
 // best_cpu_isa picks the widest kernel this CPU runs, and the names are the metrics'.

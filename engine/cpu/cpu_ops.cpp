@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/pool_channel.h"
+#include "cpu/int8_expert.h"
 #include "cpu/int8_matmul.h"
 #include "cpu/ops.h"
 #include "cpu/routing.h"
@@ -248,6 +249,15 @@ public:
             moe_gather(x, ldx, rows, m, E, xg);
             MatView gate_up = e.gate;
             gate_up.rows = 2 * F;
+            if (lim_.matmul.int8_expert(e.gate.type, e.up.type, e.down.type, E, F)) {
+                // The integer path: the whole expert as one job of the pool (cpu/int8_expert.h),
+                // the same y as the three steps below.
+                BG_CHECK_MSG(m * std::max(E, F) <= static_cast<int64_t>(int8_.xq.size()),
+                             "cpu ops: an integer-path expert larger than reserve() was told of");
+                cpu::expert_ffn_int8(pool_, int8_, gate_up, e.down, xg, E, m, limit, form, gu, h, eo, isa_);
+                moe_scatter(eo, out_rows, m, E, out);
+                return;
+            }
             matmul(gate_up, xg, E, m, gu, 2 * F);
             for (int64_t t = 0; t < m; ++t) cpu::swiglu(gu + t * 2 * F, gu + t * 2 * F + F, F, limit, form, h + t * F);
             matmul(e.down, h, F, m, eo, E);

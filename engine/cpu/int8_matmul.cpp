@@ -51,20 +51,11 @@ void rows_int8(const Int8RowsArgs& a, int64_t r0, int64_t r1) {
     }
 }
 
-// The rows the kernel takes together in this call: a work split hands out multiples of this.
-int64_t rows_together(CpuIsa isa, GgmlType type, int64_t n_tok) {
-    switch (isa) {
-        case CpuIsa::kAvx512: return int8_avx512_rows(type, n_tok);
-        case CpuIsa::kAvx2: return kAvx2Rows;
-        default: return 1;
-    }
-}
-
 // One call's work, as the work split's function sees it.
 struct Split {
     Int8RowsArgs args;
     CpuIsa isa;
-    int64_t group;  // rows_together
+    int64_t group;  // int8_rows_together
 };
 
 }  // namespace
@@ -85,6 +76,39 @@ void int8_half_sums(const int8_t* q, int64_t n_tok, int64_t cols, int32_t* s) {
         int32_t v = 0;
         for (int i = 0; i < 16; ++i) v += q[h * 16 + i];
         s[h] = v;
+    }
+}
+
+void quantize_int8_blocks(const float* x, int64_t ldx, int64_t cols, int64_t i0, int64_t i1, int8_t* q, float* d,
+                          int32_t* s) {
+    BG_CHECK(cols % qtypes::kActBlock == 0);
+    const int64_t nb = cols / qtypes::kActBlock;
+    for (int64_t i = i0; i < i1; ++i) {
+        const int64_t t = i / nb, b = i % nb;
+        int8_t* qb = q + t * cols + b * 32;
+        int32_t sum = 0;
+        d[t * nb + b] = qtypes::quantize_act_block(x + t * ldx + b * 32, qb, &sum);
+        for (int h = 0; h < 2; ++h) {
+            int32_t v = 0;
+            for (int k = 0; k < 16; ++k) v += qb[16 * h + k];
+            s[t * 2 * nb + 2 * b + h] = v;
+        }
+    }
+}
+
+int64_t int8_rows_together(CpuIsa isa, GgmlType type, int64_t n_tok) {
+    switch (isa) {
+        case CpuIsa::kAvx512: return int8_avx512_rows(type, n_tok);
+        case CpuIsa::kAvx2: return kAvx2Rows;
+        default: return 1;
+    }
+}
+
+void int8_rows(CpuIsa isa, const Int8RowsArgs& a, int64_t r0, int64_t r1) {
+    switch (isa) {
+        case CpuIsa::kAvx512: int8_rows_avx512(a, r0, r1); break;
+        case CpuIsa::kAvx2: int8_rows_avx2(a, r0, r1); break;
+        default: int8_rows_portable(a, r0, r1); break;
     }
 }
 
@@ -143,17 +167,12 @@ void matmul_int8(ThreadPool& pool, Int8MatmulScratch& s, const MatView& W, const
     }
     const Int8RowsArgs args{&W, s.xq.data(), s.xd.data(), s.xs.data(), n_tok, y, ldy};
     // The work goes out in groups of the rows the kernel takes together (the last may be short).
-    const Split split{args, isa, rows_together(isa, W.type, n_tok)};
+    const Split split{args, isa, int8_rows_together(isa, W.type, n_tok)};
     const int64_t group = split.group;
     // One captured word keeps the std::function in its small-object buffer: no allocation.
     const Split* sp = &split;
     const std::function<void(int64_t, int64_t)> fn = [sp](int64_t g0, int64_t g1) {
-        const int64_t r0 = g0 * sp->group, r1 = std::min(g1 * sp->group, sp->args.W->rows);
-        switch (sp->isa) {
-            case CpuIsa::kAvx512: int8_rows_avx512(sp->args, r0, r1); break;
-            case CpuIsa::kAvx2: int8_rows_avx2(sp->args, r0, r1); break;
-            default: int8_rows_portable(sp->args, r0, r1); break;
-        }
+        int8_rows(sp->isa, sp->args, g0 * sp->group, std::min(g1 * sp->group, sp->args.W->rows));
     };
     const int64_t work_per_group = std::max<int64_t>(1, W.cols * n_tok * group);
     const int64_t min_chunk = std::max<int64_t>(1, (int64_t{1} << 16) / work_per_group);

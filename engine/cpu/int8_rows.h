@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "backend/types.h"
+#include "cpu/int8_matmul.h"
 
 namespace bg::cpu {
 
@@ -44,5 +45,17 @@ void int8_rows_avx512(const Int8RowsArgs& a, int64_t r0, int64_t r1);
 constexpr int64_t kAvx512Rows = 16;
 static_assert(kAvx512Rows % kAvx2Rows == 0);
 int64_t int8_avx512_rows(GgmlType type, int64_t n_tok);
+
+// The kernel of `isa` over rows [r0, r1), and the rows it takes together in such a call (a work
+// split hands out multiples of it; the last group may be short).
+void int8_rows(CpuIsa isa, const Int8RowsArgs& a, int64_t r0, int64_t r1);
+int64_t int8_rows_together(CpuIsa isa, GgmlType type, int64_t n_tok);
+
+// Activation blocks [i0, i1) of x [n_tok][ldx] (block i: token i / (cols / 32), its block
+// i % (cols / 32)) quantised into q [n_tok][cols] and d [n_tok][cols / 32], with their half sums
+// into s [n_tok][cols / 16]: quantize_int8_rows and int8_half_sums for part of the rows, so a
+// team can share the work.
+void quantize_int8_blocks(const float* x, int64_t ldx, int64_t cols, int64_t i0, int64_t i1, int8_t* q, float* d,
+                          int32_t* s);
 
 }  // namespace bg::cpu
