@@ -1,6 +1,7 @@
 #include "cpu/int8_expert.h"
 
 #include <algorithm>
+#include <atomic>
 #include <functional>
 
 #include "cpu/int8_rows.h"
@@ -40,7 +41,7 @@ void expert_ffn_int8(ThreadPool& pool, Int8MatmulScratch& scratch, const MatView
 
     // The job's inputs behind one pointer: a capture of one word keeps the std::function in its
     // small-object buffer, so nothing allocates per call.
-    const struct Job {
+    struct Job {
         Int8RowsArgs up, down;
         const float* x;
         int64_t ldx, m, E, F, g_up, g_down, n_up, n_down;
@@ -51,18 +52,21 @@ void expert_ffn_int8(ThreadPool& pool, Int8MatmulScratch& scratch, const MatView
         float* d;
         int32_t* s;
         CpuIsa isa;
+        // The next group of rows to take, per row phase: members take groups one at a time, so
+        // a member that runs slower (its core shared, or taken away a while) holds up the
+        // others by at most one group, not by a fixed share of the rows.
+        std::atomic<int64_t> next_up{0}, next_down{0};
     } job_args{{&gate_up, q, d, s, m, gu, 2 * F}, {&down, q, d, s, m, y, E}, x, ldx, m, E, F, g_up, g_down, n_up,
                n_down, limit, form, gu, h, q, d, s, isa};
-    const Job* j = &job_args;
+    Job* j = &job_args;
     const std::function<void(const Team&)> job = [j](const Team& team) {
         const int64_t E = j->E, F = j->F, m = j->m;
         int64_t b, e;
         team.share(m * (E / 32), &b, &e);
         quantize_int8_blocks(j->x, j->ldx, E, b, e, j->q, j->d, j->s);
         team.barrier();
-        team.share(j->n_up, &b, &e);
-        const int64_t r0 = b * j->g_up, r1 = std::min(e * j->g_up, F);
-        if (r0 < r1) {
+        for (int64_t g; (g = j->next_up.fetch_add(1, std::memory_order_relaxed)) < j->n_up;) {
+            const int64_t r0 = g * j->g_up, r1 = std::min(r0 + j->g_up, F);
             int8_rows(j->isa, j->up, r0, r1);
             int8_rows(j->isa, j->up, F + r0, F + r1);
             for (int64_t t = 0; t < m; ++t)
@@ -73,8 +77,8 @@ void expert_ffn_int8(ThreadPool& pool, Int8MatmulScratch& scratch, const MatView
         team.share(m * (F / 32), &b, &e);
         quantize_int8_blocks(j->h, F, F, b, e, j->q, j->d, j->s);
         team.barrier();
-        team.share(j->n_down, &b, &e);
-        if (b < e) int8_rows(j->isa, j->down, b * j->g_down, std::min(e * j->g_down, E));
+        for (int64_t g; (g = j->next_down.fetch_add(1, std::memory_order_relaxed)) < j->n_down;)
+            int8_rows(j->isa, j->down, g * j->g_down, std::min((g + 1) * j->g_down, E));
     };
     pool.run(members, job);
 }

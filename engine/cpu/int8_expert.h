@@ -4,7 +4,10 @@
 // members wait for each other at three barriers (x quantised; their gate, up and SwiGLU rows
 // done; h quantised) rather than the pool starting and joining twice, with the activations
 // quantised by one thread in between. On 16 cores that start and join took about 35 us each,
-// against about 250 us for the expert's 18.8 MB at the memory's speed (bench_cpu).
+// against about 250 us for the expert's 18.8 MB at the memory's speed (bench_cpu). Within a
+// phase the members take groups of rows one at a time rather than fixed shares, so one member
+// slowed down (a core shared with the copy thread, a virtual CPU descheduled) does not hold the
+// rest for its whole share.
 #pragma once
 
 #include <cstdint>
