@@ -26,20 +26,27 @@ inline void chunk_bounds(int64_t n, int parts, int i, int64_t* b, int64_t* e) {
 constexpr uint64_t kMembersBits = 16;
 constexpr uint64_t kMembersMask = (uint64_t(1) << kMembersBits) - 1;
 
-// Pauses spent spinning on a word before each wait also yields the core: a few tens of
-// microseconds, so a member that lost its core (more threads than cores) gets it back soon.
-constexpr int kPausesBeforeYield = 1024;
+using Clock = std::chrono::steady_clock;
 
-// Spins until done() is true, yielding the core now and then.
-template <class Done>
-void spin_until(Done done) {
-    for (int i = 1; !done(); ++i) {
+// How long a barrier or the caller's join spins on its word before it sleeps on it. A healthy
+// team meets within a few microseconds; a member that lost its core for a time slice (another
+// thread woke on it) would keep every waiter spinning for milliseconds, and spinning waiters leave
+// the scheduler no idle core to move it to: sleeping ones do.
+constexpr int64_t kWaitSpinUs = 50;
+
+// Returns once `word` no longer holds `old`: spins kWaitSpinUs, then sleeps on it (its writer
+// calls notify_all after the store).
+template <class T>
+void spin_then_wait(const std::atomic<T>& word, T old) {
+    const auto until = Clock::now() + std::chrono::microseconds(kWaitSpinUs);
+    for (int i = 1; word.load(std::memory_order_acquire) == old; ++i) {
         BG_CPU_RELAX();
-        if (i % kPausesBeforeYield == 0) std::this_thread::yield();
+        if (i % 256 == 0 && Clock::now() > until) {
+            while (word.load(std::memory_order_acquire) == old) word.wait(old, std::memory_order_acquire);
+            return;
+        }
     }
 }
-
-using Clock = std::chrono::steady_clock;
 
 }  // namespace
 
@@ -86,7 +93,7 @@ void ThreadPool::start(JobFn fn, const void* ctx, int members) {
         cv_.notify_all();
     }
     fn(ctx, this, 0, members);
-    spin_until([&] { return pending_.load(std::memory_order_acquire) == 0; });
+    for (int p; (p = pending_.load(std::memory_order_acquire)) != 0;) spin_then_wait(pending_, p);
     job_fn_ = nullptr;
     job_ctx_ = nullptr;
     busy_.store(false, std::memory_order_release);
@@ -99,9 +106,10 @@ void ThreadPool::barrier_wait() {
         // phase, stored after it), then let them go.
         barrier_count_.store(0, std::memory_order_relaxed);
         barrier_phase_.store(phase + 1, std::memory_order_release);
+        barrier_phase_.notify_all();
         return;
     }
-    spin_until([&] { return barrier_phase_.load(std::memory_order_acquire) != phase; });
+    spin_then_wait(barrier_phase_, phase);
 }
 
 void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t min_chunk) {
@@ -146,8 +154,6 @@ void ThreadPool::worker(int idx) {
                     sleepers_.fetch_add(1);
                     cv_.wait(lk, [&] { return (state_.load() >> kMembersBits) != seen || stop_.load(); });
                     sleepers_.fetch_sub(1);
-                } else if (i % kPausesBeforeYield == 0) {
-                    std::this_thread::yield();
                 }
                 s = state_.load(std::memory_order_acquire);
             }
@@ -158,7 +164,7 @@ void ThreadPool::worker(int idx) {
         // Threads beyond this job's team sit it out.
         if (idx >= members) continue;
         job_fn_(job_ctx_, this, idx, members);
-        pending_.fetch_sub(1, std::memory_order_acq_rel);
+        if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_all();
     }
 }
 

@@ -10,8 +10,10 @@
 // Workers spin for kSpinUs after a job before they sleep, the caller spins for the team's end,
 // and barriers spin: a decode step hands the pool a few jobs each a few hundred microseconds
 // long, and on 16 cores a start and join through a mutex and condition variable cost about 35 us
-// each (bench_cpu's BM_PoolRoundTrip), a large part of such a job. Every spin falls back to
-// yielding the core after a while, so a pool larger than the cores it gets still makes progress.
+// each (bench_cpu's BM_PoolRoundTrip), a large part of such a job. A barrier or join that spins
+// for 50 us without its team arriving sleeps on its atomic word instead (C++20 wait and notify):
+// a member whose core was taken waits for an idle core, which spinning waiters never leave, so
+// the team would wait a whole time slice (a pool larger than its cores, or another thread waking).
 // A job is published by one atomic word holding its generation and team size, so a worker that
 // sits a job out can never mistake the next job's size for this one's.
 #pragma once
