@@ -28,6 +28,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -143,6 +144,35 @@ const ExpertCopies& copies_of(GgmlType t, int64_t E, int64_t F) {
     return *c;
 }
 
+// One expert benchmark's arguments (see expert_args) and its copies of the expert, or nothing
+// (the benchmark skipped, with the reason) where the row kernel is not usable here.
+struct ExpertCase {
+    struct Args {
+        GgmlType type;
+        int64_t E, F, M;
+        cpu::CpuIsa isa;
+    } args;
+    const ExpertCopies* ex;
+};
+std::optional<ExpertCase> expert_case(benchmark::State& state) {
+    const ExpertCase::Args a{static_cast<GgmlType>(state.range(0)), state.range(1), state.range(2), state.range(3),
+                             static_cast<cpu::CpuIsa>(state.range(4))};
+    if (!cpu::cpu_isa_usable(a.isa)) {
+        state.SkipWithError((std::string("the ") + cpu::cpu_isa_name(a.isa) + " kernel is not usable here").c_str());
+        return std::nullopt;
+    }
+    return ExpertCase{a, &copies_of(a.type, a.E, a.F)};
+}
+
+// n activations uniform in [-1, 1].
+std::vector<float> random_activations(int64_t n, unsigned seed) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::vector<float> x(static_cast<size_t>(n));
+    for (float& v : x) v = u(rng);
+    return x;
+}
+
 // The counters of one expert benchmark (see the top of the file).
 void expert_counters(benchmark::State& state, const ExpertCopies& ex, GgmlType type, cpu::CpuIsa isa) {
     cpu::ThreadPool& pool = *g_bench.pool;
@@ -161,19 +191,12 @@ void expert_counters(benchmark::State& state, const ExpertCopies& ex, GgmlType t
 }
 
 void BM_CpuExpertInt8(benchmark::State& state) {
-    const auto type = static_cast<GgmlType>(state.range(0));
-    const int64_t E = state.range(1), F = state.range(2), M = state.range(3);
-    const auto isa = static_cast<cpu::CpuIsa>(state.range(4));
-    if (!cpu::cpu_isa_usable(isa)) {
-        state.SkipWithError((std::string("the ") + cpu::cpu_isa_name(isa) + " kernel is not usable here").c_str());
-        return;
-    }
-    const ExpertCopies& ex = copies_of(type, E, F);
-    std::mt19937 rng(23);
-    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    std::vector<float> x(static_cast<size_t>(M * E)), gu(static_cast<size_t>(M * 2 * F)), h(static_cast<size_t>(M * F)),
-        y(x.size());
-    for (float& v : x) v = u(rng);
+    const auto c = expert_case(state);
+    if (!c) return;
+    const auto [type, E, F, M, isa] = c->args;
+    const ExpertCopies& ex = *c->ex;
+    const std::vector<float> x = random_activations(M * E, 23);
+    std::vector<float> gu(static_cast<size_t>(M * 2 * F)), h(static_cast<size_t>(M * F)), y(x.size());
     cpu::Int8MatmulScratch scratch;
     cpu::ThreadPool& pool = *g_bench.pool;
     int s = 0;
@@ -191,19 +214,12 @@ void BM_CpuExpertInt8(benchmark::State& state) {
 // The same expert as the three steps the engine took before (cpu/int8_expert.h): matmul_int8
 // over gate, then up, the SwiGLU, matmul_int8 over down, the pool started and joined for each.
 void BM_CpuExpertInt8Steps(benchmark::State& state) {
-    const auto type = static_cast<GgmlType>(state.range(0));
-    const int64_t E = state.range(1), F = state.range(2), M = state.range(3);
-    const auto isa = static_cast<cpu::CpuIsa>(state.range(4));
-    if (!cpu::cpu_isa_usable(isa)) {
-        state.SkipWithError((std::string("the ") + cpu::cpu_isa_name(isa) + " kernel is not usable here").c_str());
-        return;
-    }
-    const ExpertCopies& ex = copies_of(type, E, F);
-    std::mt19937 rng(23);
-    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    std::vector<float> x(static_cast<size_t>(M * E)), g(static_cast<size_t>(M * F)), up(g.size()), h(g.size()),
-        y(x.size());
-    for (float& v : x) v = u(rng);
+    const auto c = expert_case(state);
+    if (!c) return;
+    const auto [type, E, F, M, isa] = c->args;
+    const ExpertCopies& ex = *c->ex;
+    const std::vector<float> x = random_activations(M * E, 23);
+    std::vector<float> g(static_cast<size_t>(M * F)), up(g.size()), h(g.size()), y(x.size());
     cpu::Int8MatmulScratch scratch;
     cpu::ThreadPool& pool = *g_bench.pool;
     int s = 0;
@@ -238,14 +254,10 @@ BENCHMARK(BM_PoolRoundTrip)->UseRealTime();
 // the threads. Set beside it, the two separate what the split costs (wake-ups, joins, the
 // serial activation quantisation) from what the memory gives many row kernels at once.
 void BM_CpuExpertInt8PerThread(benchmark::State& state) {
-    const auto type = static_cast<GgmlType>(state.range(0));
-    const int64_t E = state.range(1), F = state.range(2), M = state.range(3);
-    const auto isa = static_cast<cpu::CpuIsa>(state.range(4));
-    if (!cpu::cpu_isa_usable(isa)) {
-        state.SkipWithError((std::string("the ") + cpu::cpu_isa_name(isa) + " kernel is not usable here").c_str());
-        return;
-    }
-    const ExpertCopies& ex = copies_of(type, E, F);
+    const auto c = expert_case(state);
+    if (!c) return;
+    const auto [type, E, F, M, isa] = c->args;
+    const ExpertCopies& ex = *c->ex;
     cpu::ThreadPool& pool = *g_bench.pool;
     const int n = pool.size();
     struct PerThread {
@@ -254,12 +266,10 @@ void BM_CpuExpertInt8PerThread(benchmark::State& state) {
         std::vector<float> x, g, up, h, y;
     };
     std::vector<PerThread> per(static_cast<size_t>(n));
-    std::mt19937 rng(23);
-    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    for (PerThread& p : per) {
+    for (size_t i = 0; i < per.size(); ++i) {
+        PerThread& p = per[i];
         p.one = std::make_unique<cpu::ThreadPool>(1);
-        p.x.resize(static_cast<size_t>(M * E));
-        for (float& v : p.x) v = u(rng);
+        p.x = random_activations(M * E, 23 + static_cast<unsigned>(i));
         p.g.resize(static_cast<size_t>(M * F));
         p.up.resize(p.g.size());
         p.h.resize(p.g.size());

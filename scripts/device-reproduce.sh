@@ -34,6 +34,8 @@
 #   slice-engram-read-ahead  harness: scenarios/slice/decode-engram-read-ahead between two runs of
 #                   decode-no-engram-read-ahead (Engram read-ahead on between two runs with it off, one machine;
 #                   the runs of 2026-12-03 12:44-12:57 ran decode, on by default then, around the scenario with it off)
+#   slice-decode-repeat  harness: scenarios/slice/decode and decode-preloaded three times each, one machine (hybrid
+#                   decode's CPU experts took 0.27-0.42 ms in some runs of 2026-12-03 and 2.3-4.2 ms in others)
 #   slice-decode-hot-pool  harness: scenarios/slice/decode-hot-pool (decode with hot-pool routing, ours:
 #                   an interpretation of the seed's sentence; compare with slice-decode)
 #   slice-decode-threads  engine: decode with --decode-experts gpu | cpu | hybrid and the CPU's threads -> measurements/slice/decode-threads/
@@ -188,6 +190,7 @@ for part in "$@"; do
     slice-engram-read-ahead) slice_model; harness_run run decode-no-engram-read-ahead slice
       harness_run run decode-engram-read-ahead slice; harness_run run decode-no-engram-read-ahead slice ;;
     slice-decode-hot-pool) slice_model; harness_run run decode-hot-pool slice ;;
+    slice-decode-repeat) slice_model; for rep in 1 2 3; do harness_run run decode slice; harness_run run decode-preloaded slice; done ;;
     slice-decode-preloaded) slice_model; harness_run run decode-preloaded slice; harness_run run decode-preloaded-gpu slice; harness_run run decode-preloaded-500 slice ;;
     slice-500) slice_model; harness_run run seed-500-baseline slice; harness_run run seed-500-optimized slice ;;
     slice-500-baseline) slice_model; harness_run run seed-500-baseline slice ;;
