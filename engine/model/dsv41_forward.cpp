@@ -582,6 +582,29 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
     }
     BG_CHECK(by_expert_start_[ne] == n_slots);
 
+    // The shared expert into y_ (per unit: y_ holds one unit), which needs only xf. A call of one
+    // unit (a decode step) queues it first, so the device computes it while the CPU computes
+    // host-resident experts and copies land, rather than after them; the sums are the same.
+    auto shared_expert = [&](int64_t p0, int64_t n) {
+        const float* xf = xf_ + p0 * E_;
+        if (hp_.n_expert_shared > 0) {
+            const int64_t nsh = nff * hp_.n_expert_shared;
+            ops_->matmul(w.sh_gate, xf, E_, n, sg_, nsh);
+            ops_->matmul(w.sh_up, xf, E_, n, su_, nsh);
+            // Clamped like the routed experts, with the shared expert's own limit (llama.cpp build_ffn).
+            ops_->swiglu(sg_, su_, n * nsh, hp_.swiglu_limit_shexp[l], cfg_.swiglu_form, sh_);
+            ops_->matmul(w.sh_down, sh_, nsh, n, y_, E_);
+        } else {
+            ops_->zero(y_, n * E_ * sizeof(float));
+        }
+    };
+    const bool shared_first = n_units == 1;
+    if (shared_first) {
+        ops_->busy_begin();
+        shared_expert(units[0]->pos0, units[0]->n);
+        ops_->busy_end();
+    }
+
     // Each expert once, for all its tokens, in the order the provider delivers them. While the
     // host waits for the next expert, the device works through the queued ones.
     experts_.begin_layer(l, used_experts_, used_tokens_, n_used, host_compute);
@@ -635,25 +658,15 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
     for (int64_t ui = 0; ui < n_units; ++ui) {
         const Ubatch& u = *units[ui];
         const int64_t p0 = u.pos0, n = u.n;
-        float* xf = xf_ + p0 * E_;
         ops_->busy_begin();
-        if (hp_.n_expert_shared > 0) {
-            const int64_t nsh = nff * hp_.n_expert_shared;
-            ops_->matmul(w.sh_gate, xf, E_, n, sg_, nsh);
-            ops_->matmul(w.sh_up, xf, E_, n, su_, nsh);
-            // Clamped like the routed experts, with the shared expert's own limit (llama.cpp build_ffn).
-            ops_->swiglu(sg_, su_, n * nsh, hp_.swiglu_limit_shexp[l], cfg_.swiglu_form, sh_);
-            ops_->matmul(w.sh_down, sh_, nsh, n, y_, E_);
-        } else {
-            ops_->zero(y_, n * E_ * sizeof(float));
-        }
+        if (!shared_first) shared_expert(p0, n);
         ops_->moe_weighted_sum(eo_ + p0 * k * E_, wts_ + p0 * k, n, k, E_, y_);
         ops_->hc_expand(mixf_ + p0 * kMixWidth, y_, H(p0), n, E_, H(p0));
         ops_->busy_end();
     }
-    // Queued behind the shared expert: the host waits for the last routed experts only now (their
-    // slots must be free for the next layer), and not for the shared expert at all; the next
-    // layer's attention queues behind it on the stream.
+    // Queued behind the sums: the host waits for the last routed experts only now (their slots
+    // must be free for the next layer), and not for the shared expert at all; the next layer's
+    // attention queues behind it on the stream.
     release_finished(0);
     experts_.end_layer();
 }

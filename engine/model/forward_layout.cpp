@@ -85,9 +85,10 @@ ForwardLayout ForwardLayout::of(const HParams& hp, const std::vector<LayerRoles>
     f.by_expert_start = ne + 1;
     f.used_experts = ne;
     f.used_tokens = ne;
-    // Between two syncs (a layer's counts copy and the next): one busy pair per expert and two per
-    // unit (the shared expert, then the next layer's attention), and a few more.
-    f.ops.busy_pairs = ne + 2 * ((ctx + mu - 1) / mu) + 5;
+    // Between two syncs (a layer's counts copy and the next): one busy pair per expert, two per
+    // unit (the shared expert, then the next layer's attention), one for a one-unit call's shared
+    // expert (queued before its routed experts), and a few more.
+    f.ops.busy_pairs = ne + 2 * ((ctx + mu - 1) / mu) + 6;
     f.ops.timeline_capacity = timeline_capacity(L, ne);
     f.ops.max_tok = mu;
     f.ops.n_head = hp.n_head;
