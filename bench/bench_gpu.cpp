@@ -592,6 +592,55 @@ BENCHMARK(BM_DenseInt8)
     ->Iterations(kSamples)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
+
+// The GEMV (1-2 tokens) with its grid sized for `wsm` warps an SM (Int8Workspace::
+// set_gemv_warps_per_sm; the engine's default 16): whether more warps in flight bring a
+// latency-bound pass nearer its memory floor. mode 0: a full expert (rows = n_embd, cols = n_ff);
+// mode 1: y = W x for rows x cols.
+void BM_GemvWarpsPerSm(benchmark::State& state) {
+    const auto type = static_cast<GgmlType>(state.range(0));
+    const int64_t a = state.range(1), b_ = state.range(2), M = state.range(3);
+    const int wsm = static_cast<int>(state.range(4));
+    const bool expert = state.range(5) == 0;
+    if (expert) {
+        ExpertBench b(type, a, b_, M, GgmlType::F32);
+        cuda::Int8Workspace ws(std::max(b.E, b.F), b.F);
+        ws.set_gemv_warps_per_sm(wsm);
+        time_calls(state, b.s, b.n_sets, static_cast<double>(b.bytes), b.flops(), false, [&](size_t i) {
+            cuda::int8_expert_ffn(ws, b.mats(i), b.x, b.E, b.rows, b.M, 10.0f, bg::SwigluClamp::kDeepSeek, b.y, b.E,
+                                  b.rows, b.s);
+        });
+        int8_counters(state, b.M, 3.0 * b.E * b.F);
+        return;
+    }
+    const int64_t rows = a, cols = b_;
+    const auto img = random_weights(type, rows, cols, 11);
+    WeightSets sets(img, kRotateBytes);
+    float* x = device_copy(random_activations(M * cols, 12));
+    float* y = nullptr;
+    BG_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&y), M * rows * sizeof(float)));
+    cudaStream_t s = nullptr;
+    BG_CUDA_CHECK(cudaStreamCreate(&s));
+    const uint64_t rb = row_bytes(type, cols);
+    cuda::Int8Workspace ws(cols, 0);
+    ws.set_gemv_warps_per_sm(wsm);
+    time_calls(state, s, sets.bufs.size(), static_cast<double>(img.size()), 2.0 * M * rows * cols, false, [&](size_t i) {
+        cuda::int8_matmul(ws, cuda::DeviceMat{sets.bufs[i], type, cols, rows, rb}, x, cols, M, y, rows, s);
+    });
+    int8_counters(state, M, static_cast<double>(rows) * cols);
+    BG_CUDA_CHECK(cudaStreamDestroy(s));
+    BG_CUDA_CHECK(cudaFree(x));
+    BG_CUDA_CHECK(cudaFree(y));
+}
+BENCHMARK(BM_GemvWarpsPerSm)
+    ->ArgNames({"type", "a", "b", "M", "wsm", "dense"})
+    ->ArgsProduct({{kMx, kQ8}, {5120}, {2304}, {1, 2}, {16, 32, 48, 64}, {0}})
+    ->ArgsProduct({{kQ8}, {1280}, {5120}, {1}, {16, 32, 48, 64}, {1}})
+    ->ArgsProduct({{kQ8}, {32768}, {1280}, {1}, {16, 32, 48, 64}, {1}})
+    ->ArgsProduct({{kQ8}, {5120}, {8192}, {1}, {16, 32, 48, 64}, {1}})
+    ->Iterations(kSamples)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 BG_DENSE_SHAPES(BENCHMARK(BM_DenseFusedSingle));
 
 // One expert's three MXFP4 matrices: 3 * n_embd * n_ff * 17/32 bytes.

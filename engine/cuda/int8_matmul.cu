@@ -135,12 +135,12 @@ void store_epilogue(P& p, float* y, int64_t ldy, const int32_t* out_rows) {
 // Whether a pass of m tokens goes through the GEMV kernel.
 bool gemv_pass(const Int8Workspace& ws, int64_t m) { return m <= ws.gemv_tokens(); }
 
-// The GEMV parameters of a call: warps per row chosen so the grid holds about 16 warps an SM
-// (each warp still at least two rounds of 8 chunks).
+// The GEMV parameters of a call: warps per row chosen so the grid holds about the workspace's
+// warps an SM (each warp still at least two rounds of 8 chunks).
 int8mm::GemvParams gemv_params(const Int8Workspace& ws, const uint8_t* w, uint64_t stride, const DeviceMat* up, int rows,
                                int64_t cols, int m, const int8_t* xq, const float* xd, const float2* xs) {
     auto p = pass_params<int8mm::GemvParams>(w, stride, up, rows, cols, m, xq, xd, xs);
-    const int64_t want_warps = 16 * static_cast<int64_t>(ws.sm_count());
+    const int64_t want_warps = static_cast<int64_t>(ws.gemv_warps_per_sm()) * ws.sm_count();
     p.wpr = 1;
     while (p.wpr < int8mm::kGemvWarps && static_cast<int64_t>(rows) * p.wpr < want_warps && 16 * p.wpr * 2 <= p.nkb)
         p.wpr *= 2;
@@ -194,6 +194,11 @@ Int8Workspace::Int8Workspace(int64_t max_cols, int64_t max_ff) : max_cols_(max_c
 void Int8Workspace::set_gemv_tokens(int n) {
     BG_CHECK_MSG(n >= 0 && n <= int8mm::kGemvMaxTok, "int8 GEMV: passes of 0..2 tokens");
     gemv_tokens_ = n;
+}
+
+void Int8Workspace::set_gemv_warps_per_sm(int n) {
+    BG_CHECK_MSG(n >= 1 && n <= 64, "int8 GEMV: 1..64 warps an SM");
+    gemv_warps_per_sm_ = n;
 }
 
 Int8Workspace::~Int8Workspace() {

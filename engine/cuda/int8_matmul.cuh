@@ -68,6 +68,11 @@ public:
     static constexpr int kGemvDefaultTokens = kGemvMaxTokens;
     void set_gemv_tokens(int n);
     int gemv_tokens() const { return gemv_tokens_; }
+    // The GEMV's grid: warps per row (1-8) chosen so the grid holds about this many warps an SM.
+    // Benchmarks vary it (bench_gpu BM_GemvWarpsPerSm); the engine keeps the default.
+    static constexpr int kGemvDefaultWarpsPerSm = 16;
+    void set_gemv_warps_per_sm(int n);
+    int gemv_warps_per_sm() const { return gemv_warps_per_sm_; }
 
     int8_t* xq() const { return xq_; }
     float* xd() const { return xd_; }
@@ -83,6 +88,7 @@ private:
     int sm_count_ = 0;
     int force_split_ = 0;
     int gemv_tokens_ = kGemvDefaultTokens;
+    int gemv_warps_per_sm_ = kGemvDefaultWarpsPerSm;
     int8_t* xq_ = nullptr;
     float* xd_ = nullptr;
     float2* xs_ = nullptr;
