@@ -193,6 +193,14 @@ std::vector<MatCase> mat_cases() {
         // 24 x 20480), with rows left over in the last CTA.
         v.push_back({t, 24, 20480, 1});
         v.push_back({t, 13, 8192, 3, 3, 1});
+        // The GEMV's 1-2 tokens where its 16-chunk spans meet odd rows: fewer chunks than a span,
+        // a last span cut short, rows at any byte (padded strides, unaligned data), and two
+        // tokens of 20,480 columns (over 48 KiB of shared memory, the opt-in launch).
+        v.push_back({t, 37, 96, 2, 0, 3});
+        v.push_back({t, 100, 160, 1, 7, 1});
+        v.push_back({t, 300, 1280, 2, 5, 9});
+        v.push_back({t, 129, 4096, 1, 1, 2});
+        v.push_back({t, 24, 20480, 2, 0, 5});
     }
     // The 256-weight types (rows of whole super-blocks): one super-block a pipeline step, two
     // m16n8k16 MMAs a chunk where scales cover 16 weights, the min term from the half sums;
@@ -206,6 +214,9 @@ std::vector<MatCase> mat_cases() {
         v.push_back({t, 300, 1280, 16, 0, 0, 3});
         v.push_back({t, 129, 4096, 40, 1, 2, 7});
         v.push_back({t, 13, 8192, 3, 3, 1});
+        v.push_back({t, 37, 256, 1, 0, 3});
+        v.push_back({t, 100, 512, 2, 7, 1});
+        v.push_back({t, 129, 4352, 2, 1, 2});  // 17 super-blocks: a last span of one
     }
     return v;
 }
@@ -322,7 +333,9 @@ TEST_P(Int8ExpertFfnGpu, MatchesFloat64ReferenceOfItsArithmetic) {
 std::vector<FfnCase> ffn_cases() {
     std::vector<FfnCase> v;
     for (int64_t M : {1, 5, 8, 16, 64, 70}) v.push_back({GgmlType::MXFP4, GgmlType::MXFP4, 5120, 2304, M});
-    for (int64_t M : {1, 16}) v.push_back({GgmlType::Q8_0, GgmlType::Q8_0, 5120, 2304, M});
+    for (int64_t M : {1, 2, 16}) v.push_back({GgmlType::Q8_0, GgmlType::Q8_0, 5120, 2304, M});
+    v.push_back({GgmlType::MXFP4, GgmlType::MXFP4, 5120, 2304, 2});
+    v.push_back({GgmlType::MXFP4, GgmlType::MXFP4, 1056, 288, 1, false});  // spans cut short in both
     v.push_back({GgmlType::MXFP4, GgmlType::Q8_0, 5120, 2304, 9});  // down a step above, as llama-quantize does
     v.push_back({GgmlType::MXFP4, GgmlType::MXFP4, 256, 96, 3, false});
     v.push_back({GgmlType::Q8_0, GgmlType::Q8_0, 128, 64, 12, true, 0.05f});

@@ -1,27 +1,36 @@
-// The integer path's kernel for passes of 1-8 tokens (decode, small expert groups): a GEMV in
+// The integer path's kernel for passes of 1-2 tokens (decode, small expert groups): a GEMV in
 // the manner of llama.cpp's mmvq, a template over the weight type's traits (tensor/qtypes/*.h),
-// the token count rounded up (1, 2, 4, 8) and the number of matrices (1, or 2 for gate and up
-// together). Included by int8_matmul_<type>.cu beside the MMA kernel, one file a type.
+// the token count (1 or 2) and the number of matrices (1, or 2 for gate and up together).
+// Included by int8_matmul_<type>.cu beside the MMA kernel, one file a type.
 //
 // Why a second kernel: at one token the MMA kernel is bound by its latency chain (a CTA streams
 // 6-11 GB/s through its shared-memory pipeline; split-K partials and their sums; bench/KERNELS.md)
-// and runs an expert at 8-9x its memory floor. Here there is no shared-memory staging and no
-// split-K: each warp owns whole rows, reads the weights straight from global memory (the traits'
-// load_a with a global loader), and keeps many independent loads in flight.
+// and runs an expert at 8-9x its memory floor. Here there is no split-K: each warp owns whole
+// rows (or 1/wpr of one).
+//
+// Why the loads go through shared memory: a first version had each lane read its 4-byte words of
+// the weights, and of the activations' fragment order, straight from global memory. A warp's load
+// then touched eight 34- or 17-byte blocks (and eight 256-byte activation chunks) at once, so the
+// L1 spent a cycle on each line for a few bytes of each, and a Q8_0 matrix streamed at 1.3-1.7
+// TB/s with 17 or 64 warps an SM alike (bench_gpu BM_GemvWarpsPerSm, 2026-12-04): the load unit,
+// not latency, was the bound. Now:
+//  - the CTA copies the pass's activations once into shared memory, compact ([chunk][token][32]
+//    bytes, then the scales and half sums), with 16-byte copies;
+//  - each warp streams its row in spans of kSpanChunks chunks (whole blocks) with 16-byte
+//    cp.async copies of the span's bytes, aligned down to 16, two spans in flight;
+//  - the quads decode their chunks from shared memory through the traits' load_a.
 //
 // Mapping: a CTA of 8 warps; `wpr` warps (1, 2, 4 or 8, chosen by the launcher so the grid fills
-// the GPU) share one row (of each matrix), so a CTA owns 8 / wpr rows. Within a warp, quad q
-// (lanes 4q..4q+3) takes one 32-weight chunk at a time, lane t of the quad the A-fragment words
-// of load_a: weights 4t..4t+3 (lo) and 16+4t..16+4t+3 (hi). The activations are the quantiser's
-// fragment order for one n-tile (int8_matmul.cu, quantize_x): token j's chunk c is 32 bytes at
-// c*256 + j*32, lane t's 8 of them at +t*8 (lo word, hi word), matching load_a's words. Per
-// (chunk, token) the quad's dp4a sums are added across the quad (integer, exact), so each
-// chunk's partial is computed from its exact integer dot product as in the MMA kernel; the
-// partials are summed in FP32 per lane, then across quads and warps in a fixed order (results are
-// bit-identical run to run).
+// the GPU) share one row (of each matrix), taking its spans in turn, so a CTA owns 8 / wpr rows.
+// Within a span, quad q (lanes 4q..4q+3) takes chunks q, q + 8, ...; lane t of the quad the
+// A-fragment words of load_a: weights 4t..4t+3 (lo) and 16+4t..16+4t+3 (hi), with the matching
+// 8 bytes of each token's activations. Per (chunk, token) the quad's dp4a sums are added across
+// the quad (integer, exact), so each chunk's partial is computed from its exact integer dot
+// product as in the MMA kernel; the partials are summed in FP32 per lane, then across quads and
+// warps in a fixed order (results are bit-identical run to run).
 // Epilogues: store (or scatter to output rows); for gate/up, SwiGLU into an FP32 h scratch, and
 // the last warp to finish a 32-row block of h (a self-cleaning counter per block) quantises that
-// block for the down projection, in the same fragment order.
+// block for the down projection, in the fragment order the activations come in.
 #pragma once
 
 #include <cstdint>
@@ -36,10 +45,12 @@ namespace bg::cuda::int8mm {
 
 // Tokens of a GEMV pass at most: their activations are held in registers across the loads.
 // More tokens ran at 136 us for eight against the MMA kernel's 42 (H200, full-width MXFP4
-// expert), so they go to the MMA kernel, and the GEMV is built for one and two tokens alone.
+// expert, the first version), so they go to the MMA kernel, and the GEMV is built for one and two
+// tokens alone.
 constexpr int kGemvMaxTok = 2;
-constexpr int kGemvWarps = 8;   // warps of a CTA
-constexpr int kGemvUnroll = 4;  // chunks a quad loads before it computes
+constexpr int kGemvWarps = 8;        // warps of a CTA
+constexpr int kGemvSpanChunks = 16;  // 32-weight chunks of a span: 2 a quad; whole super-blocks too
+constexpr int kGemvStages = 2;       // spans of a warp in flight
 
 struct GemvParams {
     const uint8_t* w[2];   // the matrix (gate), and up when two
@@ -67,26 +78,85 @@ struct GemvParams {
     float2* hs;
 };
 
-// Unaligned 32-bit reads of global memory through two aligned words (always both, so the lanes
-// of a warp do not diverge on alignment). The second word shares its 4-byte granule with the
-// read's last byte, so it never leaves the allocation.
-struct GlobalLoader {
-    __device__ __forceinline__ uint32_t u32(const uint8_t* p) const {
-        const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-        const uint32_t* w = reinterpret_cast<const uint32_t*>(a & ~uintptr_t{3});
-        return __funnelshift_r(__ldg(w), __ldg(w + 1), static_cast<uint32_t>(a & 3) * 8);
-    }
-    __device__ __forceinline__ uint32_t u8(const uint8_t* p) const { return __ldg(p); }
-};
+// Blocks and bytes of one span of a row, and the shared-memory window that holds it: its bytes
+// plus up to 15 of alignment, rounded up to whole 16-byte copies.
+template <class T>
+__host__ __device__ constexpr int gemv_span_blocks() { return kGemvSpanChunks / chunks_per_block<T>(); }
+template <class T>
+__host__ __device__ constexpr int gemv_window() { return (gemv_span_blocks<T>() * T::kBlockBytes + 15 + 15) / 16 * 16; }
+// Shared memory of a CTA: the activations ([nkb][NTOK][32] int8, [nkb][NTOK] scales, and
+// [nkb][NTOK] half sums for types with a min, each section 16-byte aligned), then each warp's
+// kGemvStages x MATS span windows.
+template <class T, int NTOK>
+__host__ __device__ constexpr int64_t gemv_act_bytes(int nkb) {
+    const int64_t q = int64_t{nkb} * NTOK * 32, d = (int64_t{nkb} * NTOK * 4 + 15) / 16 * 16;
+    return q + d + (T::kHasMin ? (int64_t{nkb} * NTOK * 8 + 15) / 16 * 16 : 0);
+}
+template <class T, int NTOK, int MATS>
+__host__ __device__ constexpr int64_t gemv_smem_bytes(int nkb) {
+    return gemv_act_bytes<T, NTOK>(nkb) + int64_t{kGemvWarps} * kGemvStages * MATS * gemv_window<T>();
+}
 
 template <class T, int NTOK, int MATS>
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvParams p) {
     static_assert(T::kSubK == 16 || T::kSubK == 32, "a scale covers 16 or 32 weights");
+    static_assert(NTOK <= kGemvMaxTok, "activations held across the loads");
+    static_assert(kGemvSpanChunks % chunks_per_block<T>() == 0 && kGemvSpanChunks % 8 == 0, "whole blocks, 8 quads");
+    constexpr int kSpanBlocks = gemv_span_blocks<T>(), kWin = gemv_window<T>();
+    constexpr int kPerQuad = kGemvSpanChunks / 8;  // chunks a quad takes of a span
+    extern __shared__ __align__(16) uint8_t smem[];
     __shared__ float red[kGemvWarps][MATS * NTOK];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, q = lane >> 2, t = lane & 3;
     const int wpr = p.wpr, grp = warp % wpr;
     const int r = blockIdx.x * (kGemvWarps / wpr) + warp / wpr;
     const bool active = r < p.rows;  // warp-uniform
+    const int nkb = p.nkb;
+    const int nblk = nkb / chunks_per_block<T>();
+    const int nspan = (nkb + kGemvSpanChunks - 1) / kGemvSpanChunks;
+    // This warp's spans: grp, grp + wpr, ...
+    const int mine = active && grp < nspan ? (nspan - grp + wpr - 1) / wpr : 0;
+
+    int8_t* aq = reinterpret_cast<int8_t*>(smem);
+    float* ad = reinterpret_cast<float*>(smem + int64_t{nkb} * NTOK * 32);
+    float2* as = reinterpret_cast<float2*>(smem + int64_t{nkb} * NTOK * 32 + (int64_t{nkb} * NTOK * 4 + 15) / 16 * 16);
+    uint8_t* win = smem + gemv_act_bytes<T, NTOK>(nkb) + static_cast<int64_t>(warp) * kGemvStages * MATS * kWin;
+
+    const uint8_t* row[MATS];
+#pragma unroll
+    for (int m = 0; m < MATS; ++m) row[m] = p.w[m] + static_cast<uint64_t>(active ? r : 0) * p.stride[m];
+    // Copies span number i of this warp (span grp + i * wpr) into its window i % kGemvStages.
+    auto issue = [&](int i) {
+        const int sp = grp + i * wpr;
+        const int nb = min(kSpanBlocks, nblk - sp * kSpanBlocks);
+#pragma unroll
+        for (int m = 0; m < MATS; ++m) {
+            const uint8_t* start = row[m] + static_cast<int64_t>(sp) * kSpanBlocks * T::kBlockBytes;
+            const uintptr_t base = reinterpret_cast<uintptr_t>(start) & ~uintptr_t{15};
+            const int need = static_cast<int>(reinterpret_cast<uintptr_t>(start) - base) + nb * T::kBlockBytes;
+            uint8_t* dst = win + ((i % kGemvStages) * MATS + m) * kWin;
+            for (int g = lane; g * 16 < need; g += 32) cp_async16(dst + g * 16, reinterpret_cast<const uint8_t*>(base) + g * 16);
+        }
+    };
+
+    // The activations, compact: chunk c, token j's 32 bytes from the fragment order's c*256 + j*32.
+    for (int g = threadIdx.x; g < nkb * NTOK * 2; g += kGemvWarps * 32) {
+        const int c = g / (2 * NTOK), j = (g >> 1) % NTOK, h = g & 1;
+        cp_async16(aq + static_cast<int64_t>(g) * 16, p.xq + static_cast<int64_t>(c) * 256 + j * 32 + h * 16);
+    }
+    cp_async_commit();
+    for (int i = threadIdx.x; i < nkb * NTOK; i += kGemvWarps * 32) {
+        const int c = i / NTOK, j = i % NTOK;
+        ad[i] = __ldg(p.xd + static_cast<int64_t>(c) * kTileTok + j);
+        if constexpr (T::kHasMin) as[i] = __ldg(p.xs + static_cast<int64_t>(c) * kTileTok + j);
+    }
+#pragma unroll
+    for (int i = 0; i < kGemvStages - 1; ++i) {
+        if (i < mine) issue(i);
+        cp_async_commit();
+    }
+    // The activations and this warp's first span have landed (the later spans may not have).
+    cp_async_wait<kGemvStages - 2>();
+    __syncthreads();
 
     float acc[MATS][NTOK];
 #pragma unroll
@@ -94,69 +164,63 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvParams p) {
 #pragma unroll
         for (int j = 0; j < NTOK; ++j) acc[m][j] = 0.0f;
 
-    if (active) {
-        const uint8_t* row[MATS];
+    const SharedLoader ld;
+    for (int i = 0; i < mine; ++i) {
+        // Keep kGemvStages spans in flight: span i + kGemvStages - 1 goes into the window that
+        // span i - 1 left (every lane has finished with it at the __syncwarp below).
+        if (i + kGemvStages - 1 < mine) issue(i + kGemvStages - 1);
+        cp_async_commit();
+        cp_async_wait<kGemvStages - 1>();  // this lane's copies of span i
+        __syncwarp();                      // and every other lane's
+        const int sp = grp + i * wpr, c0 = sp * kGemvSpanChunks;
+        const int n = min(kGemvSpanChunks, nkb - c0);
+        const uint8_t* wrow[MATS];
 #pragma unroll
-        for (int m = 0; m < MATS; ++m) row[m] = p.w[m] + static_cast<uint64_t>(r) * p.stride[m];
-        const GlobalLoader ld;
-        const int stride = 8 * wpr;
-        const unsigned quad = 0xFu << (4 * q);
-        // Activation words of chunk c, token j (lane t's 8 bytes), its scale and half sums.
-        auto act = [&](int c, int j, int2& xb, float& dx, float2& s) {
-            xb = __ldg(reinterpret_cast<const int2*>(p.xq + static_cast<int64_t>(c) * 256 + j * 32 + t * 8));
-            dx = __ldg(p.xd + static_cast<int64_t>(c) * kTileTok + j);
-            if constexpr (T::kHasMin) s = __ldg(p.xs + static_cast<int64_t>(c) * kTileTok + j);
-            else s = make_float2(0.0f, 0.0f);
-        };
-        static_assert(NTOK <= kGemvMaxTok, "activations held across the loads");
-        for (int c0 = grp * 8 + q; c0 < p.nkb; c0 += kGemvUnroll * stride) {
-            // Every load of kGemvUnroll chunks first, with no branch between them, so their reads
-            // are in flight together: a chunk past the row's end loads the row's last chunk again
-            // and is not added.
-            int lo[kGemvUnroll][MATS], hi[kGemvUnroll][MATS];
-            float d[kGemvUnroll][MATS][2], mn[kGemvUnroll][MATS][2];
-            int2 xb[kGemvUnroll][NTOK];
-            float dx[kGemvUnroll][NTOK];
-            float2 xs[kGemvUnroll][NTOK];
+        for (int m = 0; m < MATS; ++m) {
+            const uintptr_t start = reinterpret_cast<uintptr_t>(row[m]) + static_cast<uint64_t>(sp) * kSpanBlocks * T::kBlockBytes;
+            wrow[m] = win + ((i % kGemvStages) * MATS + m) * kWin + (start & 15);
+        }
+        int lo[kPerQuad][MATS], hi[kPerQuad][MATS];
+        float d[kPerQuad][MATS][2], mn[kPerQuad][MATS][2];
 #pragma unroll
-            for (int u = 0; u < kGemvUnroll; ++u) {
-                const int c = min(c0 + u * stride, p.nkb - 1);
+        for (int u = 0; u < kPerQuad; ++u) {
+            const int cc = min(u * 8 + q, n - 1);  // a chunk past the span's end is loaded again, not added
 #pragma unroll
-                for (int m = 0; m < MATS; ++m) T::load_a(row[m], c, t, ld, lo[u][m], hi[u][m], d[u][m], mn[u][m]);
+            for (int m = 0; m < MATS; ++m) T::load_a(wrow[m], cc, t, ld, lo[u][m], hi[u][m], d[u][m], mn[u][m]);
+        }
 #pragma unroll
-                for (int j = 0; j < NTOK; ++j) act(c, j, xb[u][j], dx[u][j], xs[u][j]);
-            }
+        for (int u = 0; u < kPerQuad; ++u) {
+            const int cc = u * 8 + q;
+            if (cc >= n) break;  // quad-uniform: the shuffles below are the quad's alone
+            const int c = c0 + cc;
 #pragma unroll
-            for (int u = 0; u < kGemvUnroll; ++u) {
-                const int c = c0 + u * stride;
-                if (c >= p.nkb) break;  // quad-uniform: the shuffles below are the quad's alone
+            for (int j = 0; j < NTOK; ++j) {
+                if (j >= p.m) break;
+                const int2 b = *reinterpret_cast<const int2*>(aq + (static_cast<int64_t>(c) * NTOK + j) * 32 + t * 8);
+                const float dxj = ad[c * NTOK + j];
+                float2 s = make_float2(0.0f, 0.0f);
+                if constexpr (T::kHasMin) s = as[c * NTOK + j];
 #pragma unroll
-                for (int j = 0; j < NTOK; ++j) {
-                    if (j >= p.m) break;
-                    const int2 b = xb[u][j];
-                    const float dxj = dx[u][j];
-                    const float2 s = xs[u][j];
-#pragma unroll
-                    for (int m = 0; m < MATS; ++m) {
-                        if constexpr (T::kSubK == 32) {
-                            int is = __dp4a(hi[u][m], b.y, __dp4a(lo[u][m], b.x, 0));
-                            is += __shfl_xor_sync(quad, is, 1);
-                            is += __shfl_xor_sync(quad, is, 2);
-                            acc[m][j] = fmaf(static_cast<float>(is), d[u][m][0] * dxj, acc[m][j]);
-                        } else {
-                            int il = __dp4a(lo[u][m], b.x, 0), ih = __dp4a(hi[u][m], b.y, 0);
-                            il += __shfl_xor_sync(quad, il, 1);
-                            ih += __shfl_xor_sync(quad, ih, 1);
-                            il += __shfl_xor_sync(quad, il, 2);
-                            ih += __shfl_xor_sync(quad, ih, 2);
-                            acc[m][j] = fmaf(static_cast<float>(il), d[u][m][0] * dxj,
-                                             fmaf(static_cast<float>(ih), d[u][m][1] * dxj, acc[m][j]));
-                        }
-                        if constexpr (T::kHasMin) acc[m][j] -= fmaf(mn[u][m][0], s.x, mn[u][m][1] * s.y);
+                for (int m = 0; m < MATS; ++m) {
+                    if constexpr (T::kSubK == 32) {
+                        int is = __dp4a(hi[u][m], b.y, __dp4a(lo[u][m], b.x, 0));
+                        is += __shfl_xor_sync(0xFu << (4 * q), is, 1);
+                        is += __shfl_xor_sync(0xFu << (4 * q), is, 2);
+                        acc[m][j] = fmaf(static_cast<float>(is), d[u][m][0] * dxj, acc[m][j]);
+                    } else {
+                        int il = __dp4a(lo[u][m], b.x, 0), ih = __dp4a(hi[u][m], b.y, 0);
+                        il += __shfl_xor_sync(0xFu << (4 * q), il, 1);
+                        ih += __shfl_xor_sync(0xFu << (4 * q), ih, 1);
+                        il += __shfl_xor_sync(0xFu << (4 * q), il, 2);
+                        ih += __shfl_xor_sync(0xFu << (4 * q), ih, 2);
+                        acc[m][j] = fmaf(static_cast<float>(il), d[u][m][0] * dxj,
+                                         fmaf(static_cast<float>(ih), d[u][m][1] * dxj, acc[m][j]));
                     }
+                    if constexpr (T::kHasMin) acc[m][j] -= fmaf(mn[u][m][0], s.x, mn[u][m][1] * s.y);
                 }
             }
         }
+        __syncwarp();  // every lane is done with window i before span i + kGemvStages is copied into it
     }
     // The quads of a warp hold the same sum in each of their 4 lanes: add the 8 quads.
 #pragma unroll
@@ -211,24 +275,27 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvParams p) {
     if (lane == 0) p.counters[blk] = 0;
 }
 
-// Launches gemv_kernel<T, ntok, mats> (ntok 1, 2, 4 or 8; mats 1 or 2); defined per type in
+// Launches gemv_kernel<T, ntok, mats> (ntok 1 or 2; mats 1 or 2); defined per type in
 // int8_matmul_<type>.cu.
 template <class T>
 void launch_gemv(const GemvParams& p, int ntok, int mats, cudaStream_t stream);
 
-template <class T, int NTOK>
-void launch_gemv_nt(const GemvParams& p, int mats, cudaStream_t stream) {
+template <class T, int NTOK, int MATS>
+void launch_gemv_k(const GemvParams& p, cudaStream_t stream) {
     const int rows_per_cta = kGemvWarps / p.wpr;
     const dim3 grid(static_cast<unsigned>((p.rows + rows_per_cta - 1) / rows_per_cta));
-    if (mats == 2) gemv_kernel<T, NTOK, 2><<<grid, kGemvWarps * 32, 0, stream>>>(p);
-    else gemv_kernel<T, NTOK, 1><<<grid, kGemvWarps * 32, 0, stream>>>(p);
+    const int64_t smem = gemv_smem_bytes<T, NTOK, MATS>(p.nkb);
+    // Above the 48 KiB a launch gets without asking (activations of 20,480 columns): the
+    // opt-in limit is 99 KiB on sm_86, 227 KiB on sm_90.
+    if (smem > 48 * 1024)
+        BG_CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<T, NTOK, MATS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(smem)));
+    gemv_kernel<T, NTOK, MATS><<<grid, kGemvWarps * 32, static_cast<size_t>(smem), stream>>>(p);
 }
 template <class T>
 void launch_gemv_impl(const GemvParams& p, int ntok, int mats, cudaStream_t stream) {
-    switch (ntok) {
-        case 1: launch_gemv_nt<T, 1>(p, mats, stream); break;
-        default: launch_gemv_nt<T, 2>(p, mats, stream); break;
-    }
+    if (ntok <= 1) mats == 2 ? launch_gemv_k<T, 1, 2>(p, stream) : launch_gemv_k<T, 1, 1>(p, stream);
+    else mats == 2 ? launch_gemv_k<T, 2, 2>(p, stream) : launch_gemv_k<T, 2, 1>(p, stream);
 }
 
 }  // namespace bg::cuda::int8mm
