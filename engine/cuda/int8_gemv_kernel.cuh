@@ -8,26 +8,25 @@
 // and runs an expert at 8-9x its memory floor. Here there is no split-K: each warp owns whole
 // rows (or 1/wpr of one).
 //
-// Why the loads go through shared memory: a first version had each lane read its 4-byte words of
-// the weights, and of the activations' fragment order, straight from global memory. A warp's load
-// then touched eight 34- or 17-byte blocks (and eight 256-byte activation chunks) at once, so the
-// L1 spent a cycle on each line for a few bytes of each, and a Q8_0 matrix streamed at 1.3-1.7
-// TB/s with 17 or 64 warps an SM alike (bench_gpu BM_GemvWarpsPerSm, 2026-12-04): the load unit,
-// not latency, was the bound. Now:
+// Why the loads go through shared memory, and why a lane owns whole chunks: a first version had
+// each lane of a quad read its 4-byte words of a chunk straight from global memory and the quad
+// add its four dp4a sums by shuffles. A warp's load touched eight blocks at once, and every lane
+// of a quad decoded the same scale and did the same float math: Nsight Compute (H200,
+// 2026-12-04) showed the Q8_0 GEMV issuing in 72 % of its cycles with DRAM at 23 %: bound by
+// instructions, not by memory, at 17 or 64 warps an SM alike. Now:
 //  - the CTA copies the pass's activations once into shared memory, compact ([chunk][token][32]
 //    bytes, then the scales and half sums), with 16-byte copies;
-//  - each warp streams its row in spans of kSpanChunks chunks (whole blocks) with 16-byte
-//    cp.async copies of the span's bytes, aligned down to 16, two spans in flight;
-//  - the quads decode their chunks from shared memory through the traits' load_a.
+//  - each warp streams its row in spans of kGemvSpanChunks chunks (whole blocks) with 16-byte
+//    cp.async copies of the span's bytes, aligned down to 16, kGemvStages spans in flight;
+//  - lane l takes chunk l of a span whole: the traits' load_a for each of the four quad
+//    positions, eight dp4a, and one partial, with no shuffle.
 //
 // Mapping: a CTA of 8 warps; `wpr` warps (1, 2, 4 or 8, chosen by the launcher so the grid fills
 // the GPU) share one row (of each matrix), taking its spans in turn, so a CTA owns 8 / wpr rows.
-// Within a span, quad q (lanes 4q..4q+3) takes chunks q, q + 8, ...; lane t of the quad the
-// A-fragment words of load_a: weights 4t..4t+3 (lo) and 16+4t..16+4t+3 (hi), with the matching
-// 8 bytes of each token's activations. Per (chunk, token) the quad's dp4a sums are added across
-// the quad (integer, exact), so each chunk's partial is computed from its exact integer dot
-// product as in the MMA kernel; the partials are summed in FP32 per lane, then across quads and
-// warps in a fixed order (results are bit-identical run to run).
+// A chunk's partial is computed from its exact integer dot product (the sum of its eight dp4a,
+// or of each 16-half's four) as in the MMA kernel; the partials are summed in FP32 per lane in
+// chunk order, then across lanes and warps in a fixed order (results are bit-identical run to
+// run, and equal to the CPU's up to the order of those float sums).
 // Epilogues: store (or scatter to output rows); for gate/up, SwiGLU into an FP32 h scratch, and
 // the last warp to finish a 32-row block of h (a self-cleaning counter per block) quantises that
 // block for the down projection, in the fragment order the activations come in.
@@ -49,7 +48,7 @@ namespace bg::cuda::int8mm {
 // tokens alone.
 constexpr int kGemvMaxTok = 2;
 constexpr int kGemvWarps = 8;        // warps of a CTA
-constexpr int kGemvSpanChunks = 16;  // 32-weight chunks of a span: 2 a quad; whole super-blocks too
+constexpr int kGemvSpanChunks = 32;  // 32-weight chunks of a span: one a lane; whole super-blocks too
 constexpr int kGemvStages = 2;       // spans of a warp in flight
 
 struct GemvParams {
@@ -101,12 +100,11 @@ template <class T, int NTOK, int MATS>
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvParams p) {
     static_assert(T::kSubK == 16 || T::kSubK == 32, "a scale covers 16 or 32 weights");
     static_assert(NTOK <= kGemvMaxTok, "activations held across the loads");
-    static_assert(kGemvSpanChunks % chunks_per_block<T>() == 0 && kGemvSpanChunks % 8 == 0, "whole blocks, 8 quads");
+    static_assert(kGemvSpanChunks % chunks_per_block<T>() == 0 && kGemvSpanChunks == 32, "whole blocks, a chunk a lane");
     constexpr int kSpanBlocks = gemv_span_blocks<T>(), kWin = gemv_window<T>();
-    constexpr int kPerQuad = kGemvSpanChunks / 8;  // chunks a quad takes of a span
     extern __shared__ __align__(16) uint8_t smem[];
     __shared__ float red[kGemvWarps][MATS * NTOK];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, q = lane >> 2, t = lane & 3;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int wpr = p.wpr, grp = warp % wpr;
     const int r = blockIdx.x * (kGemvWarps / wpr) + warp / wpr;
     const bool active = r < p.rows;  // warp-uniform
@@ -180,55 +178,57 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvParams p) {
             const uintptr_t start = reinterpret_cast<uintptr_t>(row[m]) + static_cast<uint64_t>(sp) * kSpanBlocks * T::kBlockBytes;
             wrow[m] = win + ((i % kGemvStages) * MATS + m) * kWin + (start & 15);
         }
-        int lo[kPerQuad][MATS], hi[kPerQuad][MATS];
-        float d[kPerQuad][MATS][2], mn[kPerQuad][MATS][2];
+        if (lane < n) {
+            const int c = c0 + lane;
+            // The chunk's 32 weights as load_a gives them to the four lanes of a quad: position
+            // t's words are weights 4t..4t+3 (lo) and 16+4t..16+4t+3 (hi).
+            int lo[MATS][4], hi[MATS][4];
+            float d[MATS][2], mn[MATS][2];
 #pragma unroll
-        for (int u = 0; u < kPerQuad; ++u) {
-            const int cc = min(u * 8 + q, n - 1);  // a chunk past the span's end is loaded again, not added
+            for (int m = 0; m < MATS; ++m)
 #pragma unroll
-            for (int m = 0; m < MATS; ++m) T::load_a(wrow[m], cc, t, ld, lo[u][m], hi[u][m], d[u][m], mn[u][m]);
-        }
-#pragma unroll
-        for (int u = 0; u < kPerQuad; ++u) {
-            const int cc = u * 8 + q;
-            if (cc >= n) break;  // quad-uniform: the shuffles below are the quad's alone
-            const int c = c0 + cc;
+                for (int t = 0; t < 4; ++t) T::load_a(wrow[m], lane, t, ld, lo[m][t], hi[m][t], d[m], mn[m]);
 #pragma unroll
             for (int j = 0; j < NTOK; ++j) {
                 if (j >= p.m) break;
-                const int2 b = *reinterpret_cast<const int2*>(aq + (static_cast<int64_t>(c) * NTOK + j) * 32 + t * 8);
+                // Token j's 32 bytes in quad-lane order: position t's lo word, then its hi word.
+                const int4* xa = reinterpret_cast<const int4*>(aq + (static_cast<int64_t>(c) * NTOK + j) * 32);
+                const int4 x01 = xa[0], x23 = xa[1];
+                const int xlo[4] = {x01.x, x01.z, x23.x, x23.z}, xhi[4] = {x01.y, x01.w, x23.y, x23.w};
                 const float dxj = ad[c * NTOK + j];
-                float2 s = make_float2(0.0f, 0.0f);
-                if constexpr (T::kHasMin) s = as[c * NTOK + j];
 #pragma unroll
                 for (int m = 0; m < MATS; ++m) {
                     if constexpr (T::kSubK == 32) {
-                        int is = __dp4a(hi[u][m], b.y, __dp4a(lo[u][m], b.x, 0));
-                        is += __shfl_xor_sync(0xFu << (4 * q), is, 1);
-                        is += __shfl_xor_sync(0xFu << (4 * q), is, 2);
-                        acc[m][j] = fmaf(static_cast<float>(is), d[u][m][0] * dxj, acc[m][j]);
+                        int is = 0;
+#pragma unroll
+                        for (int t = 0; t < 4; ++t) is = __dp4a(hi[m][t], xhi[t], __dp4a(lo[m][t], xlo[t], is));
+                        acc[m][j] = fmaf(static_cast<float>(is), d[m][0] * dxj, acc[m][j]);
                     } else {
-                        int il = __dp4a(lo[u][m], b.x, 0), ih = __dp4a(hi[u][m], b.y, 0);
-                        il += __shfl_xor_sync(0xFu << (4 * q), il, 1);
-                        ih += __shfl_xor_sync(0xFu << (4 * q), ih, 1);
-                        il += __shfl_xor_sync(0xFu << (4 * q), il, 2);
-                        ih += __shfl_xor_sync(0xFu << (4 * q), ih, 2);
-                        acc[m][j] = fmaf(static_cast<float>(il), d[u][m][0] * dxj,
-                                         fmaf(static_cast<float>(ih), d[u][m][1] * dxj, acc[m][j]));
+                        int il = 0, ih = 0;
+#pragma unroll
+                        for (int t = 0; t < 4; ++t) {
+                            il = __dp4a(lo[m][t], xlo[t], il);
+                            ih = __dp4a(hi[m][t], xhi[t], ih);
+                        }
+                        acc[m][j] = fmaf(static_cast<float>(il), d[m][0] * dxj,
+                                         fmaf(static_cast<float>(ih), d[m][1] * dxj, acc[m][j]));
                     }
-                    if constexpr (T::kHasMin) acc[m][j] -= fmaf(mn[u][m][0], s.x, mn[u][m][1] * s.y);
+                    if constexpr (T::kHasMin) {
+                        const float2 s = as[c * NTOK + j];
+                        acc[m][j] -= fmaf(mn[m][0], s.x, mn[m][1] * s.y);
+                    }
                 }
             }
         }
         __syncwarp();  // every lane is done with window i before span i + kGemvStages is copied into it
     }
-    // The quads of a warp hold the same sum in each of their 4 lanes: add the 8 quads.
+    // Each lane holds the sum of its chunks: add the 32 lanes.
 #pragma unroll
     for (int m = 0; m < MATS; ++m)
 #pragma unroll
         for (int j = 0; j < NTOK; ++j)
 #pragma unroll
-            for (int o = 4; o < 32; o <<= 1) acc[m][j] += __shfl_xor_sync(0xffffffffu, acc[m][j], o);
+            for (int o = 1; o < 32; o <<= 1) acc[m][j] += __shfl_xor_sync(0xffffffffu, acc[m][j], o);
     if (wpr > 1) {  // the warps of a row add theirs in warp order
         if (lane == 0)
 #pragma unroll

@@ -136,14 +136,14 @@ void store_epilogue(P& p, float* y, int64_t ldy, const int32_t* out_rows) {
 bool gemv_pass(const Int8Workspace& ws, int64_t m) { return m <= ws.gemv_tokens(); }
 
 // The GEMV parameters of a call: warps per row chosen so the grid holds about the workspace's
-// warps an SM (each warp still at least two spans, so its copies overlap its math).
+// warps an SM (each warp still at least one whole span).
 int8mm::GemvParams gemv_params(const Int8Workspace& ws, const uint8_t* w, uint64_t stride, const DeviceMat* up, int rows,
                                int64_t cols, int m, const int8_t* xq, const float* xd, const float2* xs) {
     auto p = pass_params<int8mm::GemvParams>(w, stride, up, rows, cols, m, xq, xd, xs);
     const int64_t want_warps = static_cast<int64_t>(ws.gemv_warps_per_sm()) * ws.sm_count();
     p.wpr = 1;
     while (p.wpr < int8mm::kGemvWarps && static_cast<int64_t>(rows) * p.wpr < want_warps &&
-           int8mm::kGemvSpanChunks * p.wpr * 2 * 2 <= p.nkb)
+           int8mm::kGemvSpanChunks * p.wpr * 2 <= p.nkb)
         p.wpr *= 2;
     return p;
 }

@@ -70,7 +70,7 @@ public:
     int gemv_tokens() const { return gemv_tokens_; }
     // The GEMV's grid: warps per row (1-8) chosen so the grid holds about this many warps an SM.
     // Benchmarks vary it (bench_gpu BM_GemvWarpsPerSm); the engine keeps the default.
-    static constexpr int kGemvDefaultWarpsPerSm = 16;
+    static constexpr int kGemvDefaultWarpsPerSm = 32;
     void set_gemv_warps_per_sm(int n);
     int gemv_warps_per_sm() const { return gemv_warps_per_sm_; }
 
