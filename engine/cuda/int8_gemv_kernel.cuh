@@ -22,10 +22,7 @@
 //    positions, eight dp4a, and one partial, with no shuffle.
 //
 // Mapping: a CTA of 8 warps; `wpr` warps (1, 2, 4 or 8, chosen by the launcher so the grid fills
-// the GPU) share one row (of each matrix), taking its spans in turn, so a CTA holds 8 / wpr rows
-// at a time. The grid has at most kGemvCtasPerSm CTAs an SM; where the rows need more, each warp
-// takes rows a grid apart in turn, its copies running on from one row into the next, so a CTA
-// copies the activations once for many rows and its warps never wait for a first copy again.
+// the GPU) share one row (of each matrix), taking its spans in turn, so a CTA owns 8 / wpr rows.
 // A chunk's partial is computed from its exact integer dot product (the sum of its eight dp4a,
 // or of each 16-half's four) as in the MMA kernel; the partials are summed in FP32 per lane in
 // chunk order, then across lanes and warps in a fixed order (results are bit-identical run to
@@ -35,7 +32,6 @@
 // block for the down projection, in the fragment order the activations come in.
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 
 #include <cuda_runtime.h>
@@ -54,7 +50,6 @@ constexpr int kGemvMaxTok = 2;
 constexpr int kGemvWarps = 8;        // warps of a CTA
 constexpr int kGemvSpanChunks = 32;  // 32-weight chunks of a span: one a lane; whole super-blocks too
 constexpr int kGemvStages = 2;       // spans of a warp in flight
-constexpr int kGemvCtasPerSm = 4;    // the grid's CTAs an SM at most (rows beyond loop in the warps)
 
 struct GemvParams {
     const uint8_t* w[2];   // the matrix (gate), and up when two
@@ -63,7 +58,6 @@ struct GemvParams {
     int nkb;               // K / 32
     int m;                 // tokens (<= kGemvMaxTok)
     int wpr;               // warps per row: 1, 2, 4 or 8
-    int max_ctas;          // grid size at most (the launcher's SMs x kGemvCtasPerSm)
     const int8_t* xq;      // fragment order for one n-tile: [nkb][32 lanes][8 bytes]
     const float* xd;       // [nkb][8] block scales
     const float2* xs;      // [nkb][8] scale * sum of q per 16-half (types with a min)
@@ -109,39 +103,32 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvParams p) {
     static_assert(kGemvSpanChunks % chunks_per_block<T>() == 0 && kGemvSpanChunks == 32, "whole blocks, a chunk a lane");
     constexpr int kSpanBlocks = gemv_span_blocks<T>(), kWin = gemv_window<T>();
     extern __shared__ __align__(16) uint8_t smem[];
-    __shared__ float red[2][kGemvWarps][MATS * NTOK];
+    __shared__ float red[kGemvWarps][MATS * NTOK];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int wpr = p.wpr, grp = warp % wpr;
-    // Rows: this CTA's warps own rows first + slot, + row_step, ... (a grid smaller than the
-    // rows' CTAs when they are many, so a warp's copies stream from one row into the next).
-    const int rows_per_cta = kGemvWarps / wpr, slot = warp / wpr;
-    const int first = blockIdx.x * rows_per_cta, row_step = gridDim.x * rows_per_cta;
-    const int rounds = (p.rows - first + row_step - 1) / row_step;  // CTA-uniform
+    const int r = blockIdx.x * (kGemvWarps / wpr) + warp / wpr;
+    const bool active = r < p.rows;  // warp-uniform
     const int nkb = p.nkb;
     const int nblk = nkb / chunks_per_block<T>();
     const int nspan = (nkb + kGemvSpanChunks - 1) / kGemvSpanChunks;
-    // This warp's spans of a row: grp, grp + wpr, ... (the launcher keeps wpr <= nspan).
-    const int per_row = (nspan - grp + wpr - 1) / wpr;
-    const int items = rounds * per_row;
+    // This warp's spans: grp, grp + wpr, ...
+    const int mine = active && grp < nspan ? (nspan - grp + wpr - 1) / wpr : 0;
 
     int8_t* aq = reinterpret_cast<int8_t*>(smem);
     float* ad = reinterpret_cast<float*>(smem + int64_t{nkb} * NTOK * 32);
     float2* as = reinterpret_cast<float2*>(smem + int64_t{nkb} * NTOK * 32 + (int64_t{nkb} * NTOK * 4 + 15) / 16 * 16);
     uint8_t* win = smem + gemv_act_bytes<T, NTOK>(nkb) + static_cast<int64_t>(warp) * kGemvStages * MATS * kWin;
 
-    auto row_of = [&](int k) { return first + slot + k * row_step; };
-    auto span_start = [&](int m, int r, int sp) {
-        return p.w[m] + static_cast<uint64_t>(r) * p.stride[m] + static_cast<uint64_t>(sp) * kSpanBlocks * T::kBlockBytes;
-    };
-    // Copies item i of this warp (round i / per_row, span grp + (i % per_row) * wpr) into its
-    // window i % kGemvStages; nothing for a row past the last.
+    const uint8_t* row[MATS];
+#pragma unroll
+    for (int m = 0; m < MATS; ++m) row[m] = p.w[m] + static_cast<uint64_t>(active ? r : 0) * p.stride[m];
+    // Copies span number i of this warp (span grp + i * wpr) into its window i % kGemvStages.
     auto issue = [&](int i) {
-        const int r = row_of(i / per_row), sp = grp + (i % per_row) * wpr;
-        if (r >= p.rows) return;
+        const int sp = grp + i * wpr;
         const int nb = min(kSpanBlocks, nblk - sp * kSpanBlocks);
 #pragma unroll
         for (int m = 0; m < MATS; ++m) {
-            const uint8_t* start = span_start(m, r, sp);
+            const uint8_t* start = row[m] + static_cast<int64_t>(sp) * kSpanBlocks * T::kBlockBytes;
             const uintptr_t base = reinterpret_cast<uintptr_t>(start) & ~uintptr_t{15};
             const int need = static_cast<int>(reinterpret_cast<uintptr_t>(start) - base) + nb * T::kBlockBytes;
             uint8_t* dst = win + ((i % kGemvStages) * MATS + m) * kWin;
@@ -149,147 +136,143 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvParams p) {
         }
     };
 
-    // The first spans' copies go out before the activations', so their DRAM latency overlaps
-    // the activations' (from L2).
-#pragma unroll
-    for (int i = 0; i < kGemvStages - 1; ++i)
-        if (i < items) issue(i);
     // The activations, compact: chunk c, token j's 32 bytes from the fragment order's c*256 + j*32.
     for (int g = threadIdx.x; g < nkb * NTOK * 2; g += kGemvWarps * 32) {
         const int c = g / (2 * NTOK), j = (g >> 1) % NTOK, h = g & 1;
         cp_async16(aq + static_cast<int64_t>(g) * 16, p.xq + static_cast<int64_t>(c) * 256 + j * 32 + h * 16);
     }
+    cp_async_commit();
     for (int i = threadIdx.x; i < nkb * NTOK; i += kGemvWarps * 32) {
         const int c = i / NTOK, j = i % NTOK;
-        cp_async4(ad + i, p.xd + static_cast<int64_t>(c) * kTileTok + j);
-        if constexpr (T::kHasMin) cp_async8(as + i, p.xs + static_cast<int64_t>(c) * kTileTok + j);
+        ad[i] = __ldg(p.xd + static_cast<int64_t>(c) * kTileTok + j);
+        if constexpr (T::kHasMin) as[i] = __ldg(p.xs + static_cast<int64_t>(c) * kTileTok + j);
     }
-    cp_async_commit();
-    cp_async_wait<0>();
+#pragma unroll
+    for (int i = 0; i < kGemvStages - 1; ++i) {
+        if (i < mine) issue(i);
+        cp_async_commit();
+    }
+    // The activations and this warp's first span have landed (the later spans may not have).
+    cp_async_wait<kGemvStages - 2>();
     __syncthreads();
 
+    float acc[MATS][NTOK];
+#pragma unroll
+    for (int m = 0; m < MATS; ++m)
+#pragma unroll
+        for (int j = 0; j < NTOK; ++j) acc[m][j] = 0.0f;
+
     const SharedLoader ld;
-    int i = 0;
-    for (int k = 0; k < rounds; ++k) {
-        const int r = row_of(k);
-        const bool active = r < p.rows;  // warp-uniform
-        float acc[MATS][NTOK];
+    for (int i = 0; i < mine; ++i) {
+        // Keep kGemvStages spans in flight: span i + kGemvStages - 1 goes into the window that
+        // span i - 1 left (every lane has finished with it at the __syncwarp below).
+        if (i + kGemvStages - 1 < mine) issue(i + kGemvStages - 1);
+        cp_async_commit();
+        cp_async_wait<kGemvStages - 1>();  // this lane's copies of span i
+        __syncwarp();                      // and every other lane's
+        const int sp = grp + i * wpr, c0 = sp * kGemvSpanChunks;
+        const int n = min(kGemvSpanChunks, nkb - c0);
+        const uint8_t* wrow[MATS];
 #pragma unroll
-        for (int m = 0; m < MATS; ++m)
-#pragma unroll
-            for (int j = 0; j < NTOK; ++j) acc[m][j] = 0.0f;
-        for (int s = 0; s < per_row; ++s, ++i) {
-            // Keep kGemvStages items in flight: item i + kGemvStages - 1 goes into the window
-            // that item i - 1 left (every lane has finished with it at the __syncwarp below).
-            if (i + kGemvStages - 1 < items) issue(i + kGemvStages - 1);
-            cp_async_commit();
-            cp_async_wait<kGemvStages - 1>();  // this lane's copies of item i
-            __syncwarp();                      // and every other lane's
-            if (active) {
-                const int sp = grp + s * wpr, c0 = sp * kGemvSpanChunks;
-                const int n = min(kGemvSpanChunks, nkb - c0);
-                const uint8_t* wrow[MATS];
-#pragma unroll
-                for (int m = 0; m < MATS; ++m)
-                    wrow[m] = win + ((i % kGemvStages) * MATS + m) * kWin +
-                              (reinterpret_cast<uintptr_t>(span_start(m, r, sp)) & 15);
-            if (lane < n) {
-                const int c = c0 + lane;
-                // The chunk's 32 weights as load_a gives them to the four lanes of a quad: position
-                // t's words are weights 4t..4t+3 (lo) and 16+4t..16+4t+3 (hi).
-                int lo[MATS][4], hi[MATS][4];
-                float d[MATS][2], mn[MATS][2];
-#pragma unroll
-                for (int m = 0; m < MATS; ++m)
-#pragma unroll
-                    for (int t = 0; t < 4; ++t) T::load_a(wrow[m], lane, t, ld, lo[m][t], hi[m][t], d[m], mn[m]);
-#pragma unroll
-                for (int j = 0; j < NTOK; ++j) {
-                    if (j >= p.m) break;
-                    // Token j's 32 bytes in quad-lane order: position t's lo word, then its hi word.
-                    const int4* xa = reinterpret_cast<const int4*>(aq + (static_cast<int64_t>(c) * NTOK + j) * 32);
-                    const int4 x01 = xa[0], x23 = xa[1];
-                    const int xlo[4] = {x01.x, x01.z, x23.x, x23.z}, xhi[4] = {x01.y, x01.w, x23.y, x23.w};
-                    const float dxj = ad[c * NTOK + j];
-#pragma unroll
-                    for (int m = 0; m < MATS; ++m) {
-                        if constexpr (T::kSubK == 32) {
-                            int is = 0;
-#pragma unroll
-                            for (int t = 0; t < 4; ++t) is = __dp4a(hi[m][t], xhi[t], __dp4a(lo[m][t], xlo[t], is));
-                            acc[m][j] = fmaf(static_cast<float>(is), d[m][0] * dxj, acc[m][j]);
-                        } else {
-                            int il = 0, ih = 0;
-#pragma unroll
-                            for (int t = 0; t < 4; ++t) {
-                                il = __dp4a(lo[m][t], xlo[t], il);
-                                ih = __dp4a(hi[m][t], xhi[t], ih);
-                            }
-                            acc[m][j] = fmaf(static_cast<float>(il), d[m][0] * dxj,
-                                             fmaf(static_cast<float>(ih), d[m][1] * dxj, acc[m][j]));
-                        }
-                        if constexpr (T::kHasMin) {
-                            const float2 xs = as[c * NTOK + j];
-                            acc[m][j] -= fmaf(mn[m][0], xs.x, mn[m][1] * xs.y);
-                        }
-                    }
-                }
-            }
-            }
-            __syncwarp();  // every lane is done with window i before item i + kGemvStages is copied into it
+        for (int m = 0; m < MATS; ++m) {
+            const uintptr_t start = reinterpret_cast<uintptr_t>(row[m]) + static_cast<uint64_t>(sp) * kSpanBlocks * T::kBlockBytes;
+            wrow[m] = win + ((i % kGemvStages) * MATS + m) * kWin + (start & 15);
         }
-        // Each lane holds the sum of its chunks: add the 32 lanes.
-#pragma unroll
-        for (int m = 0; m < MATS; ++m)
-#pragma unroll
-            for (int j = 0; j < NTOK; ++j)
-#pragma unroll
-                for (int o = 1; o < 32; o <<= 1) acc[m][j] += __shfl_xor_sync(0xffffffffu, acc[m][j], o);
-        if (wpr > 1) {  // the warps of a row add theirs in warp order (red alternates by round)
-            if (lane == 0)
-#pragma unroll
-                for (int m = 0; m < MATS; ++m)
-#pragma unroll
-                    for (int j = 0; j < NTOK; ++j) red[k & 1][warp][m * NTOK + j] = acc[m][j];
-            __syncthreads();
+        if (lane < n) {
+            const int c = c0 + lane;
+            // The chunk's 32 weights as load_a gives them to the four lanes of a quad: position
+            // t's words are weights 4t..4t+3 (lo) and 16+4t..16+4t+3 (hi).
+            int lo[MATS][4], hi[MATS][4];
+            float d[MATS][2], mn[MATS][2];
 #pragma unroll
             for (int m = 0; m < MATS; ++m)
 #pragma unroll
-                for (int j = 0; j < NTOK; ++j) {
-                    float v = red[k & 1][warp - grp][m * NTOK + j];
-                    for (int g = 1; g < wpr; ++g) v += red[k & 1][warp - grp + g][m * NTOK + j];
-                    acc[m][j] = v;
-                }
-        }
-        if (!active || grp != 0) continue;
-        if (p.epilogue == kStore) {
+                for (int t = 0; t < 4; ++t) T::load_a(wrow[m], lane, t, ld, lo[m][t], hi[m][t], d[m], mn[m]);
 #pragma unroll
-            for (int j = 0; j < NTOK; ++j)
-                if (j < p.m && lane == j) {
-                    const int64_t o = p.out_rows ? p.out_rows[j] : j;
-                    p.y[o * p.ldy + r] = acc[0][j];
+            for (int j = 0; j < NTOK; ++j) {
+                if (j >= p.m) break;
+                // Token j's 32 bytes in quad-lane order: position t's lo word, then its hi word.
+                const int4* xa = reinterpret_cast<const int4*>(aq + (static_cast<int64_t>(c) * NTOK + j) * 32);
+                const int4 x01 = xa[0], x23 = xa[1];
+                const int xlo[4] = {x01.x, x01.z, x23.x, x23.z}, xhi[4] = {x01.y, x01.w, x23.y, x23.w};
+                const float dxj = ad[c * NTOK + j];
+#pragma unroll
+                for (int m = 0; m < MATS; ++m) {
+                    if constexpr (T::kSubK == 32) {
+                        int is = 0;
+#pragma unroll
+                        for (int t = 0; t < 4; ++t) is = __dp4a(hi[m][t], xhi[t], __dp4a(lo[m][t], xlo[t], is));
+                        acc[m][j] = fmaf(static_cast<float>(is), d[m][0] * dxj, acc[m][j]);
+                    } else {
+                        int il = 0, ih = 0;
+#pragma unroll
+                        for (int t = 0; t < 4; ++t) {
+                            il = __dp4a(lo[m][t], xlo[t], il);
+                            ih = __dp4a(hi[m][t], xhi[t], ih);
+                        }
+                        acc[m][j] = fmaf(static_cast<float>(il), d[m][0] * dxj,
+                                         fmaf(static_cast<float>(ih), d[m][1] * dxj, acc[m][j]));
+                    }
+                    if constexpr (T::kHasMin) {
+                        const float2 s = as[c * NTOK + j];
+                        acc[m][j] -= fmaf(mn[m][0], s.x, mn[m][1] * s.y);
+                    }
                 }
-            continue;
+            }
         }
-        // Gate/up: h in FP32, then the block's counter; the 32nd row of a block quantises it.
+        __syncwarp();  // every lane is done with window i before span i + kGemvStages is copied into it
+    }
+    // Each lane holds the sum of its chunks: add the 32 lanes.
+#pragma unroll
+    for (int m = 0; m < MATS; ++m)
 #pragma unroll
         for (int j = 0; j < NTOK; ++j)
-            if (j < p.m && lane == j)
-                p.h[static_cast<int64_t>(j) * p.rows + r] = swiglu_dev(acc[0][j], acc[MATS - 1][j], p.limit, p.llama);
-        __threadfence();
-        __syncwarp();
-        const int blk = r / 32;
-        int last = 0;
-        if (lane == 0) last = atomicAdd(&p.counters[blk], 1) == 31;
-        last = __shfl_sync(0xffffffffu, last, 0);
-        if (!last) continue;
-        __threadfence();
-        for (int j = 0; j < p.m; ++j) {
-            const float v = __ldcg(p.h + static_cast<int64_t>(j) * p.rows + blk * 32 + lane);
-            quantize_lane(v, blk, j, 1, p.hq, p.hd, p.hs);
-        }
-        if (lane == 0) p.counters[blk] = 0;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) acc[m][j] += __shfl_xor_sync(0xffffffffu, acc[m][j], o);
+    if (wpr > 1) {  // the warps of a row add theirs in warp order
+        if (lane == 0)
+#pragma unroll
+            for (int m = 0; m < MATS; ++m)
+#pragma unroll
+                for (int j = 0; j < NTOK; ++j) red[warp][m * NTOK + j] = acc[m][j];
+        __syncthreads();
+        if (grp != 0) return;
+#pragma unroll
+        for (int m = 0; m < MATS; ++m)
+#pragma unroll
+            for (int j = 0; j < NTOK; ++j) {
+                float v = red[warp][m * NTOK + j];
+                for (int g = 1; g < wpr; ++g) v += red[warp + g][m * NTOK + j];
+                acc[m][j] = v;
+            }
     }
+    if (!active) return;
+    if (p.epilogue == kStore) {
+#pragma unroll
+        for (int j = 0; j < NTOK; ++j)
+            if (j < p.m && lane == j) {
+                const int64_t o = p.out_rows ? p.out_rows[j] : j;
+                p.y[o * p.ldy + r] = acc[0][j];
+            }
+        return;
+    }
+    // Gate/up: h in FP32, then the block's counter; the 32nd row of a block quantises it.
+#pragma unroll
+    for (int j = 0; j < NTOK; ++j)
+        if (j < p.m && lane == j) p.h[static_cast<int64_t>(j) * p.rows + r] = swiglu_dev(acc[0][j], acc[MATS - 1][j], p.limit, p.llama);
+    __threadfence();
+    __syncwarp();
+    const int blk = r / 32;
+    int last = 0;
+    if (lane == 0) last = atomicAdd(&p.counters[blk], 1) == 31;
+    last = __shfl_sync(0xffffffffu, last, 0);
+    if (!last) return;
+    __threadfence();
+    for (int j = 0; j < p.m; ++j) {
+        const float v = __ldcg(p.h + static_cast<int64_t>(j) * p.rows + blk * 32 + lane);
+        quantize_lane(v, blk, j, 1, p.hq, p.hd, p.hs);
+    }
+    if (lane == 0) p.counters[blk] = 0;
 }
 
 // Launches gemv_kernel<T, ntok, mats> (ntok 1 or 2; mats 1 or 2); defined per type in
@@ -300,9 +283,7 @@ void launch_gemv(const GemvParams& p, int ntok, int mats, cudaStream_t stream);
 template <class T, int NTOK, int MATS>
 void launch_gemv_k(const GemvParams& p, cudaStream_t stream) {
     const int rows_per_cta = kGemvWarps / p.wpr;
-    // At most kGemvCtasPerSm CTAs an SM: more rows than that loop within their warps.
-    const int ctas = std::min((p.rows + rows_per_cta - 1) / rows_per_cta, std::max(1, p.max_ctas));
-    const dim3 grid(static_cast<unsigned>(ctas));
+    const dim3 grid(static_cast<unsigned>((p.rows + rows_per_cta - 1) / rows_per_cta));
     const int64_t smem = gemv_smem_bytes<T, NTOK, MATS>(p.nkb);
     // Above the 48 KiB a launch gets without asking (activations of 20,480 columns): the
     // opt-in limit is 99 KiB on sm_86, 227 KiB on sm_90.

@@ -142,7 +142,6 @@ int8mm::GemvParams gemv_params(const Int8Workspace& ws, const uint8_t* w, uint64
     auto p = pass_params<int8mm::GemvParams>(w, stride, up, rows, cols, m, xq, xd, xs);
     const int64_t want_warps = static_cast<int64_t>(ws.gemv_warps_per_sm()) * ws.sm_count();
     p.wpr = 1;
-    p.max_ctas = int8mm::kGemvCtasPerSm * ws.sm_count();
     while (p.wpr < int8mm::kGemvWarps && static_cast<int64_t>(rows) * p.wpr < want_warps &&
            int8mm::kGemvSpanChunks * p.wpr * 2 <= p.nkb)
         p.wpr *= 2;
