@@ -8,12 +8,12 @@
 // and runs an expert at 8-9x its memory floor. Here there is no split-K: each warp owns whole
 // rows (or 1/wpr of one).
 //
-// Why the loads go through shared memory, and why a lane owns whole chunks: a first version had
-// each lane of a quad read its 4-byte words of a chunk straight from global memory and the quad
-// add its four dp4a sums by shuffles. A warp's load touched eight blocks at once, and every lane
-// of a quad decoded the same scale and did the same float math: Nsight Compute (H200,
-// 2026-12-04) showed the Q8_0 GEMV issuing in 72 % of its cycles with DRAM at 23 %: bound by
-// instructions, not by memory, at 17 or 64 warps an SM alike. Now:
+// Why a lane owns whole chunks: in the first versions the four lanes of a quad shared a chunk
+// (each read two of its words and the quad added its dp4a sums by shuffles), so each lane decoded
+// the same scale and did the same float math. Those versions ran the same at 16 to 64 warps an
+// SM, and Nsight Compute (H200, 2026-12-04, the version with this file's shared-memory staging)
+// showed the Q8_0 GEMV issuing in 72 % of its cycles with DRAM at 23 %: bound by instructions.
+// A lane a chunk was 12-26 % faster on every shape measured (bench/KERNELS.md). Now:
 //  - the CTA copies the pass's activations once into shared memory, compact ([chunk][token][32]
 //    bytes, then the scales and half sums), with 16-byte copies;
 //  - each warp streams its row in spans of kGemvSpanChunks chunks (whole blocks) with 16-byte
