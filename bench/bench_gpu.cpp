@@ -390,6 +390,33 @@ struct ExpertBench {
     double flops() const { return 2.0 * 3.0 * M * E * F; }
 };
 
+// A dense matrix of rows x cols in rotated copies (WeightSets), M random activations, y, and a
+// stream: what every y = W x benchmark sets up.
+struct DenseBench {
+    GgmlType type;
+    int64_t rows, cols, M;
+    std::vector<uint8_t> img;
+    WeightSets sets;
+    uint64_t rb;
+    float* x;
+    float* y = nullptr;
+    cudaStream_t s = nullptr;
+    DenseBench(GgmlType t, int64_t r, int64_t c, int64_t m)
+        : type(t), rows(r), cols(c), M(m), img(random_weights(t, r, c, 11)), sets(img, kRotateBytes),
+          rb(row_bytes(t, c)), x(device_copy(random_activations(m * c, 12))) {
+        BG_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&y), M * rows * sizeof(float)));
+        BG_CUDA_CHECK(cudaStreamCreate(&s));
+    }
+    ~DenseBench() {
+        cudaStreamDestroy(s);
+        cudaFree(x);
+        cudaFree(y);
+    }
+    cuda::DeviceMat mat(size_t i) const { return {sets.bufs[i], type, cols, rows, rb}; }
+    double bytes() const { return static_cast<double>(img.size()); }
+    double flops() const { return 2.0 * M * rows * cols; }
+};
+
 // One full expert through cuda::expert_ffn (ExpertBench).
 void BM_ExpertFused(benchmark::State& state) {
     const bool graph = state.range(4) != 0;
@@ -441,68 +468,43 @@ void BM_ExpertInt8(benchmark::State& state) {
 
 // y = W x through cuda::int8_matmul, as BM_DenseFused.
 void BM_DenseInt8(benchmark::State& state) {
-    const auto type = static_cast<GgmlType>(state.range(0));
-    const int64_t rows = state.range(1), cols = state.range(2), M = state.range(3);
     const bool graph = state.range(4) != 0;
     const int split = static_cast<int>(state.range(5));
-    const auto img = random_weights(type, rows, cols, 11);
-    WeightSets sets(img, kRotateBytes);
-    float* x = device_copy(random_activations(M * cols, 12));
-    float* y = nullptr;
-    BG_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&y), M * rows * sizeof(float)));
-    cudaStream_t s = nullptr;
-    BG_CUDA_CHECK(cudaStreamCreate(&s));
-    const uint64_t rb = row_bytes(type, cols);
-    cuda::Int8Workspace ws(cols, 0);
+    DenseBench b(static_cast<GgmlType>(state.range(0)), state.range(1), state.range(2), state.range(3));
+    cuda::Int8Workspace ws(b.cols, 0);
     ws.force_split(std::max(split, 0));
     if (split < 0) ws.set_gemv_tokens(0);
-    state.counters["gemv"] = M <= ws.gemv_tokens() ? 1 : 0;
-    time_calls(state, s, sets.bufs.size(), static_cast<double>(img.size()), 2.0 * M * rows * cols, graph, [&](size_t i) {
-        cuda::int8_matmul(ws, cuda::DeviceMat{sets.bufs[i], type, cols, rows, rb}, x, cols, M, y, rows, s);
+    state.counters["gemv"] = b.M <= ws.gemv_tokens() ? 1 : 0;
+    time_calls(state, b.s, b.sets.bufs.size(), b.bytes(), b.flops(), graph, [&](size_t i) {
+        cuda::int8_matmul(ws, b.mat(i), b.x, b.cols, b.M, b.y, b.rows, b.s);
     });
-    int8_counters(state, M, static_cast<double>(rows) * cols);
-    state.counters["sets"] = static_cast<double>(sets.bufs.size());
-    BG_CUDA_CHECK(cudaStreamDestroy(s));
-    BG_CUDA_CHECK(cudaFree(x));
-    BG_CUDA_CHECK(cudaFree(y));
+    int8_counters(state, b.M, static_cast<double>(b.rows) * b.cols);
+    state.counters["sets"] = static_cast<double>(b.sets.bufs.size());
 }
 
 // y = W x for a dense matrix of rows x cols: the fused kernel (sgemm = 0) or the baseline
 // bg::cuda::matmul, dequantise to F32 + SGEMM (sgemm = 1).
 void BM_Dense(benchmark::State& state, bool sgemm, bool single = false) {
-    const auto type = static_cast<GgmlType>(state.range(0));
-    const int64_t rows = state.range(1), cols = state.range(2), M = state.range(3);
     const bool graph = !sgemm && state.range(4) != 0;
     const int tiles = static_cast<int>(state.range(5));
-    const auto img = random_weights(type, rows, cols, 11);
-    WeightSets sets(img, kRotateBytes);
-    float* x = device_copy(random_activations(M * cols, 12));
-    float* y = nullptr;
-    BG_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&y), M * rows * sizeof(float)));
-    cudaStream_t s = nullptr;
-    BG_CUDA_CHECK(cudaStreamCreate(&s));
-    const uint64_t rb = row_bytes(type, cols);
+    DenseBench b(static_cast<GgmlType>(state.range(0)), state.range(1), state.range(2), state.range(3));
     std::unique_ptr<cuda::QuantMatmulWorkspace> ws;
     std::unique_ptr<cuda::MatmulContext> ctx;
     if (sgemm) {
         ctx = std::make_unique<cuda::MatmulContext>();
     } else {
-        ws = std::make_unique<cuda::QuantMatmulWorkspace>(cols, 0);
+        ws = std::make_unique<cuda::QuantMatmulWorkspace>(b.cols, 0);
         ws->set_split_activations(!single);
         ws->set_tile_variant(tiles);
     }
-    time_calls(state, s, sets.bufs.size(), static_cast<double>(img.size()), 2.0 * M * rows * cols, graph, [&](size_t i) {
-        const cuda::DeviceMat W{sets.bufs[i], type, cols, rows, rb};
+    time_calls(state, b.s, b.sets.bufs.size(), b.bytes(), b.flops(), graph, [&](size_t i) {
         if (sgemm) {
-            cuda::matmul(*ctx, W, x, cols, M, y, rows, s);
+            cuda::matmul(*ctx, b.mat(i), b.x, b.cols, b.M, b.y, b.rows, b.s);
         } else {
-            cuda::quant_matmul(*ws, W, x, cols, M, y, rows, s);
+            cuda::quant_matmul(*ws, b.mat(i), b.x, b.cols, b.M, b.y, b.rows, b.s);
         }
     });
-    state.counters["sets"] = static_cast<double>(sets.bufs.size());
-    BG_CUDA_CHECK(cudaStreamDestroy(s));
-    BG_CUDA_CHECK(cudaFree(x));
-    BG_CUDA_CHECK(cudaFree(y));
+    state.counters["sets"] = static_cast<double>(b.sets.bufs.size());
 }
 void BM_DenseFused(benchmark::State& state) { BM_Dense(state, false); }
 void BM_DenseSgemm(benchmark::State& state) { BM_Dense(state, true); }
@@ -613,24 +615,13 @@ void BM_GemvWarpsPerSm(benchmark::State& state) {
         int8_counters(state, b.M, 3.0 * b.E * b.F);
         return;
     }
-    const int64_t rows = a, cols = b_;
-    const auto img = random_weights(type, rows, cols, 11);
-    WeightSets sets(img, kRotateBytes);
-    float* x = device_copy(random_activations(M * cols, 12));
-    float* y = nullptr;
-    BG_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&y), M * rows * sizeof(float)));
-    cudaStream_t s = nullptr;
-    BG_CUDA_CHECK(cudaStreamCreate(&s));
-    const uint64_t rb = row_bytes(type, cols);
-    cuda::Int8Workspace ws(cols, 0);
+    DenseBench d(type, a, b_, M);
+    cuda::Int8Workspace ws(d.cols, 0);
     ws.set_gemv_warps_per_sm(wsm);
-    time_calls(state, s, sets.bufs.size(), static_cast<double>(img.size()), 2.0 * M * rows * cols, false, [&](size_t i) {
-        cuda::int8_matmul(ws, cuda::DeviceMat{sets.bufs[i], type, cols, rows, rb}, x, cols, M, y, rows, s);
+    time_calls(state, d.s, d.sets.bufs.size(), d.bytes(), d.flops(), false, [&](size_t i) {
+        cuda::int8_matmul(ws, d.mat(i), d.x, d.cols, d.M, d.y, d.rows, d.s);
     });
-    int8_counters(state, M, static_cast<double>(rows) * cols);
-    BG_CUDA_CHECK(cudaStreamDestroy(s));
-    BG_CUDA_CHECK(cudaFree(x));
-    BG_CUDA_CHECK(cudaFree(y));
+    int8_counters(state, M, static_cast<double>(d.rows) * d.cols);
 }
 BENCHMARK(BM_GemvWarpsPerSm)
     ->ArgNames({"type", "a", "b", "M", "wsm", "dense"})
