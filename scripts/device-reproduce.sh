@@ -120,10 +120,19 @@ cuda_tool() {
     /usr/local/cuda*/nsight-systems*/bin/"$1" 2>/dev/null | head -n 1
 }
 
+# The host's CPU time stolen by the hypervisor (jiffies, all vCPUs; /proc/stat's eighth field)
+# and the dirty page cache waiting for writeback (kB), for "steal and writeback" lines: the CPU's
+# decode experts ran 3-8x slower on some machines and not others (REPRODUCING.md, 2026-12-03/04),
+# and these are the two causes the logs could not rule out.
+host_counters() { awk '/^cpu /{s=$9} END{printf "%s", s}' /proc/stat; printf " "; awk '/^Dirty:/{printf "%s", $2}' /proc/meminfo; }
 harness_run() {  # run|ablate scenario [profile]
   local profile=${3:-device}
   note "harness $1 $profile/$2"
+  local before t0
+  before=$(host_counters); t0=$(date +%s)
   "$harness" "$1" "scenarios/$profile/$2.json" --out "$root/results" --quiet 2>&1 | tail -n 25 | tee -a "$log" || status=1
+  local after; after=$(host_counters)
+  echo "steal and writeback: +$(( ${after%% *} - ${before%% *} )) jiffies of steal over $(( $(date +%s) - t0 )) s on $(nproc) vCPUs; dirty pages ${before##* } kB before, ${after##* } kB after" | tee -a "$log"
   local md
   md=$(ls -1 "$root/results/$profile/$2"/*.md 2>/dev/null | sort | tail -1)
   [ -n "$md" ] && cat "$md" | tee -a "$log" >/dev/null && grep -E "^\| |Hardware use|  - |Same-run|Decode|Partition" "$md"
@@ -274,6 +283,8 @@ for part in "$@"; do
         warm_ms=$(grep -E "^pass" "$dir/run.log" | tail -n 1 | sed -E 's/.* tokens in ([0-9.]+) ms.*/\1/')
         { python3 scripts/gpu-timeline.py "$dir"/trace*.csv.xz --window-ms "$warm_ms"; echo; echo "== whole trace"; \
           python3 scripts/gpu-timeline.py "$dir"/trace*.csv.xz; } 2>&1 | tee "$dir/summary.txt" | head -n 40 | tee -a "$log" || status=1
+      else
+        note "slice-timeline: no trace (neither nsys nor $stage/libbg_cupti_trace.so gave one)"; status=1
       fi
       ;;
     slice-decode-timeline)
@@ -284,6 +295,12 @@ for part in "$@"; do
       slice_model
       dir="$root/measurements/slice/decode-timeline"; mkdir -p "$dir"
       nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$dir/machine.txt"
+      if [ ! -f "$stage/libbg_cupti_trace.so" ]; then
+        # device-stage.sh copies the tracer only where the build found CUPTI (2026-12-04: a fresh
+        # development machine without it staged none, and this part ran untraced without a word).
+        note "slice-decode-timeline: no libbg_cupti_trace.so in $stage (build it where CUPTI exists, or scripts/device-build.sh there)"
+        status=1; continue
+      fi
       for cfg in vram gpu; do
         if [ $cfg = vram ]; then budget=(--slots 20 --hot 20 --vram-budget 8000 --host-budget 2875)
         else budget=(--slots 20 --hot 5 --transient-slots 12 --lru-slots 0 --host-budget 2875 --vram-budget 3068); fi
@@ -298,7 +315,7 @@ for part in "$@"; do
         # the generated text, which has no newline of its own).
         dec=$(grep -oE "decode: [0-9]+ tokens, [0-9.]+ tok/s" "$dir/run-$cfg.log" | tail -n 1)
         echo "$dec" | tee -a "$log"
-        [ -f "$dir/trace-$cfg.csv" ] || continue
+        [ -f "$dir/trace-$cfg.csv" ] || { note "slice-decode-timeline: the tracer wrote no trace for $cfg"; status=1; continue; }
         xz -9 -f "$dir/trace-$cfg.csv"
         dec_ms=$(echo "$dec" | awk '{printf "%.3f", $2 / $4 * 1000}')
         python3 scripts/gpu-timeline.py "$dir/trace-$cfg.csv.xz" --window-ms "$dec_ms" 2>&1 | tee "$dir/summary-$cfg.txt" | head -n 40 | tee -a "$log" || status=1
@@ -400,9 +417,13 @@ for part in "$@"; do
         echo "SIMD: $(grep -o -w -E 'avx2|fma|avx512f|avx512bw|avx512_vnni|avx_vnni' /proc/cpuinfo | sort -u | tr '\n' ' ')";
         free -g | head -2; } > "$root/measurements/device/bench-cpu/machine.txt" 2>&1
       note "bench_cpu"
+      before=$(host_counters); t0=$(date +%s)
       "$stage/bench_cpu" --benchmark_filter="${BG_CPU_BENCH_FILTER:-.}" --benchmark_min_time=0.3 \
         --benchmark_out="$root/measurements/device/bench-cpu/bench_cpu.json" --benchmark_out_format=json 2>&1 \
         | tee "$root/measurements/device/bench-cpu/bench_cpu.txt" | tail -n 40 || status=1
+      after=$(host_counters)
+      echo "steal during bench_cpu: +$(( ${after%% *} - ${before%% *} )) jiffies over $(( $(date +%s) - t0 )) s on $(nproc) vCPUs" \
+        | tee -a "$root/measurements/device/bench-cpu/machine.txt" | tee -a "$log"
       ;;
     kernel-profile)
       # Where the fused expert's fixed ~30 us at one token goes (bench/KERNELS.md): Nsight Compute

@@ -20,6 +20,8 @@ for b in bench_gpu bench_cpu bench_io; do [ -x "$build/bench/$b" ] && cp "$build
 if [ -f "$build/bench/libbg_cupti_trace.so" ]; then
   cp "$build/bench/libbg_cupti_trace.so" "$stage/"
   ldd "$build/bench/libbg_cupti_trace.so" | awk '/libcupti/ {print $3}' | while read -r lib; do cp "$lib" "$stage/"; done
+else
+  echo "device-stage: no $build/bench/libbg_cupti_trace.so (this CUDA install has no CUPTI): the timeline parts will report no trace" >&2
 fi
 # make-model embeds the tokenizer it finds in tokenizer/ beside the binary when the source tree's
 # third_party/npm (git-ignored, so not carried) is absent there.
