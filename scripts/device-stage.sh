@@ -7,6 +7,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 stage=.device-bin
+# Brings what it stages up to date first: binaries staged from a build older than the last commit
+# carry that older commit into every result (2026-12-04: two device calls ran binaries that said
+# "17f41d6, dirty" after a7441a1 was committed), and the CUPTI tracer is a target of its own.
+gpu_tests=$(for f in tests/test_gpu_*.cpp; do basename "$f" .cpp; done)
+cmake --build "$build" --target betelgeuse betelgeuse-harness bench_gpu bench_cpu bench_io test_int8_matmul test_kquants \
+  $gpu_tests > /tmp/bg-device-stage-build.log 2>&1 || { tail -n 30 /tmp/bg-device-stage-build.log; exit 1; }
+cmake --build "$build" --target bg_cupti_trace > /dev/null 2>&1 || true  # absent where CUPTI is
 rm -rf "$stage" && mkdir -p "$stage"
 cp "$build/betelgeuse" "$build/betelgeuse-harness" "$stage/"
 for t in "$build"/tests/test_gpu_*; do
