@@ -174,19 +174,20 @@ std::vector<float> random_activations(int64_t n, unsigned seed) {
 }
 
 // The counters of one expert benchmark (see the top of the file).
-void expert_counters(benchmark::State& state, const ExpertCopies& ex, GgmlType type, cpu::CpuIsa isa) {
+// experts_per_call: experts one iteration reads (BM_CpuExpertInt8PerThread: one a thread).
+void expert_counters(benchmark::State& state, const ExpertCopies& ex, GgmlType type, cpu::CpuIsa isa,
+                     int experts_per_call = 1) {
     cpu::ThreadPool& pool = *g_bench.pool;
     const double calls = static_cast<double>(state.iterations());
-    state.counters["GB/s"] = benchmark::Counter(static_cast<double>(ex.expert_bytes) * calls / 1e9,
-                                                benchmark::Counter::kIsRate);
+    const double bytes = static_cast<double>(ex.expert_bytes) * experts_per_call * calls;
+    state.counters["GB/s"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsRate);
     state.counters["us"] = benchmark::Counter(calls * 1e-6, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
     state.counters["expert_mb"] = static_cast<double>(ex.expert_bytes) / 1e6;
     state.counters["sets"] = ex.n_sets;
     state.counters["threads"] = pool.size();
     // of_probe needs the rate: Google Benchmark divides kIsRate counters by the time itself, so
     // this one is a rate too, scaled by the probe.
-    state.counters["of_probe"] = benchmark::Counter(
-        static_cast<double>(ex.expert_bytes) * calls / 1e9 / g_bench.host_read_gbs, benchmark::Counter::kIsRate);
+    state.counters["of_probe"] = benchmark::Counter(bytes / 1e9 / g_bench.host_read_gbs, benchmark::Counter::kIsRate);
     state.SetLabel(std::string(type_name(type)) + " " + cpu::cpu_isa_name(isa));
 }
 
@@ -290,11 +291,7 @@ void BM_CpuExpertInt8PerThread(benchmark::State& state) {
         });
         s = (s + n) % ex.n_sets;
     }
-    const double bytes = static_cast<double>(ex.expert_bytes) * n * static_cast<double>(state.iterations());
-    state.counters["GB/s"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsRate);
-    state.counters["of_probe"] = benchmark::Counter(bytes / 1e9 / g_bench.host_read_gbs, benchmark::Counter::kIsRate);
-    state.counters["threads"] = n;
-    state.SetLabel(std::string(type_name(type)) + " " + cpu::cpu_isa_name(isa));
+    expert_counters(state, ex, type, isa, n);
 }
 
 void expert_args(benchmark::internal::Benchmark* b) {

@@ -47,8 +47,10 @@ void expert_ffn_int8(ThreadPool& pool, Int8MatmulScratch& scratch, const MatView
         int64_t ldx, m, E, F, g_up, g_down, n_up, n_down;
         float limit;
         SwigluClamp form;
-        float *gu, *h;
-        int8_t* q;  // the int8 activations the row kernels read (up and down point here too)
+        float* h;
+        // The int8 activations, written by the quantisation steps: the row arguments hold the
+        // same three pointers, but const, as the row kernels only read them.
+        int8_t* q;
         float* d;
         int32_t* s;
         CpuIsa isa;
@@ -57,7 +59,7 @@ void expert_ffn_int8(ThreadPool& pool, Int8MatmulScratch& scratch, const MatView
         // others by at most one group, not by a fixed share of the rows.
         std::atomic<int64_t> next_up{0}, next_down{0};
     } job_args{{&gate_up, q, d, s, m, gu, 2 * F}, {&down, q, d, s, m, y, E}, x, ldx, m, E, F, g_up, g_down, n_up,
-               n_down, limit, form, gu, h, q, d, s, isa};
+               n_down, limit, form, h, q, d, s, isa};
     Job* j = &job_args;
     const std::function<void(const Team&)> job = [j](const Team& team) {
         const int64_t E = j->E, F = j->F, m = j->m;
@@ -70,7 +72,7 @@ void expert_ffn_int8(ThreadPool& pool, Int8MatmulScratch& scratch, const MatView
             int8_rows(j->isa, j->up, r0, r1);
             int8_rows(j->isa, j->up, F + r0, F + r1);
             for (int64_t t = 0; t < m; ++t)
-                swiglu(j->gu + t * 2 * F + r0, j->gu + t * 2 * F + F + r0, r1 - r0, j->limit, j->form,
+                swiglu(j->up.y + t * 2 * F + r0, j->up.y + t * 2 * F + F + r0, r1 - r0, j->limit, j->form,
                        j->h + t * F + r0);
         }
         team.barrier();  // every member has read x's int8 blocks and written its rows of h

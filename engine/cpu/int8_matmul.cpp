@@ -51,6 +51,13 @@ void rows_int8(const Int8RowsArgs& a, int64_t r0, int64_t r1) {
     }
 }
 
+// The sum of 16 int8 values: a 16-weight half's activation sum (the min term's factor).
+int32_t half_sum(const int8_t* q) {
+    int32_t v = 0;
+    for (int i = 0; i < 16; ++i) v += q[i];
+    return v;
+}
+
 // One call's work, as the work split's function sees it.
 struct Split {
     Int8RowsArgs args;
@@ -61,22 +68,12 @@ struct Split {
 }  // namespace
 
 void quantize_int8_rows(const float* x, int64_t ldx, int64_t n_tok, int64_t cols, int8_t* q, float* d) {
-    BG_CHECK(cols % qtypes::kActBlock == 0);
-    const int64_t nb = cols / qtypes::kActBlock;
-    for (int64_t t = 0; t < n_tok; ++t)
-        for (int64_t b = 0; b < nb; ++b) {
-            int32_t sum = 0;
-            d[t * nb + b] = qtypes::quantize_act_block(x + t * ldx + b * 32, q + t * cols + b * 32, &sum);
-        }
+    quantize_int8_blocks(x, ldx, cols, 0, n_tok * (cols / qtypes::kActBlock), q, d, nullptr);
 }
 
 void int8_half_sums(const int8_t* q, int64_t n_tok, int64_t cols, int32_t* s) {
     BG_CHECK(cols % 16 == 0);
-    for (int64_t h = 0; h < n_tok * cols / 16; ++h) {
-        int32_t v = 0;
-        for (int i = 0; i < 16; ++i) v += q[h * 16 + i];
-        s[h] = v;
-    }
+    for (int64_t h = 0; h < n_tok * cols / 16; ++h) s[h] = half_sum(q + h * 16);
 }
 
 void quantize_int8_blocks(const float* x, int64_t ldx, int64_t cols, int64_t i0, int64_t i1, int8_t* q, float* d,
@@ -88,10 +85,9 @@ void quantize_int8_blocks(const float* x, int64_t ldx, int64_t cols, int64_t i0,
         int8_t* qb = q + t * cols + b * 32;
         int32_t sum = 0;
         d[t * nb + b] = qtypes::quantize_act_block(x + t * ldx + b * 32, qb, &sum);
-        for (int h = 0; h < 2; ++h) {
-            int32_t v = 0;
-            for (int k = 0; k < 16; ++k) v += qb[16 * h + k];
-            s[t * 2 * nb + 2 * b + h] = v;
+        if (s) {
+            s[t * 2 * nb + 2 * b] = half_sum(qb);
+            s[t * 2 * nb + 2 * b + 1] = half_sum(qb + 16);
         }
     }
 }

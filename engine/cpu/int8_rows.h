@@ -53,8 +53,8 @@ int64_t int8_rows_together(CpuIsa isa, GgmlType type, int64_t n_tok);
 
 // Activation blocks [i0, i1) of x [n_tok][ldx] (block i: token i / (cols / 32), its block
 // i % (cols / 32)) quantised into q [n_tok][cols] and d [n_tok][cols / 32], with their half sums
-// into s [n_tok][cols / 16]: quantize_int8_rows and int8_half_sums for part of the rows, so a
-// team can share the work.
+// into s [n_tok][cols / 16] (none where s is null): quantize_int8_rows and int8_half_sums for
+// part of the rows, so a team can share the work.
 void quantize_int8_blocks(const float* x, int64_t ldx, int64_t cols, int64_t i0, int64_t i1, int8_t* q, float* d,
                           int32_t* s);
 
