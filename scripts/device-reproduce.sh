@@ -123,8 +123,10 @@ cuda_tool() {
 # The host's CPU time stolen by the hypervisor (jiffies, all vCPUs; /proc/stat's eighth field)
 # and the dirty page cache waiting for writeback (kB), for "steal and writeback" lines: the CPU's
 # decode experts ran 3-8x slower on some machines and not others (REPRODUCING.md, 2026-12-03/04),
-# and these are the two causes the logs could not rule out.
+# and these are two causes the logs could not rule out. A third, transparent huge pages (the
+# CPU's expert reads go through 4 KiB pages where there are none), is logged once a call below.
 host_counters() { awk '/^cpu /{s=$9} END{printf "%s", s}' /proc/stat; printf " "; awk '/^Dirty:/{printf "%s", $2}' /proc/meminfo; }
+note "host: THP $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null), defrag $(cat /sys/kernel/mm/transparent_hugepage/defrag 2>/dev/null); $(grep -E '^AnonHugePages' /proc/meminfo)"
 harness_run() {  # run|ablate scenario [profile]
   local profile=${3:-device}
   note "harness $1 $profile/$2"
