@@ -596,8 +596,8 @@ BENCHMARK(BM_DenseInt8)
     ->Unit(benchmark::kMicrosecond);
 
 // The GEMV (1-2 tokens) with its grid sized for `wsm` warps an SM (Int8Workspace::
-// set_gemv_warps_per_sm; the engine's default 16): whether more warps in flight bring a
-// latency-bound pass nearer its memory floor. mode 0: a full expert (rows = n_embd, cols = n_ff);
+// set_gemv_warps_per_sm; Int8Workspace::kGemvDefaultWarpsPerSm in the engine): whether more
+// warps in flight bring a pass nearer its memory floor. mode 0: a full expert (rows = n_embd, cols = n_ff);
 // mode 1: y = W x for rows x cols.
 void BM_GemvWarpsPerSm(benchmark::State& state) {
     const auto type = static_cast<GgmlType>(state.range(0));

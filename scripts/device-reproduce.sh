@@ -126,6 +126,11 @@ cuda_tool() {
 # and these are two causes the logs could not rule out. A third, transparent huge pages (the
 # CPU's expert reads go through 4 KiB pages where there are none), is logged once a call below.
 host_counters() { awk '/^cpu /{s=$9} END{printf "%s", s}' /proc/stat; printf " "; awk '/^Dirty:/{printf "%s", $2}' /proc/meminfo; }
+# The line for what ran since host_counters gave $1 at $2 (seconds since the epoch).
+host_delta() {
+  local now; now=$(host_counters)
+  echo "steal and writeback: +$(( ${now%% *} - ${1%% *} )) jiffies of steal over $(( $(date +%s) - $2 )) s on $(nproc) vCPUs; dirty pages ${1##* } kB before, ${now##* } kB after"
+}
 note "host: THP $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null), defrag $(cat /sys/kernel/mm/transparent_hugepage/defrag 2>/dev/null); $(grep -E '^AnonHugePages' /proc/meminfo)"
 harness_run() {  # run|ablate scenario [profile]
   local profile=${3:-device}
@@ -133,8 +138,7 @@ harness_run() {  # run|ablate scenario [profile]
   local before t0
   before=$(host_counters); t0=$(date +%s)
   "$harness" "$1" "scenarios/$profile/$2.json" --out "$root/results" --quiet 2>&1 | tail -n 25 | tee -a "$log" || status=1
-  local after; after=$(host_counters)
-  echo "steal and writeback: +$(( ${after%% *} - ${before%% *} )) jiffies of steal over $(( $(date +%s) - t0 )) s on $(nproc) vCPUs; dirty pages ${before##* } kB before, ${after##* } kB after" | tee -a "$log"
+  host_delta "$before" "$t0" | tee -a "$log"
   local md
   md=$(ls -1 "$root/results/$profile/$2"/*.md 2>/dev/null | sort | tail -1)
   [ -n "$md" ] && cat "$md" | tee -a "$log" >/dev/null && grep -E "^\| |Hardware use|  - |Same-run|Decode|Partition" "$md"
@@ -423,9 +427,7 @@ for part in "$@"; do
       "$stage/bench_cpu" --benchmark_filter="${BG_CPU_BENCH_FILTER:-.}" --benchmark_min_time=0.3 \
         --benchmark_out="$root/measurements/device/bench-cpu/bench_cpu.json" --benchmark_out_format=json 2>&1 \
         | tee "$root/measurements/device/bench-cpu/bench_cpu.txt" | tail -n 40 || status=1
-      after=$(host_counters)
-      echo "steal during bench_cpu: +$(( ${after%% *} - ${before%% *} )) jiffies over $(( $(date +%s) - t0 )) s on $(nproc) vCPUs" \
-        | tee -a "$root/measurements/device/bench-cpu/machine.txt" | tee -a "$log"
+      host_delta "$before" "$t0" | tee -a "$root/measurements/device/bench-cpu/machine.txt" | tee -a "$log"
       ;;
     kernel-profile)
       # Where the fused expert's fixed ~30 us at one token goes (bench/KERNELS.md): Nsight Compute

@@ -19,7 +19,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <type_traits>
 
 #include "tensor/qtypes/all.h"
 #include "tensor/qtypes/int8_act.h"
@@ -166,12 +165,7 @@ struct KCodes<qtypes::Q6_K> {  // q = (low | top << 4) - 32 in -32..31
     }
 };
 
-// The scales and mins of one block of the eight rows, for every group sharing one (kSubK
-// weights), decoded when a chunk loop enters the block and read by its eight chunks: each FP16
-// super-scale is converted once a block rather than twice a chunk. The products are the traits'
-// sub_scale (super_block.h) in vector form: each operand is exact, so one rounded multiply gives
-// the same float.
-// Bytes 0..15 at offset `off` of each of the eight rows' block, transposed: b[j] lane i = row i's
+// Bytes at..at+15 of each of the eight rows, transposed: b[j] lane i = row i's
 // byte j, as int32. Three rounds of interleaves on the eight 16-byte loads.
 BG_AVX2 inline void bytes_by_row8(const uint8_t* const* rows, int64_t at, __m256i (&b)[16]) {
     __m128i r[kAvx2Rows];
@@ -202,12 +196,13 @@ BG_AVX2 inline void bytes_by_row8(const uint8_t* const* rows, int64_t at, __m256
 }
 
 // The scale and min integers of every group of the eight rows' block, lane i row i: the traits'
-// sub_ints row by row, or, for the 12-byte 6-bit pairs of Q4_K and Q5_K (qtypes::k_scale_min),
-// the same bit operations on all eight rows at once (where this was the bound: a throwaway
-// measurement with the scales made free took a full-width Q4_K expert from 2.25 to 1.65 ms).
+// sub_ints row by row, or, where the traits say kScaleMinK4 (Q4_K, Q5_K: k_scale_min's 12-byte
+// pairs), the same bit operations on all eight rows at once. One thread of the development
+// machine: a full-width Q4_K expert 3.53-3.92 ms row by row, 3.02-3.23 so
+// (measurements/ci-machine/bench-cpu/q4k-scales-ab/).
 template <class T, int kGroups>
 BG_AVX2 inline void sub_ints8(const uint8_t* const* rows, int64_t block, __m256i (&sc)[kGroups], __m256i (&mn)[kGroups]) {
-    if constexpr (std::is_same_v<T, qtypes::Q4_K> || std::is_same_v<T, qtypes::Q5_K>) {
+    if constexpr (requires { T::kScaleMinK4; }) {
         static_assert(kGroups == 8, "eight 6-bit pairs a block");
         // The 16 bytes from the scales' offset stay inside the block (the codes follow them).
         static_assert(T::kOffScales + 16 <= T::kBlockBytes, "a 16-byte load of the scales");
@@ -233,6 +228,11 @@ BG_AVX2 inline void sub_ints8(const uint8_t* const* rows, int64_t block, __m256i
     }
 }
 
+// The scales and mins of one block of the eight rows, for every group sharing one (kSubK
+// weights), decoded when a chunk loop enters the block and read by its eight chunks: each FP16
+// super-scale is converted once a block rather than twice a chunk. The products are the traits'
+// sub_scale (super_block.h) in vector form: each operand is exact, so one rounded multiply gives
+// the same float.
 template <class T>
 struct KBlockScales {
     static constexpr int kGroups = qtypes::SuperBlock<T>::kBlockWeights / T::kSubK;  // 8 or 16

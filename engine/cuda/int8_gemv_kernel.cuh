@@ -42,8 +42,8 @@
 
 namespace bg::cuda::int8mm {
 
-// Tokens of a GEMV pass at most: their activations are held in registers across the loads.
-// More tokens ran at 136 us for eight against the MMA kernel's 42 (H200, full-width MXFP4
+// Tokens of a GEMV pass at most: each lane's partial sums, one a token and matrix, stay in
+// registers. Eight tokens ran at 136 us against the MMA kernel's 42 (H200, full-width MXFP4
 // expert, the first version), so they go to the MMA kernel, and the GEMV is built for one and two
 // tokens alone.
 constexpr int kGemvMaxTok = 2;
@@ -99,7 +99,7 @@ __host__ __device__ constexpr int64_t gemv_smem_bytes(int nkb) {
 template <class T, int NTOK, int MATS>
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvParams p) {
     static_assert(T::kSubK == 16 || T::kSubK == 32, "a scale covers 16 or 32 weights");
-    static_assert(NTOK <= kGemvMaxTok, "activations held across the loads");
+    static_assert(NTOK <= kGemvMaxTok, "one and two tokens alone");
     static_assert(kGemvSpanChunks % chunks_per_block<T>() == 0 && kGemvSpanChunks == 32, "whole blocks, a chunk a lane");
     constexpr int kSpanBlocks = gemv_span_blocks<T>(), kWin = gemv_window<T>();
     extern __shared__ __align__(16) uint8_t smem[];

@@ -21,6 +21,7 @@ struct Q4_K : SuperBlock<Q4_K> {
     static constexpr int kBlockBytes = 144;
     static constexpr int kSubK = 32;       // weights sharing one scale and min
     static constexpr bool kHasMin = true;
+    static constexpr bool kScaleMinK4 = true;  // the scales: k_scale_min's 12-byte pairs (k_scales.h)
     static constexpr int kOffD = 0, kOffDmin = 2, kOffScales = 4, kOffQs = 16;
 
     BG_HD static void sub_ints(const uint8_t* blk, int s16, int* sc, int* mn) {

@@ -22,6 +22,7 @@ struct Q5_K : SuperBlock<Q5_K> {
     static constexpr int kBlockBytes = 176;
     static constexpr int kSubK = 32;
     static constexpr bool kHasMin = true;
+    static constexpr bool kScaleMinK4 = true;  // the scales: k_scale_min's 12-byte pairs (k_scales.h)
     static constexpr int kOffD = 0, kOffDmin = 2, kOffScales = 4, kOffQh = 16, kOffQs = 48;
 
     BG_HD static void sub_ints(const uint8_t* blk, int s16, int* sc, int* mn) {
