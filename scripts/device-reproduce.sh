@@ -15,6 +15,7 @@
 #   bench      bench_gpu: kernel micro-benchmarks with same-run probes -> measurements/device/bench/;
 #              all of them ran past 7 minutes on the H200 (2026-12-01, cut short), so pick with
 #              BG_BENCH_FILTER: 'D2D|ExpertFused|ExpertMxfp4' (experts), 'D2D|Dense' (dense weights)
+#              and give it arguments with BG_BENCH_ARGS (e.g. '--sm-limit 24': every benchmark on 24 SMs)
 #   cpu-kernels  the CPU integer kernels' tests (test_int8_matmul, test_kquants) on the GPU machine's host -> measurements/device/cpu-kernels/
 #   cpu-bench  bench_cpu: the CPU expert kernels (portable, AVX2 and AVX-512 row kernels, M = 1, 4, 16) against
 #              the host-memory read probe of the same run -> measurements/device/bench-cpu/
@@ -46,9 +47,9 @@
 #   slice-ablation  harness: scenarios/slice/ablation (nine configurations, one repetition)
 #   slice-warm      engine: seed-500-optimized's configuration alone, cold then warm pass -> measurements/slice/warm-pass/
 #   slice-kernels   Nsight Systems per-kernel GPU time of the slice-warm run -> measurements/slice/kernel-summary/
-#   slice-timeline  Nsight Systems GPU trace of the 64-token cold+warm run: gaps, launches, streams -> measurements/slice/timeline/
+#   slice-timeline  Nsight Systems GPU trace of the 64-token cold+warm run: gaps, launches, streams -> measurements/slice/timeline/ (BG_TIMELINE_UBATCH: units other than 16)
 #   slice-decode-timeline  CUPTI trace of 32 decode tokens (all resident experts in VRAM; --decode-experts gpu) -> measurements/slice/decode-timeline/
-#   slice-ubatch    engine: the warm pass with 16-, 32- and 64-token units (dense weights read once a unit) -> measurements/slice/ubatch/
+#   slice-ubatch    engine: the warm pass with 16-, 32- and 64-token units (dense weights read once a unit) -> measurements/slice/ubatch/, on all SMs and on 28 (--sm-limit)
 #   slice-fidelity  engine: resident-only and pinned-top1 against exact, 64 and 500 tokens -> measurements/slice/
 # The slice as llama-quantize's Q2_K preset makes it (scenarios/models/slice-q2_k.json, about 26 GB;
 # drop-models first where the MXFP4 slice is there: both do not fit the 64 GiB disk with room):
@@ -268,7 +269,7 @@ for part in "$@"; do
       nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$dir/machine.txt"
       nsys_bin=$(cuda_tool nsys)
       run_args=(run --backend cuda --model models/slice.gguf --file scenarios/prompts/64-tokens.txt --passes 2 --gen 0
-        --routing resident-only --prefill layer-major --ubatch 16 --promote --slots 20 --hot 5 --transient-slots 12
+        --routing resident-only --prefill layer-major --ubatch ${BG_TIMELINE_UBATCH:-16} --promote --slots 20 --hot 5 --transient-slots 12
         --host-budget 2875 --vram-budget 3068 --threads 0 ${BG_TIMELINE_ARGS:-})
       if [ -n "$nsys_bin" ]; then
         note "nsys timeline: slice, 64 tokens, cold + warm pass"
@@ -334,13 +335,18 @@ for part in "$@"; do
       slice_model
       dir="$root/measurements/slice/ubatch"; mkdir -p "$dir"
       nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$dir/machine.txt"
-      for ub in 16 32 64; do
-        note "slice warm pass, ubatch $ub"
-        "$bin" run --backend cuda --model models/slice.gguf --file scenarios/prompts/64-tokens.txt --passes 3 --gen 0 \
-          --routing resident-only --prefill layer-major --ubatch $ub --promote --slots 20 --hot 5 --transient-slots 12 \
-          --host-budget 2875 --vram-budget 3068 --threads 0 --metrics-json "$dir/ubatch-$ub.json" > "$dir/ubatch-$ub.log" 2>&1 || status=1
-        grep -E "^pass" "$dir/ubatch-$ub.log" | tee -a "$log"
-        python3 -c "import json,sys; m=json.load(open(sys.argv[1])); p=m['passes'][-1]; print('ubatch', sys.argv[2], 'last pass:', {k: round(v, 2) for k, v in p.items() if isinstance(v, (int, float)) and k.endswith('_ms')})" "$dir/ubatch-$ub.json" $ub 2>&1 | tee -a "$log"
+      # On all SMs and on the RTX 3060's 28 (--sm-limit: 24 on an H200), where re-read weights
+      # cost the most.
+      for sm in 0 28; do
+        for ub in 16 32 64; do
+          tag=ubatch-$ub; [ $sm = 0 ] || tag=$tag-sm$sm
+          note "slice warm pass, ubatch $ub, --sm-limit $sm"
+          "$bin" run --backend cuda --model models/slice.gguf --file scenarios/prompts/64-tokens.txt --passes 3 --gen 0 \
+            --routing resident-only --prefill layer-major --ubatch $ub --promote --slots 20 --hot 5 --transient-slots 12 \
+            --host-budget 2875 --vram-budget 3068 --threads 0 --sm-limit $sm --metrics-json "$dir/$tag.json" > "$dir/$tag.log" 2>&1 || status=1
+          grep -E "^pass" "$dir/$tag.log" | tee -a "$log"
+          python3 -c "import json,sys; m=json.load(open(sys.argv[1])); p=m['passes'][-1]; print(sys.argv[2], 'last pass:', {k: round(v, 2) for k, v in p.items() if isinstance(v, (int, float)) and k.endswith('_ms')})" "$dir/$tag.json" $tag 2>&1 | tee -a "$log"
+        done
       done
       ;;
     slice-decode-threads)
@@ -399,7 +405,7 @@ for part in "$@"; do
       mkdir -p "$root/measurements/device/bench"
       nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$root/measurements/device/bench/machine.txt"
       note "bench_gpu"
-      "$stage/bench_gpu" --benchmark_filter="${BG_BENCH_FILTER:-.}" --benchmark_min_time=0.2 --benchmark_out="$root/measurements/device/bench/bench_gpu.json" --benchmark_out_format=json 2>&1 \
+      "$stage/bench_gpu" ${BG_BENCH_ARGS:-} --benchmark_filter="${BG_BENCH_FILTER:-.}" --benchmark_min_time=0.2 --benchmark_out="$root/measurements/device/bench/bench_gpu.json" --benchmark_out_format=json 2>&1 \
         | tee "$root/measurements/device/bench/bench_gpu.txt" | tail -n 60 || status=1
       ;;
     cpu-kernels)
