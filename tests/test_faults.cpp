@@ -296,7 +296,7 @@ int64_t suggested_slots(bg::RunConfig c, std::string* msg) {
 TEST(Faults, HostBudgetTooSmallSaysWhatWouldFit) {
     bg::RunConfig c = base_cfg(bgtest::tiny_model());
     c.hot = 2;
-    c.host_budget_mib = 4;  // above the ~3.1 MiB of dense weights, caches and buffers, below all 64 slots
+    c.host_budget_mib = 5;  // above the ~4.1 MiB of dense weights, caches and buffers (64-token launches), below all 64 slots
     std::string msg;
     const int64_t fit = suggested_slots(c, &msg);
     EXPECT_NE(msg.find("host budget"), std::string::npos) << msg;
@@ -311,7 +311,7 @@ TEST(Faults, HostBudgetTooSmallSaysWhatWouldFit) {
 TEST(Faults, HostBudgetSuggestionReallyFits) {
     bg::RunConfig c = base_cfg(bgtest::tiny_model());
     c.hot = 2;
-    c.host_budget_mib = 4;  // above the ~3.1 MiB of dense weights, caches and buffers, below all 64 slots
+    c.host_budget_mib = 5;  // above the ~4.1 MiB of dense weights, caches and buffers (64-token launches), below all 64 slots
     std::string msg;
     c.slots = suggested_slots(c, &msg);
     ASSERT_GT(c.slots, c.hot) << msg;

@@ -44,6 +44,7 @@ void profile(RunConfig cfg, const std::string& out) {
     dsv41::ForwardConfig fc;
     fc.n_ctx = static_cast<int64_t>(prompt.size());
     fc.max_ubatch = cfg.ubatch;
+    fc.max_launch = cfg.launch_tokens;  // layer-major below
     fc.matmul = cfg.matmul;
     dsv41::Forward fwd(*model, cpu::make_cpu_ops(pool), experts, engram, fc);
     RouteCounter counter(hp);

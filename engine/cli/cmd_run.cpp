@@ -86,7 +86,13 @@ void add_model_prompt_flags(CLI::App* cmd, RunConfig& cfg, bool model_required) 
     cmd->add_flag("--chat", cfg.chat, "Wrap the text prompt in the model's chat format (tokenizer.chat_template)");
     cmd->add_option("--system", cfg.system, "System message of the chat (with --chat)");
     cmd->add_option("--threads", cfg.threads, "CPU threads (0: all cores)")->capture_default_str();
-    cmd->add_option("--ubatch", cfg.ubatch, "Tokens per unit of work")->capture_default_str();
+    cmd->add_option("--ubatch", cfg.ubatch, "Tokens per unit of work")->capture_default_str()->check(CLI::PositiveNumber);
+    cmd->add_option("--launch-tokens", cfg.launch_tokens,
+                    "Layer-major prefill: consecutive units go through a layer's dense work together, up to this "
+                    "many tokens per launch (whole units; --ubatch or less: one unit a launch). The same tokens; each "
+                    "dense matrix is read once per launch instead of once per unit")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
     // "max": the most the budgets hold (RunConfig::kMostThatFit), for machines with memory to spare.
     const CLI::Transformer most_that_fit(std::map<std::string, std::string>{{"max", std::to_string(RunConfig::kMostThatFit)}});
     cmd->add_option("--slots", cfg.slots,

@@ -112,6 +112,7 @@ Forward::Forward(const Model& m, std::unique_ptr<Ops> ops, ExpertProvider& exper
       })) {
     BG_CHECK(hp_.hc_count == kHc);
     if (cfg_.n_ctx < 1 || cfg_.max_ubatch < 1 || cfg_.moe_chunk < 1) fail("forward: n_ctx, max_ubatch and moe_chunk must be >= 1");
+    if (cfg_.max_launch < 0) fail("forward: max_launch must be >= 0");
     if (cfg_.routing != RoutingPolicy::kExact && (!cfg_.resident || static_cast<int64_t>(cfg_.resident->size()) != hp_.n_layer))
         fail("forward: routing '%s' needs a residency plan for all %lld layers", enum_name(cfg_.routing),
              (long long)hp_.n_layer);
@@ -368,16 +369,16 @@ void Forward::mix(const MatView& fn, const float* base, const float* scale, cons
     ops_->hc_mix(mixm_, base, scale, n, static_cast<int>(hp_.hc_sinkhorn_iters), hp_.hc_eps, out_mix);
 }
 
-void Forward::engram(int64_t l, const Ubatch& u) {
+void Forward::engram(int64_t l, int64_t p0, int64_t n) {
     const LayerWeights& w = layers_[l];
-    const int64_t nb = hp_.engram_buckets(), dim = hp_.engram_dim, n = u.n;
-    for (int64_t i = 0; i < n; ++i) engram_rows(l, u.pos0 + i, &erows_[i * nb]);
+    const int64_t nb = hp_.engram_buckets(), dim = hp_.engram_dim;
+    for (int64_t i = 0; i < n; ++i) engram_rows(l, p0 + i, &erows_[i * nb]);
     engram_.fetch_rows(l, erows_, n * nb, erow_, *ops_);
     // The fetch read what the ring did not hold: the offers go on after its rows.
     const std::vector<int64_t>& layers = m_.moe_shape().engram_layers;
     const size_t li = static_cast<size_t>(std::find(layers.begin(), layers.end(), l) - layers.begin());
-    const int64_t end = u.pos0 + n;
-    if (plan_layer_ != SIZE_MAX && u.pos0 >= plan_pos0_ && end <= plan_end_ &&
+    const int64_t end = p0 + n;
+    if (plan_layer_ != SIZE_MAX && p0 >= plan_pos0_ && end <= plan_end_ &&
         (plan_layer_ < li || (plan_layer_ == li && plan_pos_ < end))) {
         plan_layer_ = end == plan_end_ ? li + 1 : li;
         plan_pos_ = end == plan_end_ ? plan_pos0_ : end;
@@ -386,21 +387,21 @@ void Forward::engram(int64_t l, const Ubatch& u) {
     offer_engram_rows();  // into the room this fetch made
     // [n][buckets*dim] -> [n][4 keys + 1 value][n_embd]
     ops_->matmul(w.engram_wkv, erow_, nb * dim, n, ekv_, (kHc + 1) * E_);
-    ops_->engram_gate_add(ekv_, w.engram_k, w.engram_q, n, E_, hp_.rms_eps, H(u.pos0));
+    ops_->engram_gate_add(ekv_, w.engram_k, w.engram_q, n, E_, hp_.rms_eps, H(p0));
 }
 
-// Compressed rows and index keys of the blocks that complete inside this unit.
-void Forward::blocks(int64_t l, const Ubatch& u) {
+// Compressed rows and index keys of the blocks that complete among positions p0..p0+n-1.
+void Forward::blocks(int64_t l, int64_t p0, int64_t n) {
     const auto& ro = m_.roles()[l];
     const LayerWeights& w = layers_[l];
     const int64_t hd = hp_.head_dim, id = hp_.idx_head_dim;
     const RopeParams rp = rope_compressed(hp_);
     if (ro.kv_source) {
         const int64_t r = hp_.compress_ratios[l];
-        ops_->matmul(w.comp_kv, x_, E_, u.n, comp_in_[l] + u.pos0 * hd, hd);
-        if (ro.gated) ops_->matmul(w.comp_gate, x_, E_, u.n, comp_score_[l] + u.pos0 * hd, hd);
+        ops_->matmul(w.comp_kv, x_, E_, n, comp_in_[l] + p0 * hd, hd);
+        if (ro.gated) ops_->matmul(w.comp_gate, x_, E_, n, comp_score_[l] + p0 * hd, hd);
         // Block b = p / r completes at its last token: blocks [b0, b1) complete here.
-        const int64_t b0 = (u.pos0 + r) / r - 1, b1 = (u.pos0 + u.n) / r;
+        const int64_t b0 = (p0 + r) / r - 1, b1 = (p0 + n) / r;
         if (b1 > b0) {
             const int64_t nblk = b1 - b0;
             ops_->compress_pool(comp_in_[l], ro.gated ? comp_score_[l] : nullptr, hd, r, b0, nblk, pooled_);
@@ -412,7 +413,7 @@ void Forward::blocks(int64_t l, const Ubatch& u) {
     }
     if (ro.key_owner) {
         const int64_t src = kv_src_of_[l], r = hp_.compress_ratios[src];
-        const int64_t b0 = (u.pos0 + r) / r - 1, b1 = (u.pos0 + u.n) / r;
+        const int64_t b0 = (p0 + r) / r - 1, b1 = (p0 + n) / r;
         if (b1 > b0) {
             const int64_t nblk = b1 - b0;
             float* keys = idx_keys_[l] + b0 * id;
@@ -424,11 +425,11 @@ void Forward::blocks(int64_t l, const Ubatch& u) {
     }
 }
 
-void Forward::attention(int64_t l, const Ubatch& u) {
+void Forward::attention(int64_t l, int64_t p0, int64_t n) {
     const LayerWeights& w = layers_[l];
     const auto& ro = m_.roles()[l];
-    const int64_t hd = hp_.head_dim, nh = hp_.n_head, qd = hp_.q_dim(), ql = hp_.q_lora_rank, n = u.n;
-    const int32_t* pos = iota_ + u.pos0;
+    const int64_t hd = hp_.head_dim, nh = hp_.n_head, qd = hp_.q_dim(), ql = hp_.q_lora_rank;
+    const int32_t* pos = iota_ + p0;
     const RopeParams rp = rope_for_layer(hp_, l);
 
     ops_->matmul(w.q_a, x_, E_, n, qa_, ql);
@@ -436,10 +437,10 @@ void Forward::attention(int64_t l, const Ubatch& u) {
     ops_->matmul(w.q_b, qa_, ql, n, q_, qd);
     ops_->rope(q_, qd, n, pos, nh, hd, rp, false);
     ops_->matmul(w.kv, x_, E_, n, kvb_, hd);
-    float* kv_rows = kv_cache_[l] + u.pos0 * hd;
+    float* kv_rows = kv_cache_[l] + p0 * hd;
     ops_->rmsnorm(kvb_, w.kv_a_norm, hd, n, hp_.rms_eps, kv_rows);
     ops_->rope(kv_rows, hd, n, pos, 1, hd, rp, false);
-    blocks(l, u);
+    blocks(l, p0, n);
     if (ro.index_source) {
         const int64_t ih = hp_.idx_n_head, id = hp_.idx_head_dim;
         ops_->matmul(w.idx_q_b, qa_, ql, n, iq_, ih * id);
@@ -491,13 +492,24 @@ void Forward::attention(int64_t l, const Ubatch& u) {
     ops_->matmul(w.o_b, oa_, groups * orank, n, y_, E_);
 }
 
-void Forward::attention_half(int64_t l, Ubatch& u) {
-    BG_CHECK(l >= 0 && l < hp_.n_layer && u.n >= 1 && u.n <= cfg_.max_ubatch);
+Forward::Launch Forward::launch_of(Ubatch* const* units, int64_t n_units) const {
+    BG_CHECK(n_units >= 1);
+    Launch g{units[0]->pos0, 0};
+    for (int64_t ui = 0; ui < n_units; ++ui) {
+        BG_CHECK_MSG(units[ui]->pos0 == g.pos0 + g.n && units[ui]->n >= 1, "forward: a launch's units hold consecutive positions");
+        g.n += units[ui]->n;
+    }
+    return g;
+}
+
+void Forward::attention_half(int64_t l, Ubatch* const* units, int64_t n_units) {
+    const Launch g = launch_of(units, n_units);
+    BG_CHECK(l >= 0 && l < hp_.n_layer && g.n <= cfg_.launch_tokens());
     const LayerWeights& w = layers_[l];
-    const int64_t p0 = u.pos0, n = u.n, k = hp_.n_expert_used, ne = hp_.n_expert;
+    const int64_t p0 = g.pos0, n = g.n, k = hp_.n_expert_used, ne = hp_.n_expert;
     float* h = H(p0);
     if (m_.roles()[l].engram)
-        engram(l, u);
+        engram(l, p0, n);
     else
         offer_engram_rows();  // read-ahead reads move on only while someone polls them
     ops_->busy_begin();
@@ -505,7 +517,7 @@ void Forward::attention_half(int64_t l, Ubatch& u) {
     mix(w.hc_attn_fn, w.hc_attn_base, w.hc_attn_scale, h, n, mixa_);
     ops_->hc_collapse(h, pre_ + p0 * kHc, kHc, n, E_, x_);
     ops_->rmsnorm(x_, w.attn_norm, E_, n, hp_.rms_eps, x_);
-    attention(l, u);
+    attention(l, p0, n);
     ops_->hc_expand(mixa_, y_, h, n, E_, h);
 
     // MoE input: collapse with the attention mix's pre (one sub-layer of lag); H now holds the
@@ -529,27 +541,31 @@ void Forward::attention_half(int64_t l, Ubatch& u) {
     // The routing stays on the device: moe_half groups it there and the host learns the layer's
     // experts from one copy of the counts. Only an observer (fidelity) sees each unit's choices.
     if (!observer_) return;
-    u.ids.resize(static_cast<size_t>(n * k));  // a unit's size at most: no allocation after the first
-    u.wts.resize(static_cast<size_t>(n * k));
-    ops_->download(u.ids.data(), ids, n * k * sizeof(int32_t));
-    ops_->download(u.wts.data(), wts, n * k * sizeof(float));
+    for (int64_t ui = 0; ui < n_units; ++ui) {
+        Ubatch& u = *units[ui];
+        u.ids.resize(static_cast<size_t>(u.n * k));  // a unit's size at most: no allocation after the first
+        u.wts.resize(static_cast<size_t>(u.n * k));
+        ops_->download(u.ids.data(), ids_ + u.pos0 * k, u.n * k * sizeof(int32_t));
+        ops_->download(u.wts.data(), wts_ + u.pos0 * k, u.n * k * sizeof(float));
+    }
     ops_->sync();
-    for (int64_t i = 0; i < n * k; ++i)
-        if (u.ids[i] < 0 || u.ids[i] >= ne)
-            fail("forward: layer %lld routed token %lld to expert %d", (long long)l, (long long)(p0 + i / k), u.ids[i]);
-    for (int64_t i = 0; i < n; ++i) observer_->on_route(l, p0 + i, &u.ids[i * k], &u.wts[i * k], static_cast<int>(k));
+    for (int64_t ui = 0; ui < n_units; ++ui) {
+        const Ubatch& u = *units[ui];
+        for (int64_t i = 0; i < u.n * k; ++i)
+            if (u.ids[i] < 0 || u.ids[i] >= ne)
+                fail("forward: layer %lld routed token %lld to expert %d", (long long)l, (long long)(u.pos0 + i / k),
+                     u.ids[i]);
+        for (int64_t i = 0; i < u.n; ++i)
+            observer_->on_route(l, u.pos0 + i, &u.ids[i * k], &u.wts[i * k], static_cast<int>(k));
+    }
 }
 
 void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
     const LayerWeights& w = layers_[l];
     const int64_t k = hp_.n_expert_used, ne = hp_.n_expert, nff = hp_.n_ff_exp, chunk = cfg_.moe_chunk;
     // The units hold consecutive positions: their routing slots are one run of ids_.
-    const int64_t pos0 = units[0]->pos0;
-    int64_t n_pos = 0;
-    for (int64_t ui = 0; ui < n_units; ++ui) {
-        BG_CHECK(units[ui]->pos0 == pos0 + n_pos);
-        n_pos += units[ui]->n;
-    }
+    const Launch all = launch_of(units, n_units);
+    const int64_t pos0 = all.pos0, n_pos = all.n;
     const int64_t n_slots = n_pos * k;
     BG_CHECK(n_slots <= lay_.gather_rows);
     // Group every (token, rank) slot by expert on the device, experts in ascending id order
@@ -598,10 +614,13 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
             ops_->zero(y_, n * E_ * sizeof(float));
         }
     };
-    const bool shared_first = n_units == 1;
+    // The dense work of the units after the routed experts goes in launches of whole units, as
+    // the attention halves did (the runner's grouping).
+    const int64_t launch = cfg_.launch_tokens();
+    const bool shared_first = units_in_launch(units, n_units, launch) == n_units;
     if (shared_first) {
         ops_->busy_begin();
-        shared_expert(units[0]->pos0, units[0]->n);
+        shared_expert(pos0, n_pos);
         ops_->busy_end();
     }
 
@@ -654,10 +673,12 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
         ops_->moe_scatter(eo_up_, up_rows_, n_packed, E_, eo_);
     }
 
-    // Per unit: y = shared expert + sum over ranks of weight * expert output, then expand.
-    for (int64_t ui = 0; ui < n_units; ++ui) {
-        const Ubatch& u = *units[ui];
-        const int64_t p0 = u.pos0, n = u.n;
+    // Per launch: y = shared expert + sum over ranks of weight * expert output, then expand.
+    for (int64_t ui = 0; ui < n_units;) {
+        const int64_t nu = units_in_launch(units + ui, n_units - ui, launch);
+        const Launch g = launch_of(units + ui, nu);
+        ui += nu;
+        const int64_t p0 = g.pos0, n = g.n;
         ops_->busy_begin();
         if (!shared_first) shared_expert(p0, n);
         ops_->moe_weighted_sum(eo_ + p0 * k * E_, wts_ + p0 * k, n, k, E_, y_);

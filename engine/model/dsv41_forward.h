@@ -1,8 +1,9 @@
 // The dsv41 forward pass, written once against the backend ops (engine/backend/ops.h): the CPU
-// and the CUDA backend run this same sequence of ops. One layer of one unit of work (ubatch) at
-// a time, so the caller chooses the order: token-major (each ubatch walks all layers) or
-// layer-major (every ubatch of the prompt goes through layer l before layer l+1). Both give the
-// same numbers: each token's arithmetic does not depend on which other tokens share its ubatch.
+// and the CUDA backend run this same sequence of ops. One layer of one unit of work (ubatch), or
+// of several consecutive units launched together, at a time, so the caller chooses the order:
+// token-major (each ubatch walks all layers) or layer-major (every ubatch of the prompt goes
+// through layer l before layer l+1). Both give the same numbers up to the order of float sums
+// inside a kernel: each token's arithmetic does not depend on which other tokens share its call.
 //
 // Activations between layers live in backend memory indexed by position ([n_ctx] rows), so a
 // unit is just its positions; the host holds only what it acts on: the tokens (Engram hashing)
@@ -62,6 +63,7 @@ public:
     void begin_timeline() { ops_->begin_timeline(); }
     const Timeline* device_timeline() const { return ops_->timeline(); }
     int64_t max_ubatch() const override { return cfg_.max_ubatch; }
+    int64_t max_launch() const override { return cfg_.launch_tokens(); }
     int64_t n_ctx() const override { return cfg_.n_ctx; }
     void reset() override;
 
@@ -69,9 +71,10 @@ public:
     // Offers the Engram rows of the positions, Engram layer by layer, to the provider's
     // read-ahead, as much as it takes now; the rest is offered after each Engram fetch.
     void plan_reads(int64_t pos0, int64_t n) override;
-    // Engram, the attention sub-layer, the MoE mix and routing. The routing stays on the device
-    // for moe_half; with an observer attached it is also copied into u.ids / u.wts.
-    void attention_half(int64_t l, Ubatch& u) override;
+    // Engram, the attention sub-layer, the MoE mix and routing of consecutive units as one
+    // launch. The routing stays on the device for moe_half; with an observer attached it is also
+    // copied into each unit's ids / wts.
+    void attention_half(int64_t l, Ubatch* const* units, int64_t n_units) override;
     // The MoE sub-layer of several units at once: every expert any of them routed to is
     // brought in once and applied to all of their tokens (layer-major prefill passes every
     // unit of the prompt). Per token the outputs are summed in rank order, so the result does
@@ -112,10 +115,15 @@ private:
     void load_dense_image();
     float* H(int64_t pos) const { return H_ + pos * 4 * E_; }
     void mix(const MatView& fn, const float* base, const float* scale, const float* h, int64_t n, float* out_mix);
-    void engram(int64_t l, const Ubatch& u);
+    // Positions pos0..pos0+n-1: one launch of one or more consecutive units.
+    struct Launch {
+        int64_t pos0 = 0, n = 0;
+    };
+    Launch launch_of(Ubatch* const* units, int64_t n_units) const;
+    void engram(int64_t l, int64_t p0, int64_t n);
     void offer_engram_rows();  // the plan_reads rows not yet taken, while the provider takes them
-    void attention(int64_t l, const Ubatch& u);
-    void blocks(int64_t l, const Ubatch& u);
+    void attention(int64_t l, int64_t p0, int64_t n);
+    void blocks(int64_t l, int64_t p0, int64_t n);
     void collapse_final(const Ubatch& u, int64_t i);
     void release_finished(int64_t keep);  // releases experts whose fences passed; waits while more than keep
 

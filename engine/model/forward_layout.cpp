@@ -17,7 +17,9 @@ uint64_t sized(int64_t count, uint64_t size) { return std::max<uint64_t>(1, stat
 
 ForwardLayout ForwardLayout::of(const HParams& hp, const std::vector<LayerRoles>& roles, const ForwardConfig& cfg,
                                 const std::function<GgmlType(const std::string&)>& type_of) {
-    const int64_t L = hp.n_layer, E = hp.n_embd, hd = hp.head_dim, mu = cfg.max_ubatch, ctx = cfg.n_ctx;
+    // Work buffers hold one launch (mu tokens: one or more units); the embedding's, one unit (ub).
+    const int64_t L = hp.n_layer, E = hp.n_embd, hd = hp.head_dim, mu = cfg.launch_tokens(), ub = cfg.max_ubatch,
+                  ctx = cfg.n_ctx;
     const int64_t k = hp.n_expert_used, ne = hp.n_expert, nff = hp.n_ff_exp, chunk = cfg.moe_chunk;
     const int64_t nsh = std::max<int64_t>(1, hp.n_ff_exp * hp.n_expert_shared);
     ForwardLayout f;
@@ -66,8 +68,8 @@ ForwardLayout ForwardLayout::of(const HParams& hp, const std::vector<LayerRoles>
     f.iw = mu * hp.idx_n_head;
     f.iscore = mu * ctx;
     f.rlogits = mu * ne;
-    f.pooled = (mu + 1) * hd;  // blocks completing in one unit
-    f.emb = mu * E;
+    f.pooled = (mu + 1) * hd;  // blocks completing in one launch
+    f.emb = ub * E;
     const int64_t nb = hp.engram_layers.empty() ? 0 : hp.engram_buckets();
     f.erow = mu * std::max<int64_t>(1, nb * hp.engram_dim);
     f.ekv = mu * (kHc + 1) * E;
@@ -78,17 +80,17 @@ ForwardLayout ForwardLayout::of(const HParams& hp, const std::vector<LayerRoles>
     f.expert_counts = ne + 1;
     f.tokens = ctx;
     f.out_host = std::max(hp.n_vocab, E);
-    f.emb_host = mu * E;
-    f.onehot = mu * kHc;
+    f.emb_host = ub * E;
+    f.onehot = ub * kHc;
     f.erows = mu * std::max<int64_t>(1, nb);
     f.by_expert_count = ne + 1;
     f.by_expert_start = ne + 1;
     f.used_experts = ne;
     f.used_tokens = ne;
     // Between two syncs (a layer's counts copy and the next): one busy pair per expert, two per
-    // unit (the shared expert, then the next layer's attention), one for a one-unit call's shared
-    // expert (queued before its routed experts), and a few more.
-    f.ops.busy_pairs = ne + 2 * ((ctx + mu - 1) / mu) + 6;
+    // launch (the shared expert, then the next layer's attention; at most one launch per unit),
+    // one for a one-launch call's shared expert (queued before its routed experts), and a few more.
+    f.ops.busy_pairs = ne + 2 * ((ctx + ub - 1) / ub) + 6;
     f.ops.timeline_capacity = timeline_capacity(L, ne);
     f.ops.max_tok = mu;
     f.ops.n_head = hp.n_head;

@@ -17,6 +17,11 @@ namespace bg::dsv41 {
 struct ForwardConfig {
     int64_t n_ctx = 4096;       // longest sequence (prompt + generated tokens)
     int64_t max_ubatch = 16;    // most tokens in one unit of work
+    // Most tokens in one launch of a layer's dense work: layer-major prefill passes consecutive
+    // whole units through a layer's attention half (and the shared expert) together, so each
+    // dense matrix is read once per launch instead of once per unit. Below max_ubatch: one unit.
+    int64_t max_launch = 0;
+    int64_t launch_tokens() const { return max_launch > max_ubatch ? max_launch : max_ubatch; }
     SwigluClamp swiglu_form = SwigluClamp::kDeepSeek;
     RoutingPolicy routing = RoutingPolicy::kExact;
     // [layer][n_expert] 1 where resident: needed by every policy but exact.

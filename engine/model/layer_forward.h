@@ -26,11 +26,22 @@ public:
     virtual void on_route(int64_t layer, int64_t pos, const int32_t* ids, const float* weights, int k) = 0;
 };
 
+// How many of the first n_units units (at least one) go into one launch of at most max_tokens
+// positions: whole units, in order.
+inline int64_t units_in_launch(const Ubatch* const* units, int64_t n_units, int64_t max_tokens) {
+    int64_t nu = 1, tokens = units[0]->n;
+    while (nu < n_units && tokens + units[nu]->n <= max_tokens) tokens += units[nu++]->n;
+    return nu;
+}
+
 class LayerForward {
 public:
     virtual ~LayerForward() = default;
     // The most positions one unit may hold, and the context: positions 0..n_ctx()-1.
     virtual int64_t max_ubatch() const = 0;
+    // The most positions one launch may hold: attention_half takes consecutive units up to this
+    // many positions at once (at least max_ubatch()).
+    virtual int64_t max_launch() const = 0;
     virtual int64_t n_ctx() const = 0;
     // Empties the sequence: the next token is at position 0.
     virtual void reset() = 0;
@@ -43,16 +54,18 @@ public:
     // Before layer l's attention halves for n_pos positions: the expert provider may start
     // moving what routing can pick (nothing, where the routing rule does not know it yet).
     virtual void prepare_moe(int64_t l, int64_t n_pos) = 0;
-    // Everything of layer l up to and including the routing, for one unit.
-    virtual void attention_half(int64_t l, Ubatch& u) = 0;
+    // Everything of layer l up to and including the routing, for consecutive units together (at
+    // most max_launch() positions): one launch of each dense matrix for all of them. Per token
+    // the result does not depend on which units share the call.
+    virtual void attention_half(int64_t l, Ubatch* const* units, int64_t n_units) = 0;
     // The MoE sub-layer of several units at once: every expert any of them routed to is brought
     // in once. Per token the result does not depend on which units share the call.
     virtual void moe_half(int64_t l, Ubatch* const* units, int64_t n_units) = 0;
     // One whole layer of one unit (token-major): prepare_moe, attention_half, moe_half on {u}.
     void layer(int64_t l, Ubatch& u) {
         prepare_moe(l, u.n);
-        attention_half(l, u);
         Ubatch* one = &u;
+        attention_half(l, &one, 1);
         moe_half(l, &one, 1);
     }
     // After the last layer: the logits [n_vocab] of token i of the unit, in host memory.

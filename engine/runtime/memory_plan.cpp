@@ -141,6 +141,7 @@ MemoryPlan plan_memory(const ModelShape& shape, const RunConfig& cfg, bool cuda,
     dsv41::ForwardConfig fc;
     fc.n_ctx = cfg.n_ctx > 0 ? cfg.n_ctx : n_prompt + std::max<int64_t>(cfg.gen, 1);
     fc.max_ubatch = cfg.ubatch;
+    fc.max_launch = cfg.max_launch();
     fc.matmul = cfg.matmul;
     fc.host_expert_positions = host_expert_positions(resolve_decode_experts(cfg.decode_experts, cuda));
     // A run always builds a residency plan (the default from router bias): a resident and a hot

@@ -58,6 +58,7 @@ nlohmann::json RunConfig::to_json() const {
         {"ignore_eos", ignore_eos},
         {"prefill", enum_name(prefill)},
         {"ubatch", ubatch},
+        {"launch_tokens", launch_tokens},
         {"passes", passes},
         {"threads", threads},
         {"backend", enum_name(backend)},

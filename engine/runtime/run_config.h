@@ -55,6 +55,10 @@ struct RunConfig {
     bool ignore_eos = false;
     PrefillOrder prefill = PrefillOrder::kLayerMajor;  // layer-major overlaps reads and copies with compute
     int64_t ubatch = 16;
+    // Layer-major prefill: consecutive units share a layer's dense launches up to this many tokens
+    // (whole units), so the dense weights are read once per launch, not once per unit. The
+    // integer kernels take 64 tokens a pass (issue 22's measurement: measurements/slice/ubatch/).
+    int64_t launch_tokens = 64;
     int64_t passes = 1;               // prefill passes over the same prompt: 1 cold, then warm
     int threads = 0;                  // 0: all cores (on a GPU all but one, for the expert store's streamer)
     BackendChoice backend = BackendChoice::kAuto;
@@ -111,6 +115,9 @@ struct RunConfig {
     // and says so in residency_defaults. Values given on the command line are kept.
     void resolve_residency_defaults(int64_t n_expert, int64_t n_expert_used);
 
+    // Most tokens one launch of the forward holds: launch_tokens in layer-major prefill, else one
+    // unit (token-major passes one unit at a time through every layer).
+    int64_t max_launch() const { return prefill == PrefillOrder::kLayerMajor ? launch_tokens : ubatch; }
     nlohmann::json to_json() const;
     std::string describe() const;     // the start-up table (the build's commit first)
 };

@@ -62,7 +62,9 @@ void Runner::prefill(const std::vector<int32_t>& prompt, PrefillOrder order, int
         }
     } else {
         // Every unit passes the attention half of layer l, then one MoE half for all of them:
-        // each routed expert is brought in once per layer per pass.
+        // each routed expert is brought in once per layer per pass. Consecutive units share the
+        // attention half's launches (up to the forward's max_launch() positions), so each dense
+        // matrix is read once per launch rather than once per unit.
         unit_ptrs_.clear();
         for (int64_t ui = 0; ui < n_units; ++ui) {
             embed(ui);
@@ -71,7 +73,11 @@ void Runner::prefill(const std::vector<int32_t>& prompt, PrefillOrder order, int
         fwd_.plan_reads(0, n);
         for (int64_t l = 0; l < L; ++l) {
             fwd_.prepare_moe(l, n);
-            for (int64_t ui = 0; ui < n_units; ++ui) fwd_.attention_half(l, units_[ui]);
+            for (int64_t ui = 0; ui < n_units;) {
+                const int64_t nu = units_in_launch(unit_ptrs_.data() + ui, n_units - ui, fwd_.max_launch());
+                fwd_.attention_half(l, unit_ptrs_.data() + ui, nu);
+                ui += nu;
+            }
             fwd_.moe_half(l, unit_ptrs_.data(), n_units);
         }
         for (int64_t ui = 0; ui < n_units; ++ui) unit_logits(units_[ui]);

@@ -164,6 +164,7 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
     dsv41::ForwardConfig fc;
     fc.n_ctx = cfg.n_ctx > 0 ? cfg.n_ctx : n_prompt + std::max<int64_t>(cfg.gen, 1);
     fc.max_ubatch = cfg.ubatch;
+    fc.max_launch = cfg.max_launch();
     fc.swiglu_form = cfg.swiglu_clamp;
     fc.matmul = cfg.matmul;
     fc.routing = routing_;
