@@ -554,7 +554,11 @@ TEST_F(GpuTest, AttentionMatchesCpu) {
         {128, 3, 32, 400, 90, 40, {0, 3, 31, 32, 77, 200, 399}},     // window + selected compressed rows
         {512, 2, 128, 1500, 700, 512, {127, 128, 1000, 1499}},     // full-scale head, 640 rows
         {64, 1, 9000, 9100, 0, 0, {8999, 9050}},                   // > 48 KiB of shared memory
+        {48, 8, 12, 100, 30, 6, {0, 2, 11, 12, 13, 40, 41, 99}},    // 8 heads (every grouping), d not a multiple of 32
+        {512, 16, 128, 700, 200, 64, {63, 64, 200, 500, 699}},     // full-scale head, 16 heads
     };
+    // Each grouping of heads a block where it divides the heads (0: the launcher's choice).
+    const int groupings[] = {0, 1, 2, 4, 8};
     for (const Case& c : cases) {
         const int64_t n = static_cast<int64_t>(c.pos.size()), d = c.d, nh = c.n_head;
         const int64_t ldq = nh * d + 3, ldo = nh * d + 5;
@@ -613,15 +617,20 @@ TEST_F(GpuTest, AttentionMatchesCpu) {
         a.scale = scale;
         a.out = d_out.get();
         a.ldo = ldo;
-        cuda::attention(a, stream_);
-        sync();
-        const std::vector<float> got = d_out.download();
-        // Rows are uniform in [-1, 1]: 1e-5 of the largest magnitude is 1e-5.
-        for (int64_t t = 0; t < n; ++t) {
-            for (int64_t i = 0; i < nh * d; ++i)
-                ASSERT_NEAR(got[t * ldo + i], want[t * ldo + i], 1e-5f)
-                    << "d " << d << " window " << c.window << " pos " << c.pos[t] << " head " << i / d << " i " << i % d;
-            for (int64_t i = nh * d; i < ldo; ++i) ASSERT_EQ(got[t * ldo + i], sentinel) << "wrote past the heads";
+        for (int g : groupings) {
+            if (g > 0 && nh % g != 0) continue;
+            d_out.upload(std::vector<float>(want.size(), sentinel));
+            cuda::attention(a, stream_, g);
+            sync();
+            const std::vector<float> got = d_out.download();
+            // Rows are uniform in [-1, 1]: 1e-5 of the largest magnitude is 1e-5.
+            for (int64_t t = 0; t < n; ++t) {
+                for (int64_t i = 0; i < nh * d; ++i)
+                    ASSERT_NEAR(got[t * ldo + i], want[t * ldo + i], 1e-5f)
+                        << "d " << d << " window " << c.window << " pos " << c.pos[t] << " head " << i / d << " i "
+                        << i % d << " heads a block " << g;
+                for (int64_t i = nh * d; i < ldo; ++i) ASSERT_EQ(got[t * ldo + i], sentinel) << "wrote past the heads";
+            }
         }
     }
 }

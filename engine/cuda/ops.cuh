@@ -104,8 +104,9 @@ void engram_gate_add(const float* kv, const float* wk, const float* wq, int64_t 
                      int64_t n_embd, float eps, float* H, float* gates, cudaStream_t stream);
 void compress_pool(const float* kv, const float* score, int64_t d, int64_t ratio, int64_t b0,
                    int64_t n_blocks, float* out, cudaStream_t stream);
-// One block per (token, head).
-void attention(const AttentionArgs& a, cudaStream_t stream);
+// heads_per_block: 1, 2, 4 or 8 heads of a token per block (they share their rows); 0 chooses
+// (tests pin each).
+void attention(const AttentionArgs& a, cudaStream_t stream, int heads_per_block = 0);
 // ld_scores too small traps a kernel.
 void indexer(const IndexerArgs& a, cudaStream_t stream);
 // Where fewer than k experts are resident, the missing ranks get id -1 and weight 0 (the host's
