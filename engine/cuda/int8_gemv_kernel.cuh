@@ -18,8 +18,10 @@
 //    bytes, then the scales and half sums), with 16-byte copies;
 //  - each warp streams its row in spans of kGemvSpanChunks chunks (whole blocks) with 16-byte
 //    cp.async copies of the span's bytes, aligned down to 16, kGemvStages spans in flight;
-//  - lane l takes chunk l of a span whole: the traits' load_a for each of the four quad
-//    positions, eight dp4a, and one partial, with no shuffle.
+//  - lane l takes chunk l of a span whole: the traits' load_chunk where a type has one (Q8_0's
+//    34 bytes as nine or ten aligned words and a funnel shift a value word, the scale once; 41567b7
+//    read it as four load_a calls of two unaligned words and the scale each), else load_a for
+//    each of the four quad positions; eight dp4a, and one partial, with no shuffle.
 //
 // Mapping: a CTA of 8 warps; `wpr` warps (1, 2, 4 or 8, chosen by the launcher so the grid fills
 // the GPU) share one row (of each matrix), taking its spans in turn, so a CTA owns 8 / wpr rows.
@@ -33,6 +35,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include <cuda_runtime.h>
 
@@ -95,6 +98,13 @@ template <class T, int NTOK, int MATS>
 __host__ __device__ constexpr int64_t gemv_smem_bytes(int nkb) {
     return gemv_act_bytes<T, NTOK>(nkb) + int64_t{kGemvWarps} * kGemvStages * MATS * gemv_window<T>();
 }
+
+// Whether a type's traits read a lane's whole chunk at once (load_chunk: Q8_0, MXFP4); the
+// others give it as load_a's four quad positions.
+template <class T, class = void>
+struct HasLoadChunk : std::false_type {};
+template <class T>
+struct HasLoadChunk<T, std::void_t<decltype(&T::load_chunk)>> : std::true_type {};
 
 template <class T, int NTOK, int MATS>
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvParams p) {
@@ -162,7 +172,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvParams p) {
 #pragma unroll
         for (int j = 0; j < NTOK; ++j) acc[m][j] = 0.0f;
 
-    const SharedLoader ld;
+    [[maybe_unused]] const SharedLoader ld;
     for (int i = 0; i < mine; ++i) {
         // Keep kGemvStages spans in flight: span i + kGemvStages - 1 goes into the window that
         // span i - 1 left (every lane has finished with it at the __syncwarp below).
@@ -185,9 +195,14 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvParams p) {
             int lo[MATS][4], hi[MATS][4];
             float d[MATS][2], mn[MATS][2];
 #pragma unroll
-            for (int m = 0; m < MATS; ++m)
+            for (int m = 0; m < MATS; ++m) {
+                if constexpr (HasLoadChunk<T>::value) {
+                    T::load_chunk(wrow[m], lane, lo[m], hi[m], d[m], mn[m]);
+                } else {
 #pragma unroll
-                for (int t = 0; t < 4; ++t) T::load_a(wrow[m], lane, t, ld, lo[m][t], hi[m][t], d[m], mn[m]);
+                    for (int t = 0; t < 4; ++t) T::load_a(wrow[m], lane, t, ld, lo[m][t], hi[m][t], d[m], mn[m]);
+                }
+            }
 #pragma unroll
             for (int j = 0; j < NTOK; ++j) {
                 if (j >= p.m) break;
@@ -285,11 +300,19 @@ void launch_gemv_k(const GemvParams& p, cudaStream_t stream) {
     const int rows_per_cta = kGemvWarps / p.wpr;
     const dim3 grid(static_cast<unsigned>((p.rows + rows_per_cta - 1) / rows_per_cta));
     const int64_t smem = gemv_smem_bytes<T, NTOK, MATS>(p.nkb);
-    // Above the 48 KiB a launch gets without asking (activations of 20,480 columns): the
-    // opt-in limit is 99 KiB on sm_86, 227 KiB on sm_90.
-    if (smem > 48 * 1024)
-        BG_CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<T, NTOK, MATS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(smem)));
+    // Above the 48 KiB a launch gets without asking (activations of 20,480 columns) a kernel must
+    // opt in: once per instantiation, to the device's limit less room for the static `red`
+    // (99 KiB on sm_86, 227 KiB on sm_90), rather than on every launch.
+    static const int64_t dynamic_max = [] {
+        int dev = 0, optin = 0;
+        BG_CUDA_CHECK(cudaGetDevice(&dev));
+        BG_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+        const int most = optin - 1024;
+        if (most > 48 * 1024)
+            BG_CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<T, NTOK, MATS>, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
+        return static_cast<int64_t>(most > 48 * 1024 ? most : 48 * 1024);
+    }();
+    BG_CHECK_MSG(smem <= dynamic_max, "int8 GEMV: the activations of this many columns exceed the device's shared memory");
     gemv_kernel<T, NTOK, MATS><<<grid, kGemvWarps * 32, static_cast<size_t>(smem), stream>>>(p);
 }
 template <class T>

@@ -68,6 +68,29 @@ struct Mxfp4 {
         d[0] = d[1] = scale_of(ld.u8(b));
         m[0] = m[1] = 0.0f;
     }
+    // The whole of chunk c for one lane (the GEMV), from shared memory at any byte address: what
+    // load_a gives for t = 0..3 and the scale once. Its 17 bytes lie in five aligned words (the
+    // last code byte is always in the fifth); each code word is one funnel shift of two of them.
+    __device__ __forceinline__ static void load_chunk(const uint8_t* row, int c, int (&lo)[4], int (&hi)[4],
+                                                      float (&d)[2], float (&m)[2]) {
+        const uintptr_t b = reinterpret_cast<uintptr_t>(row) + static_cast<uintptr_t>(c) * kBlockBytes;
+        const uint32_t o = static_cast<uint32_t>(b & 3);
+        const uint32_t* w = reinterpret_cast<const uint32_t*>(b - o);
+        uint32_t x[5];
+#pragma unroll
+        for (int k = 0; k < 5; ++k) x[k] = w[k];
+        d[0] = d[1] = scale_of(static_cast<uint8_t>(x[0] >> (o * 8)));
+        m[0] = m[1] = 0.0f;
+        // The codes start at byte o + 1: word-aligned (word 1) when o is 3.
+        const bool aligned = o == 3;
+        const uint32_t sh = ((o + 1) & 3) * 8;
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+            const uint32_t cw = aligned ? x[t + 1] : __funnelshift_r(x[t], x[t + 1], sh);
+            lo[t] = decode4(cw & 0x0F0F0F0Fu);
+            hi[t] = decode4((cw >> 4) & 0x0F0F0F0Fu);
+        }
+    }
 #endif
 };
 
