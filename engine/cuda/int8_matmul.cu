@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <type_traits>
 #include <vector>
 
 #include "cuda/check.cuh"
@@ -23,29 +24,29 @@ using int8mm::kTileTok;
 using int8mm::quantize_lane;
 
 constexpr int kQuantWarps = 8;
-// K blocks a warp quantises: their loads go out together. One a warp (the first version) spent
-// 8.9 us a call on 24 SMs in the slice's warm pass, 199 calls of it (a warp per 128 bytes).
-constexpr int kQuantBlocks = 4;
 
-// x rows (rows[j] or j for j < m) of cols values -> int8 fragments for n_tiles tiles; a warp takes
-// K blocks kg*kQuantBlocks.. of one token (tokens fastest across warps).
+// x rows (rows[j] or j for j < m) of cols values -> int8 fragments for n_tiles tiles, token
+// columns 0..cols_tok-1 (the pass's padded tokens for the MMA kernel, which reads whole n-tiles;
+// only the m real ones for the GEMV). A warp takes KB K blocks of one token (tokens fastest across
+// warps), their loads issued together: one a warp spent 8.9 us a call on 24 SMs in the slice's
+// 64-token launches; four a warp, 2.6 us instead of 1.5 at decode's one token (too few warps).
+template <int KB>
 __global__ void quantize_x_kernel(const float* x, int64_t ldx, const int32_t* rows, int m, int nkb, int n_tiles,
-                                  int8_t* q, float* d, float2* s) {
+                                  int cols_tok, int8_t* q, float* d, float2* s) {
     const int w = blockIdx.x * kQuantWarps + (threadIdx.x >> 5);
-    const int tok_pass = n_tiles * kTileTok;
-    const int groups = (nkb + kQuantBlocks - 1) / kQuantBlocks;
-    if (w >= groups * tok_pass) return;
-    const int kg = w / tok_pass, tok = w % tok_pass, lane = threadIdx.x & 31;
+    const int groups = (nkb + KB - 1) / KB;
+    if (w >= groups * cols_tok) return;
+    const int kg = w / cols_tok, tok = w % cols_tok, lane = threadIdx.x & 31;
     const float* xr = tok < m ? x + (rows ? rows[tok] : tok) * ldx : nullptr;
-    float v[kQuantBlocks];
+    float v[KB];
 #pragma unroll
-    for (int i = 0; i < kQuantBlocks; ++i) {
-        const int kb = kg * kQuantBlocks + i;
+    for (int i = 0; i < KB; ++i) {
+        const int kb = kg * KB + i;
         v[i] = xr && kb < nkb ? xr[static_cast<int64_t>(kb) * 32 + lane] : 0.0f;
     }
 #pragma unroll
-    for (int i = 0; i < kQuantBlocks; ++i) {
-        const int kb = kg * kQuantBlocks + i;
+    for (int i = 0; i < KB; ++i) {
+        const int kb = kg * KB + i;
         if (kb < nkb) quantize_lane(v[i], kb, tok, n_tiles, q, d, s);  // uniform over the warp
     }
 }
@@ -69,12 +70,20 @@ int pass_tokens(GgmlType t, int mats) {
     });
 }
 
+// padded: every token column of the pass's n-tiles (the MMA kernel's), else the m real ones
+// (the GEMV reads no others).
 void quantize_x(Int8Workspace& ws, const float* x, int64_t ldx, const int32_t* rows, int m, int64_t cols,
-                cudaStream_t stream) {
+                cudaStream_t stream, bool padded = true) {
     const int n_tiles = tiles_for(m), nkb = static_cast<int>(cols / 32);
-    const int warps = (nkb + kQuantBlocks - 1) / kQuantBlocks * n_tiles * kTileTok;
-    quantize_x_kernel<<<(warps + kQuantWarps - 1) / kQuantWarps, kQuantWarps * 32, 0, stream>>>(
-        x, ldx, rows, m, nkb, n_tiles, ws.xq(), ws.xd(), ws.xs());
+    const int cols_tok = padded ? n_tiles * kTileTok : m;
+    auto launch = [&](auto kb) {
+        constexpr int KB = decltype(kb)::value;
+        const int warps = (nkb + KB - 1) / KB * cols_tok;
+        quantize_x_kernel<KB><<<(warps + kQuantWarps - 1) / kQuantWarps, kQuantWarps * 32, 0, stream>>>(
+            x, ldx, rows, m, nkb, n_tiles, cols_tok, ws.xq(), ws.xd(), ws.xs());
+    };
+    if (cols_tok > kTileTok) launch(std::integral_constant<int, 4>{});
+    else launch(std::integral_constant<int, 1>{});
     BG_CUDA_CHECK_LAUNCH();
 }
 
@@ -228,7 +237,7 @@ void int8_matmul(Int8Workspace& ws, const DeviceMat& W, const float* x, int64_t 
     ldy = std::max<int64_t>(ldy, W.rows);
     if (gemv_pass(ws, n_tok)) {
         const int m = static_cast<int>(n_tok);
-        quantize_x(ws, x, ldx, nullptr, m, W.cols, stream);
+        quantize_x(ws, x, ldx, nullptr, m, W.cols, stream, false);
         int8mm::GemvParams p =
             gemv_params(ws, W.data, W.row_stride, nullptr, static_cast<int>(W.rows), W.cols, m, ws.xq(), ws.xd(), ws.xs());
         store_epilogue(p, y, ldy, nullptr);
@@ -276,7 +285,7 @@ void int8_expert_ffn(Int8Workspace& ws, const ExpertMats& e, const float* x, int
         BG_CHECK(static_cast<uint64_t>(n_tok) * static_cast<uint64_t>(ff) <= kInt8PartialFloats &&
                  ff / 32 <= kInt8Counters);
         const int m = static_cast<int>(n_tok);
-        quantize_x(ws, x, ldx, rows, m, n_embd, stream);
+        quantize_x(ws, x, ldx, rows, m, n_embd, stream, false);
         int8mm::GemvParams gu = gemv_params(ws, e.gate.data, e.gate.row_stride, &e.up, ff, E, m, ws.xq(), ws.xd(), ws.xs());
         gate_up_epilogue(gu, ws, limit, form);
         gu.h = ws.partials();
