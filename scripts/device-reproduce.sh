@@ -49,7 +49,7 @@
 #   slice-kernels   Nsight Systems per-kernel GPU time of the slice-warm run -> measurements/slice/kernel-summary/
 #   slice-timeline  Nsight Systems GPU trace of the 64-token cold+warm run: gaps, launches, streams -> measurements/slice/timeline/ (BG_TIMELINE_UBATCH: units other than 16)
 #   slice-decode-timeline  CUPTI trace of 32 decode tokens (all resident experts in VRAM; --decode-experts gpu) -> measurements/slice/decode-timeline/
-#   slice-ubatch    engine: the warm pass with 16-, 32- and 64-token units (dense weights read once a unit) -> measurements/slice/ubatch/, on all SMs and on 28 (--sm-limit)
+#   slice-ubatch    engine: the warm pass with launches of 16, 32 and 64 tokens (--launch-tokens; dense weights read once a launch) -> measurements/slice/ubatch/, on all SMs and on 28 (--sm-limit)
 #   slice-fidelity  engine: resident-only and pinned-top1 against exact, 64 and 500 tokens -> measurements/slice/
 # The slice as llama-quantize's Q2_K preset makes it (scenarios/models/slice-q2_k.json, about 26 GB;
 # drop-models first where the MXFP4 slice is there: both do not fit the 64 GiB disk with room):
@@ -330,8 +330,10 @@ for part in "$@"; do
       ;;
     slice-ubatch)
       # Issue 22: whether more tokens per launch pays for the dense weights a layer re-reads for
-      # every unit of a pass. The warm pass of seed-4a-4b's configuration with units of 16, 32 and
-      # 64 tokens (one unit = one launch per dense matrix); the metrics' GPU busy time and wall.
+      # every unit of a pass. The warm pass of seed-4a-4b's configuration (units of 16) with
+      # launches of 16, 32 and 64 tokens (--launch-tokens; before it existed, 2026-12-04 19:18,
+      # this part varied --ubatch, one unit a launch: measurements/slice/ubatch/engine-999aae1);
+      # the metrics' GPU busy time and wall.
       slice_model
       dir="$root/measurements/slice/ubatch"; mkdir -p "$dir"
       nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$dir/machine.txt"
@@ -339,10 +341,10 @@ for part in "$@"; do
       # cost the most.
       for sm in 0 28; do
         for ub in 16 32 64; do
-          tag=ubatch-$ub; [ $sm = 0 ] || tag=$tag-sm$sm
-          note "slice warm pass, ubatch $ub, --sm-limit $sm"
+          tag=launch-$ub; [ $sm = 0 ] || tag=$tag-sm$sm
+          note "slice warm pass, launches of $ub tokens, --sm-limit $sm"
           "$bin" run --backend cuda --model models/slice.gguf --file scenarios/prompts/64-tokens.txt --passes 3 --gen 0 \
-            --routing resident-only --prefill layer-major --ubatch $ub --promote --slots 20 --hot 5 --transient-slots 12 \
+            --routing resident-only --prefill layer-major --ubatch 16 --launch-tokens $ub --promote --slots 20 --hot 5 --transient-slots 12 \
             --host-budget 2875 --vram-budget 3068 --threads 0 --sm-limit $sm --metrics-json "$dir/$tag.json" > "$dir/$tag.log" 2>&1 || status=1
           grep -E "^pass" "$dir/$tag.log" | tee -a "$log"
           python3 -c "import json,sys; m=json.load(open(sys.argv[1])); p=m['passes'][-1]; print(sys.argv[2], 'last pass:', {k: round(v, 2) for k, v in p.items() if isinstance(v, (int, float)) and k.endswith('_ms')})" "$dir/$tag.json" $tag 2>&1 | tee -a "$log"
