@@ -598,9 +598,10 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
     }
     BG_CHECK(by_expert_start_[ne] == n_slots);
 
-    // The shared expert into y_ (per unit: y_ holds one unit), which needs only xf. A call of one
-    // unit (a decode step) queues it first, so the device computes it while the CPU computes
-    // host-resident experts and copies land, rather than after them; the sums are the same.
+    // The shared expert into y_ (per launch: y_ holds one launch), which needs only xf. A call of
+    // one launch (a decode step; a prefill of up to --launch-tokens) queues it first, so the
+    // device computes it while the CPU computes host-resident experts and copies land, rather
+    // than after them; the sums are the same.
     auto shared_expert = [&](int64_t p0, int64_t n) {
         const float* xf = xf_ + p0 * E_;
         if (hp_.n_expert_shared > 0) {
