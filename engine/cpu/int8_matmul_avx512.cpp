@@ -4,9 +4,10 @@
 // gives: the inline functions this file shares with the rest of the engine (the traits, visit)
 // keep the build's baseline instructions, so the linker's one copy of each still runs everywhere.
 //
-// What it adds is the decode hot path: one token (n_tok == 1) of MXFP4 or Q8_0, sixteen rows at a
-// time, one zmm lane a row in the float part. Every other case (the other weight types, several
-// tokens) goes to the AVX2 kernel, which every CPU with AVX-512 also runs (cpu_isa_usable checks).
+// What it adds is the decode hot path: one token (n_tok == 1) of MXFP4, Q8_0 or a K-quant (Q2_K to
+// Q6_K), sixteen rows at a time, one zmm lane a row in the float part. Every other case (IQ2_XXS,
+// several tokens) goes to the AVX2 kernel, which every CPU with AVX-512 also runs (cpu_isa_usable
+// checks).
 //
 // The arithmetic stays the portable kernel's bit for bit:
 //  - each block's integer sum is exact: vpdpbusd multiplies unsigned bytes by signed bytes and
@@ -246,16 +247,244 @@ BG_AVX512 void rows16_one_token(const Int8RowsArgs& a, int64_t g, __mmask16 stor
     _mm512_mask_storeu_ps(a.y + g, store, acc);
 }
 
+// ---- The K-quants at one token: 256-weight blocks of eight chunks ----
+//
+// A chunk's codes sit in one 32-byte run of each bit plane (the AVX2 kernel's KCodes, in ggml's
+// layouts), so rows j and j + 4 share a zmm as Q8_0's do and go through the same vpdpbusd and
+// sum tree, which yields each 16-weight half's sum apart (the K-quants with kSubK 16 scale the
+// halves apart). The codes go in unsigned (value + kOffset), the offset times the half's sum of q
+// taken off after. A block's scales and mins are decoded for the sixteen rows when the chunk
+// loop enters it: the FP16 super-scales by halves16, the small integers from dword gathers of
+// the scale bytes (one gather fetches four bytes of every row), then the traits' bit operations
+// on int32 lanes.
+
+// (bytes >> shift) & mask of rows j and j + 4's 32 bytes at offset o of their block.
+BG_AVX512_INLINE __m512i bits2(const Rows16& r, int j, int64_t o, int shift, int mask) {
+    const __m512i v = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r.row(j) + o))),
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r.row(j + 4) + o)), 1);
+    return _mm512_and_si512(_mm512_srl_epi16(v, _mm_cvtsi32_si128(shift)), _mm512_set1_epi8(static_cast<char>(mask)));
+}
+BG_AVX512_INLINE __m512i shl16(__m512i v, int n) { return _mm512_sll_epi16(v, _mm_cvtsi32_si128(n)); }
+
+// Chunk k (0..7) of the block of rows j and j + 4, as value + kOffset.
+template <class T>
+struct KCodes16 {
+    static constexpr bool kDirect = false;
+};
+template <>
+struct KCodes16<qtypes::Q2_K> {  // q in 0..3
+    using T = qtypes::Q2_K;
+    static constexpr bool kDirect = true;
+    static constexpr int kOffset = 0;
+    BG_AVX512_INLINE static __m512i at(const Rows16& r, int j, int k) { return bits2(r, j, T::kOffQs + 32 * (k >> 2), 2 * (k & 3), 3); }
+};
+template <>
+struct KCodes16<qtypes::Q3_K> {  // q = (low | high << 2) - 4 in -4..3
+    using T = qtypes::Q3_K;
+    static constexpr bool kDirect = true;
+    static constexpr int kOffset = 4;
+    BG_AVX512_INLINE static __m512i at(const Rows16& r, int j, int k) {
+        const __m512i lo = bits2(r, j, T::kOffQs + 32 * (k >> 2), 2 * (k & 3), 3);
+        const __m512i hi = bits2(r, j, T::kOffHmask, 4 * (k >> 2) + (k & 3), 1);
+        return _mm512_or_si512(lo, shl16(hi, 2));
+    }
+};
+template <>
+struct KCodes16<qtypes::Q4_K> {  // q in 0..15
+    using T = qtypes::Q4_K;
+    static constexpr bool kDirect = true;
+    static constexpr int kOffset = 0;
+    BG_AVX512_INLINE static __m512i at(const Rows16& r, int j, int k) { return bits2(r, j, T::kOffQs + 32 * (k >> 1), 4 * (k & 1), 0x0F); }
+};
+template <>
+struct KCodes16<qtypes::Q5_K> {  // q = low | fifth << 4 in 0..31
+    using T = qtypes::Q5_K;
+    static constexpr bool kDirect = true;
+    static constexpr int kOffset = 0;
+    BG_AVX512_INLINE static __m512i at(const Rows16& r, int j, int k) {
+        const __m512i lo = bits2(r, j, T::kOffQs + 32 * (k >> 1), 4 * (k & 1), 0x0F);
+        return _mm512_or_si512(lo, shl16(bits2(r, j, T::kOffQh, k, 1), 4));
+    }
+};
+template <>
+struct KCodes16<qtypes::Q6_K> {  // q = (low | top << 4) - 32 in -32..31
+    using T = qtypes::Q6_K;
+    static constexpr bool kDirect = true;
+    static constexpr int kOffset = 32;
+    BG_AVX512_INLINE static __m512i at(const Rows16& r, int j, int k) {
+        const int h = k >> 2, kk = k & 3;
+        const __m512i lo = bits2(r, j, T::kOffQl + 64 * h + 32 * (kk & 1), 4 * (kk >> 1), 0x0F);
+        const __m512i top = bits2(r, j, T::kOffQh + 32 * h, 2 * kk, 3);
+        return _mm512_or_si512(lo, shl16(top, 4));
+    }
+};
+
+// Byte j of the gathered dwords (dword w: bytes 4w..4w+3 of each row), lane i row i, as int32.
+BG_AVX512_INLINE __m512i byte_of(const __m512i* dw, int j) {
+    return _mm512_and_si512(_mm512_srl_epi32(dw[j >> 2], _mm_cvtsi32_si128(8 * (j & 3))), _mm512_set1_epi32(0xFF));
+}
+
+// The small integer scales (and mins) of every group of the sixteen rows' block: the traits'
+// sub_ints on int32 lanes, from W dwords gathered at the scales' offset.
+template <class T>
+struct KInts16;
+template <>
+struct KInts16<qtypes::Q2_K> {  // a byte a group: scale low nibble, min high
+    static constexpr int kDwords = 4;
+    BG_AVX512_INLINE static void of(const __m512i* dw, __m512i* sc, __m512i* mn) {
+        for (int g = 0; g < 16; ++g) {
+            const __m512i b = byte_of(dw, g);
+            sc[g] = _mm512_and_si512(b, _mm512_set1_epi32(15));
+            mn[g] = _mm512_srli_epi32(b, 4);
+        }
+    }
+};
+template <>
+struct KInts16<qtypes::Q3_K> {  // Q3_K::scale6: low nibble from byte s % 8, two high bits from 8 + s % 4, less 32
+    static constexpr int kDwords = 3;
+    BG_AVX512_INLINE static void of(const __m512i* dw, __m512i* sc, __m512i*) {
+        for (int g = 0; g < 16; ++g) {
+            const __m512i lo = _mm512_and_si512(_mm512_srl_epi32(byte_of(dw, g % 8), _mm_cvtsi32_si128(4 * (g / 8))),
+                                                _mm512_set1_epi32(15));
+            const __m512i hi = _mm512_and_si512(_mm512_srl_epi32(byte_of(dw, 8 + g % 4), _mm_cvtsi32_si128(2 * (g / 4))),
+                                                _mm512_set1_epi32(3));
+            sc[g] = _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)), _mm512_set1_epi32(32));
+        }
+    }
+};
+// Q4_K and Q5_K: k_scale_min's eight 6-bit pairs in 12 bytes.
+struct KScaleMin16 {
+    static constexpr int kDwords = 3;
+    BG_AVX512_INLINE static void of(const __m512i* dw, __m512i* sc, __m512i* mn) {
+        const __m512i m63 = _mm512_set1_epi32(63), m15 = _mm512_set1_epi32(15);
+        for (int j = 0; j < 4; ++j) {
+            const __m512i q0 = byte_of(dw, j), q4 = byte_of(dw, j + 4), q8 = byte_of(dw, j + 8);
+            sc[j] = _mm512_and_si512(q0, m63);
+            mn[j] = _mm512_and_si512(q4, m63);
+            sc[j + 4] = _mm512_or_si512(_mm512_and_si512(q8, m15), _mm512_slli_epi32(_mm512_srli_epi32(q0, 6), 4));
+            mn[j + 4] = _mm512_or_si512(_mm512_srli_epi32(q8, 4), _mm512_slli_epi32(_mm512_srli_epi32(q4, 6), 4));
+        }
+    }
+};
+template <>
+struct KInts16<qtypes::Q4_K> : KScaleMin16 {};
+template <>
+struct KInts16<qtypes::Q5_K> : KScaleMin16 {};
+template <>
+struct KInts16<qtypes::Q6_K> {  // a signed byte a group
+    static constexpr int kDwords = 4;
+    BG_AVX512_INLINE static void of(const __m512i* dw, __m512i* sc, __m512i*) {
+        for (int g = 0; g < 16; ++g) sc[g] = _mm512_srai_epi32(_mm512_slli_epi32(byte_of(dw, g), 24), 24);
+    }
+};
+
+// One block's scales and mins of the sixteen rows, group by group (kSubK weights a group), as
+// the traits' sub_scale gives them: the product of two exact operands, rounded once.
+template <class T>
+struct KScales16 {
+    static constexpr int kGroups = qtypes::SuperBlock<T>::kBlockWeights / T::kSubK;  // 8 or 16
+    __m512 d[kGroups], m[kGroups];
+
+    // offs: lane i = i * the row stride (the gathers' indices from row 0).
+    BG_AVX512_INLINE void load(const Rows16& r, __m512i offs) {
+        __m512i dw[4];
+        for (int w = 0; w < KInts16<T>::kDwords; ++w)
+            dw[w] = _mm512_i32gather_epi32(offs, r.p[0] + T::kOffScales + 4 * w, 1);
+        __m512i sc[kGroups], mn[kGroups];
+        KInts16<T>::of(dw, sc, mn);
+        const __m512 vd = halves16(r, T::kOffD);
+        for (int g = 0; g < kGroups; ++g) d[g] = mul16(vd, _mm512_cvtepi32_ps(sc[g]));
+        if constexpr (T::kHasMin) {
+            const __m512 vm = halves16(r, T::kOffDmin);
+            for (int g = 0; g < kGroups; ++g) m[g] = mul16(vm, _mm512_cvtepi32_ps(mn[g]));
+        }
+    }
+};
+
+// Rows g .. g + 15 of a K-quant W at one token; y gets the lanes of `store` (lane i: row g + i).
+// Each chunk's partial is chunk_partial's (the AVX2 kernel's partial8, one lane a row), added to
+// the row's sum in chunk order.
+template <class T>
+BG_AVX512 void rows16_one_token_k(const Int8RowsArgs& a, int64_t g, __mmask16 store) {
+    using C = KCodes16<T>;
+    const MatView& W = *a.W;
+    const int64_t nblk = W.cols / 256;
+    const int64_t s = static_cast<int64_t>(W.row_stride);
+    const uint8_t* base = W.data + static_cast<uint64_t>(g) * W.row_stride;
+    Rows16 r{{base, base + 4 * s, base + 8 * s, base + 12 * s}, s, 3 * s};
+    const __m512i offs = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            _mm512_set1_epi32(static_cast<int32_t>(s)));
+    __m512 acc = _mm512_setzero_ps();
+    KScales16<T> ks;
+    for (int64_t b = 0; b < nblk; ++b, r.advance(T::kBlockBytes)) {
+        ks.load(r, offs);
+        for (int k = 0; k < 8; ++k) {
+            const int64_t c = b * 8 + k;
+            const int8_t* q = a.xq + c * 32;
+            const __m512i q2 = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
+            __m512i p[8];
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; ++i) {
+                const int j = i < 4 ? i : i + 4;  // rows j and j + 4, as in OneToken16<Q8_0>
+                p[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), C::at(r, j, k), q2);
+            }
+            const __m512i t0 = sum4x4(p[0], p[1], p[2], p[3]), t1 = sum4x4(p[4], p[5], p[6], p[7]);
+            __m512i h0 = _mm512_shuffle_i32x4(t0, t1, _MM_SHUFFLE(2, 0, 2, 0));  // lane i: row i, weights 0..15
+            __m512i h1 = _mm512_shuffle_i32x4(t0, t1, _MM_SHUFFLE(3, 1, 3, 1));  // 16..31
+            const int32_t s0 = a.xs[2 * c], s1 = a.xs[2 * c + 1];
+            if constexpr (C::kOffset != 0) {
+                h0 = _mm512_sub_epi32(h0, _mm512_set1_epi32(C::kOffset * s0));
+                h1 = _mm512_sub_epi32(h1, _mm512_set1_epi32(C::kOffset * s1));
+            }
+            const __m512 vdx = _mm512_set1_ps(a.xd[c]);
+            __m512 part;
+            if constexpr (T::kSubK == 32) {
+                part = mul16(mul16(ks.d[k], vdx), _mm512_cvtepi32_ps(_mm512_add_epi32(h0, h1)));
+                if constexpr (T::kHasMin)
+                    part = _mm512_sub_round_ps(part, mul16(mul16(ks.m[k], vdx), _mm512_set1_ps(static_cast<float>(s0 + s1))),
+                                               _MM_FROUND_CUR_DIRECTION);
+            } else {
+                part = add16(mul16(mul16(ks.d[2 * k], vdx), _mm512_cvtepi32_ps(h0)),
+                             mul16(mul16(ks.d[2 * k + 1], vdx), _mm512_cvtepi32_ps(h1)));
+                if constexpr (T::kHasMin)
+                    part = _mm512_sub_round_ps(
+                        part,
+                        add16(mul16(mul16(ks.m[2 * k], vdx), _mm512_set1_ps(static_cast<float>(s0))),
+                              mul16(mul16(ks.m[2 * k + 1], vdx), _mm512_set1_ps(static_cast<float>(s1)))),
+                        _MM_FROUND_CUR_DIRECTION);
+            }
+            acc = add16(acc, part);
+        }
+    }
+    _mm512_mask_storeu_ps(a.y + g, store, acc);
+}
+
+// Whether the AVX-512 kernel computes one token of type T itself (else the AVX2 kernel does).
+template <class T>
+constexpr bool one_token_here() {
+    return OneToken16<T>::kDirect || KCodes16<T>::kDirect;
+}
+
 template <class T>
 BG_AVX512 void rows16(const Int8RowsArgs& a, int64_t r0, int64_t r1) {
+    // The K-quants' scale gathers index the sixteen rows by 32-bit offsets from the first.
+    if (!OneToken16<T>::kDirect && static_cast<uint64_t>(a.W->row_stride) * (kRows - 1) > 0x7FFFFFFFull) {
+        int8_rows_avx2(a, r0, r1);
+        return;
+    }
     for (int64_t g = r0; g < r1; g += kRows) {
         const int n_rows = static_cast<int>(std::min<int64_t>(kRows, r1 - g));
+        auto one = [&](int64_t first, __mmask16 store) {
+            if constexpr (OneToken16<T>::kDirect) rows16_one_token<T>(a, first, store);
+            else rows16_one_token_k<T>(a, first, store);
+        };
         if (n_rows == kRows) {
-            rows16_one_token<T>(a, g, 0xFFFF);
+            one(g, 0xFFFF);
         } else if (r1 >= kRows) {
             // A short last group takes the sixteen rows that end with it, the ones before it
             // (another group's, maybe another thread's) read again and not stored.
-            rows16_one_token<T>(a, r1 - kRows, static_cast<__mmask16>(0xFFFFu << (kRows - n_rows)));
+            one(r1 - kRows, static_cast<__mmask16>(0xFFFFu << (kRows - n_rows)));
         } else {
             int8_rows_avx2(a, g, r1);  // fewer than sixteen rows in all
         }
@@ -268,14 +497,14 @@ bool int8_avx512_built() { return true; }
 
 int64_t int8_avx512_rows(GgmlType type, int64_t n_tok) {
     return qtypes::visit(type, [&](auto traits) {
-        return OneToken16<decltype(traits)>::kDirect && n_tok == 1 ? kAvx512Rows : kAvx2Rows;
+        return one_token_here<decltype(traits)>() && n_tok == 1 ? kAvx512Rows : kAvx2Rows;
     });
 }
 
 void int8_rows_avx512(const Int8RowsArgs& a, int64_t r0, int64_t r1) {
     qtypes::visit(a.W->type, [&](auto traits) {
         using T = decltype(traits);
-        if constexpr (OneToken16<T>::kDirect) {
+        if constexpr (one_token_here<T>()) {
             if (a.n_tok == 1) {
                 rows16<T>(a, r0, r1);
                 return;

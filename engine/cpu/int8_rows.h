@@ -35,8 +35,9 @@ void int8_rows_avx2(const Int8RowsArgs& a, int64_t r0, int64_t r1);
 constexpr int64_t kAvx2Rows = 8;
 
 // AVX-512 with VNNI (engine/cpu/int8_matmul_avx512.cpp, compiled for AVX-512 F, BW, VL and VNNI
-// alone): one token of MXFP4 or Q8_0 sixteen rows at a time, products by vpdpbusd; every other
-// case through int8_rows_avx2. Call only where int8_avx512_built() and the CPU has those and AVX2.
+// alone): one token of MXFP4, Q8_0 or a K-quant (Q2_K..Q6_K) sixteen rows at a time, products by
+// vpdpbusd; every other case through int8_rows_avx2. Call only where int8_avx512_built() and the
+// CPU has those and AVX2.
 bool int8_avx512_built();
 void int8_rows_avx512(const Int8RowsArgs& a, int64_t r0, int64_t r1);
 
