@@ -321,14 +321,17 @@ void allow_dynamic_smem(Kernel kernel, size_t bytes, const char* what) {
     BG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }
 
+// Rows a query sees at most: the window, then the selected compressed rows.
+int64_t attention_rows(const AttentionArgs& a) { return std::max<int64_t>(a.window, 0) + (a.comp ? a.top_k : 0); }
+
 size_t attention_smem(const AttentionArgs& a, int group) {
-    const int64_t max_rows = std::max<int64_t>(a.window, 0) + (a.comp ? a.top_k : 0);
+    const int64_t max_rows = attention_rows(a);
     return static_cast<size_t>(group * (a.d + max_rows)) * sizeof(float) + static_cast<size_t>(max_rows) * sizeof(int32_t);
 }
 
 template <int G>
 void launch_attention(const AttentionArgs& a, cudaStream_t stream) {
-    const int64_t max_rows = std::max<int64_t>(a.window, 0) + (a.comp ? a.top_k : 0);
+    const int64_t max_rows = attention_rows(a);
     const size_t smem = attention_smem(a, G);
     allow_dynamic_smem(attention_kernel<G>, smem, "attention");
     attention_kernel<G><<<static_cast<unsigned>(a.n_tok * a.n_head / G), kAttnThreads, smem, stream>>>(a, max_rows);
