@@ -10,6 +10,10 @@
 #              models/device.gguf exists: run device-model first), raw probes
 #   4a4b       harness: scenarios/device/seed-4a-4b
 #   decode     harness: scenarios/device/decode
+#   decode-preloaded  harness: scenarios/device/decode-preloaded and -gpu (exact routing, every expert in host slots,
+#              preloaded; issue 24's 35.5 tok/s target, llama.cpp --cpu-moe's decode on this model)
+#   decode-preloaded-timeline  CUPTI trace of 32 device-scale decode tokens with decode-preloaded's flags, hybrid and gpu
+#              -> measurements/device/decode-timeline/
 #   fidelity   engine: pinned-top1 and resident-only against exact (64 and 500 tokens) -> measurements/
 #   probes     engine: pinned-copy probes from one device-scale expert to 256 MiB -> measurements/
 #   bench      bench_gpu: kernel micro-benchmarks with same-run probes -> measurements/device/bench/;
@@ -196,6 +200,7 @@ for part in "$@"; do
     device-model) note "make-model device"; mkdir -p models; [ -f models/device.gguf ] || "$bin" make-model --scale scenarios/models/device.json --out models/device.gguf --seed 1 2>&1 | tail -n 3 | tee -a "$log" ;;
     4a4b) harness_run run seed-4a-4b ;;
     decode) harness_run run decode ;;
+    decode-preloaded) slice_model device; harness_run run decode-preloaded; harness_run run decode-preloaded-gpu ;;
     500) harness_run run seed-500-baseline; harness_run run seed-500-optimized ;;
     500opt) harness_run run seed-500-optimized ;;
     ablation) harness_run ablate ablation ;;
@@ -323,6 +328,33 @@ for part in "$@"; do
         dec=$(grep -oE "decode: [0-9]+ tokens, [0-9.]+ tok/s" "$dir/run-$cfg.log" | tail -n 1)
         echo "$dec" | tee -a "$log"
         [ -f "$dir/trace-$cfg.csv" ] || { note "slice-decode-timeline: the tracer wrote no trace for $cfg"; status=1; continue; }
+        xz -9 -f "$dir/trace-$cfg.csv"
+        dec_ms=$(echo "$dec" | awk '{printf "%.3f", $2 / $4 * 1000}')
+        python3 scripts/gpu-timeline.py "$dir/trace-$cfg.csv.xz" --window-ms "$dec_ms" 2>&1 | tee "$dir/summary-$cfg.txt" | head -n 40 | tee -a "$log" || status=1
+      done
+      ;;
+    decode-preloaded-timeline)
+      # Where a device-scale decode token's time goes with every expert in host slots (issue 24's
+      # 35.5 tok/s target): the CUPTI trace of 32 decoded tokens with decode-preloaded.json's
+      # budgets and flags (--decode-experts hybrid, then gpu), read by scripts/gpu-timeline.py
+      # over the decode's window. The CPU's experts show as GPU gaps.
+      slice_model device
+      dir="$root/measurements/device/decode-timeline"; mkdir -p "$dir"
+      nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$dir/machine.txt"
+      if [ ! -f "$stage/libbg_cupti_trace.so" ]; then
+        note "decode-preloaded-timeline: no libbg_cupti_trace.so in $stage"; status=1; continue
+      fi
+      for cfg in hybrid gpu; do
+        note "CUPTI timeline: device-scale preloaded decode, $cfg"
+        CUDA_INJECTION64_PATH=$stage/libbg_cupti_trace.so LD_LIBRARY_PATH=$stage:${LD_LIBRARY_PATH:-} \
+          BG_CUPTI_TRACE_OUT="$dir/trace-$cfg.csv" "$bin" run --backend cuda --model models/device.gguf \
+          --file scenarios/prompts/64-tokens.txt --passes 1 --gen 32 --ignore-eos --routing exact \
+          --prefill layer-major --promote --slots max --hot 5 --preload --vram-budget 2048 --host-budget 20480 \
+          --threads 0 --decode-experts $cfg ${BG_TIMELINE_ARGS:-} \
+          --metrics-json "$dir/metrics-$cfg.json" > "$dir/run-$cfg.log" 2>&1 || status=1
+        dec=$(grep -oE "decode: [0-9]+ tokens, [0-9.]+ tok/s" "$dir/run-$cfg.log" | tail -n 1)
+        echo "$dec" | tee -a "$log"
+        [ -f "$dir/trace-$cfg.csv" ] || { note "decode-preloaded-timeline: the tracer wrote no trace for $cfg"; status=1; continue; }
         xz -9 -f "$dir/trace-$cfg.csv"
         dec_ms=$(echo "$dec" | awk '{printf "%.3f", $2 / $4 * 1000}')
         python3 scripts/gpu-timeline.py "$dir/trace-$cfg.csv.xz" --window-ms "$dec_ms" 2>&1 | tee "$dir/summary-$cfg.txt" | head -n 40 | tee -a "$log" || status=1

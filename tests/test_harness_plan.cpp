@@ -59,13 +59,13 @@ int run_command(const std::string& cmd, std::string* out) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-// Every scenario of the published PC (and of the slice, whose budgets are the PC's per layer),
-// with the flags the harness gives the engine, fits: VRAM within its budget (the seed peaked at
-// 11,396 MiB of 12 GiB), the host within its budget and within the cgroup with room for page
-// cache, io buffers and the heap.
-TEST(MemoryPlan, EveryRtx3060AndSliceScenarioFits) {
+// Every scenario of the published PC, of the slice (the PC's budgets per layer) and of the device
+// scale (the PC's budgets scaled), with the flags the harness gives the engine, fits: VRAM within
+// its budget (the seed peaked at 11,396 MiB of 12 GiB), the host within its budget and within the
+// cgroup with room for page cache, io buffers and the heap.
+TEST(MemoryPlan, EveryScenarioFits) {
     int checked = 0;
-    for (const char* profile : {"scenarios/rtx3060", "scenarios/slice"})
+    for (const char* profile : {"scenarios/rtx3060", "scenarios/slice", "scenarios/device"})
     for (const auto& e : std::filesystem::directory_iterator(bgtest::source_path(profile))) {
         if (e.path().extension() != ".json") continue;
         const bgh::Scenario sc = bgh::load_scenario(e.path().string());
