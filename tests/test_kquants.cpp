@@ -387,6 +387,43 @@ TEST(KQuants, DequantMatchesGgmlAtExtremeScales) {
     }
 }
 
+// The traits' description of where a chunk's codes sit (chunk_planes, kHighAt, kCodeOffset: what
+// the AVX2 and AVX-512 kernels decode from) gives each weight's code as the traits' code() does,
+// on random blocks, every chunk and weight of the five K-quants.
+TEST(KQuants, ChunkPlanesGiveTheTraitsCodes) {
+    auto rng = bgtest::fresh_rng();
+    int checked = 0;
+    for (GgmlType t : kTypes)
+        qtypes::visit(t, [&](auto traits) {
+            using T = decltype(traits);
+            if constexpr (requires { T::chunk_planes(0); }) {
+                const std::vector<uint8_t> b = random_blocks(t, 8, Fill::kRealistic, rng);
+                for (int64_t blk = 0; blk < 8; ++blk) {
+                    const uint8_t* p = b.data() + blk * T::kBlockBytes;
+                    for (int k = 0; k < 8; ++k) {
+                        const qtypes::ChunkPlanes c = T::chunk_planes(k);
+                        ASSERT_GT(c.low.mask, 0);
+                        ASSERT_LE(c.low.offset + 32, T::kBlockBytes);
+                        ASSERT_EQ(c.high.mask > 0, T::kHighAt > 0);
+                        if (c.high.mask > 0) {
+                            ASSERT_LE(c.high.offset + 32, T::kBlockBytes);
+                        }
+                        for (int i = 0; i < 32; ++i) {
+                            int v = (p[c.low.offset + i] >> c.low.shift) & c.low.mask;
+                            if (c.high.mask > 0) v |= ((p[c.high.offset + i] >> c.high.shift) & c.high.mask) << T::kHighAt;
+                            ASSERT_EQ(v - T::kCodeOffset, T::code(p, 32 * k + i))
+                                << type_name(t) << " block " << blk << " chunk " << k << " weight " << i;
+                            ASSERT_GE(v, 0);
+                            ASSERT_LE(v, 255);
+                        }
+                    }
+                }
+                ++checked;
+            }
+        });
+    EXPECT_EQ(checked, 5);  // Q2_K .. Q6_K
+}
+
 TEST(KQuants, DequantOfSeveralRowsIsPerBlock) {
     // A row of three blocks decodes as its blocks do, and writes exactly its 768 floats.
     auto rng = bgtest::fresh_rng();

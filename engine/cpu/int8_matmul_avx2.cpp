@@ -117,53 +117,22 @@ struct Decode<qtypes::Q8_0> {
 };
 
 // The K-quants: chunk k (0..7) of a 256-weight block holds 32 weights whose codes sit in one
-// 32-byte run of each bit plane, lane l the weight 32k + l (ggml's layouts, tensor/qtypes/*.h),
-// so a chunk's codes are a few loads, shifts and masks, as unsigned bytes (value + kOffset); the
-// scales and mins come from the block's (KBlockScales below).
+// 32-byte run of each bit plane, lane l the weight 32k + l (the traits' chunk_planes, in ggml's
+// layouts), so a chunk's codes are a few loads, shifts and masks, as unsigned bytes (value +
+// T::kCodeOffset); the scales and mins come from the block's (KBlockScales below).
 BG_AVX2 inline __m256i bits_at(const uint8_t* p, int shift, int mask) {
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
     return _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(shift)), _mm256_set1_epi8(static_cast<char>(mask)));
 }
 
+// Chunk k of the block at b, as value + T::kCodeOffset.
 template <class T>
-struct KCodes;
-template <>
-struct KCodes<qtypes::Q2_K> {  // q in 0..3
-    static constexpr int kOffset = 0;
-    BG_AVX2 static __m256i at(const uint8_t* b, int k) { return bits_at(b + 16 + 32 * (k >> 2), 2 * (k & 3), 3); }
-};
-template <>
-struct KCodes<qtypes::Q3_K> {  // q = (low | high << 2) - 4 in -4..3
-    static constexpr int kOffset = 4;
-    BG_AVX2 static __m256i at(const uint8_t* b, int k) {
-        const __m256i lo = bits_at(b + 32 + 32 * (k >> 2), 2 * (k & 3), 3);
-        const __m256i hi = bits_at(b, 4 * (k >> 2) + (k & 3), 1);
-        return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 2));
-    }
-};
-template <>
-struct KCodes<qtypes::Q4_K> {  // q in 0..15
-    static constexpr int kOffset = 0;
-    BG_AVX2 static __m256i at(const uint8_t* b, int k) { return bits_at(b + 16 + 32 * (k >> 1), 4 * (k & 1), 0x0F); }
-};
-template <>
-struct KCodes<qtypes::Q5_K> {  // q = low | fifth << 4 in 0..31
-    static constexpr int kOffset = 0;
-    BG_AVX2 static __m256i at(const uint8_t* b, int k) {
-        const __m256i lo = bits_at(b + 48 + 32 * (k >> 1), 4 * (k & 1), 0x0F);
-        return _mm256_or_si256(lo, _mm256_slli_epi16(bits_at(b + 16, k, 1), 4));
-    }
-};
-template <>
-struct KCodes<qtypes::Q6_K> {  // q = (low | top << 4) - 32 in -32..31
-    static constexpr int kOffset = 32;
-    BG_AVX2 static __m256i at(const uint8_t* b, int k) {
-        const int h = k >> 2, kk = k & 3;
-        const __m256i lo = bits_at(b + 64 * h + 32 * (kk & 1), 4 * (kk >> 1), 0x0F);
-        const __m256i top = bits_at(b + 128 + 32 * h, 2 * kk, 3);
-        return _mm256_or_si256(lo, _mm256_slli_epi16(top, 4));
-    }
-};
+BG_AVX2 inline __m256i k_codes(const uint8_t* b, int k) {
+    const qtypes::ChunkPlanes p = T::chunk_planes(k);
+    const __m256i lo = bits_at(b + p.low.offset, p.low.shift, p.low.mask);
+    if constexpr (T::kHighAt == 0) return lo;
+    else return _mm256_or_si256(lo, _mm256_slli_epi16(bits_at(b + p.high.offset, p.high.shift, p.high.mask), T::kHighAt));
+}
 
 // Bytes at..at+15 of each of the eight rows, transposed: b[j] lane i = row i's
 // byte j, as int32. Three rounds of interleaves on the eight 16-byte loads.
@@ -261,13 +230,13 @@ struct KBlockScales {
 template <class T>
 struct KDecode {
     static constexpr bool kUnsigned = true;
-    static constexpr int kOffset = KCodes<T>::kOffset;
+    static constexpr int kOffset = T::kCodeOffset;
     KBlockScales<T> scales;
 
     BG_AVX2 void chunk(const uint8_t* const* rows, int64_t c, Chunk8& k) {
         const int in_block = static_cast<int>(c % 8);
         if (in_block == 0) scales.load(rows, c / 8);
-        for (int i = 0; i < kAvx2Rows; ++i) k.w[i] = KCodes<T>::at(rows[i] + (c / 8) * T::kBlockBytes, in_block);
+        for (int i = 0; i < kAvx2Rows; ++i) k.w[i] = k_codes<T>(rows[i] + (c / 8) * T::kBlockBytes, in_block);
         // The groups of the chunk's two 16-weight halves (one group for both when kSubK is 32).
         const int g0 = T::kSubK == 32 ? in_block : 2 * in_block, g1 = T::kSubK == 32 ? in_block : 2 * in_block + 1;
         k.d0 = scales.d[g0], k.d1 = scales.d[g1];

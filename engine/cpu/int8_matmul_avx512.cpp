@@ -249,10 +249,10 @@ BG_AVX512 void rows16_one_token(const Int8RowsArgs& a, int64_t g, __mmask16 stor
 
 // ---- The K-quants at one token: 256-weight blocks of eight chunks ----
 //
-// A chunk's codes sit in one 32-byte run of each bit plane (the AVX2 kernel's KCodes, in ggml's
+// A chunk's codes sit in one 32-byte run of each bit plane (the traits' chunk_planes, in ggml's
 // layouts), so rows j and j + 4 share a zmm as Q8_0's do and go through the same vpdpbusd and
 // sum tree, which yields each 16-weight half's sum apart (the K-quants with kSubK 16 scale the
-// halves apart). The codes go in unsigned (value + kOffset), the offset times the half's sum of q
+// halves apart). The codes go in unsigned (value + kCodeOffset), the offset times the half's sum of q
 // taken off after. A block's scales and mins are decoded for the sixteen rows when the chunk
 // loop enters it: the FP16 super-scales by halves16, the small integers from dword gathers of
 // the scale bytes (one gather fetches four bytes of every row), then the traits' bit operations
@@ -265,60 +265,19 @@ BG_AVX512_INLINE __m512i bits2(const Rows16& r, int j, int64_t o, int shift, int
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r.row(j + 4) + o)), 1);
     return _mm512_and_si512(_mm512_srl_epi16(v, _mm_cvtsi32_si128(shift)), _mm512_set1_epi8(static_cast<char>(mask)));
 }
-BG_AVX512_INLINE __m512i shl16(__m512i v, int n) { return _mm512_sll_epi16(v, _mm_cvtsi32_si128(n)); }
 
-// Chunk k (0..7) of the block of rows j and j + 4, as value + kOffset.
+// The K-quants this kernel takes at one token: those whose traits say where a chunk's codes sit.
 template <class T>
-struct KCodes16 {
-    static constexpr bool kDirect = false;
-};
-template <>
-struct KCodes16<qtypes::Q2_K> {  // q in 0..3
-    using T = qtypes::Q2_K;
-    static constexpr bool kDirect = true;
-    static constexpr int kOffset = 0;
-    BG_AVX512_INLINE static __m512i at(const Rows16& r, int j, int k) { return bits2(r, j, T::kOffQs + 32 * (k >> 2), 2 * (k & 3), 3); }
-};
-template <>
-struct KCodes16<qtypes::Q3_K> {  // q = (low | high << 2) - 4 in -4..3
-    using T = qtypes::Q3_K;
-    static constexpr bool kDirect = true;
-    static constexpr int kOffset = 4;
-    BG_AVX512_INLINE static __m512i at(const Rows16& r, int j, int k) {
-        const __m512i lo = bits2(r, j, T::kOffQs + 32 * (k >> 2), 2 * (k & 3), 3);
-        const __m512i hi = bits2(r, j, T::kOffHmask, 4 * (k >> 2) + (k & 3), 1);
-        return _mm512_or_si512(lo, shl16(hi, 2));
-    }
-};
-template <>
-struct KCodes16<qtypes::Q4_K> {  // q in 0..15
-    using T = qtypes::Q4_K;
-    static constexpr bool kDirect = true;
-    static constexpr int kOffset = 0;
-    BG_AVX512_INLINE static __m512i at(const Rows16& r, int j, int k) { return bits2(r, j, T::kOffQs + 32 * (k >> 1), 4 * (k & 1), 0x0F); }
-};
-template <>
-struct KCodes16<qtypes::Q5_K> {  // q = low | fifth << 4 in 0..31
-    using T = qtypes::Q5_K;
-    static constexpr bool kDirect = true;
-    static constexpr int kOffset = 0;
-    BG_AVX512_INLINE static __m512i at(const Rows16& r, int j, int k) {
-        const __m512i lo = bits2(r, j, T::kOffQs + 32 * (k >> 1), 4 * (k & 1), 0x0F);
-        return _mm512_or_si512(lo, shl16(bits2(r, j, T::kOffQh, k, 1), 4));
-    }
-};
-template <>
-struct KCodes16<qtypes::Q6_K> {  // q = (low | top << 4) - 32 in -32..31
-    using T = qtypes::Q6_K;
-    static constexpr bool kDirect = true;
-    static constexpr int kOffset = 32;
-    BG_AVX512_INLINE static __m512i at(const Rows16& r, int j, int k) {
-        const int h = k >> 2, kk = k & 3;
-        const __m512i lo = bits2(r, j, T::kOffQl + 64 * h + 32 * (kk & 1), 4 * (kk >> 1), 0x0F);
-        const __m512i top = bits2(r, j, T::kOffQh + 32 * h, 2 * kk, 3);
-        return _mm512_or_si512(lo, shl16(top, 4));
-    }
-};
+concept HasChunkPlanes = requires { T::chunk_planes(0); };
+
+// Chunk k (0..7) of the block of rows j and j + 4, as value + T::kCodeOffset.
+template <class T>
+BG_AVX512_INLINE __m512i k_codes2(const Rows16& r, int j, int k) {
+    const qtypes::ChunkPlanes p = T::chunk_planes(k);
+    const __m512i lo = bits2(r, j, p.low.offset, p.low.shift, p.low.mask);
+    if constexpr (T::kHighAt == 0) return lo;
+    else return _mm512_or_si512(lo, _mm512_slli_epi16(bits2(r, j, p.high.offset, p.high.shift, p.high.mask), T::kHighAt));
+}
 
 // Byte j of the gathered dwords (dword w: bytes 4w..4w+3 of each row), lane i row i, as int32.
 BG_AVX512_INLINE __m512i byte_of(const __m512i* dw, int j) {
@@ -407,7 +366,6 @@ struct KScales16 {
 // the row's sum in chunk order.
 template <class T>
 BG_AVX512 void rows16_one_token_k(const Int8RowsArgs& a, int64_t g, __mmask16 store) {
-    using C = KCodes16<T>;
     const MatView& W = *a.W;
     const int64_t nblk = W.cols / 256;
     const int64_t s = static_cast<int64_t>(W.row_stride);
@@ -427,15 +385,15 @@ BG_AVX512 void rows16_one_token_k(const Int8RowsArgs& a, int64_t g, __mmask16 st
 #pragma GCC unroll 8
             for (int i = 0; i < 8; ++i) {
                 const int j = i < 4 ? i : i + 4;  // rows j and j + 4, as in OneToken16<Q8_0>
-                p[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), C::at(r, j, k), q2);
+                p[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), k_codes2<T>(r, j, k), q2);
             }
             const __m512i t0 = sum4x4(p[0], p[1], p[2], p[3]), t1 = sum4x4(p[4], p[5], p[6], p[7]);
             __m512i h0 = _mm512_shuffle_i32x4(t0, t1, _MM_SHUFFLE(2, 0, 2, 0));  // lane i: row i, weights 0..15
             __m512i h1 = _mm512_shuffle_i32x4(t0, t1, _MM_SHUFFLE(3, 1, 3, 1));  // 16..31
             const int32_t s0 = a.xs[2 * c], s1 = a.xs[2 * c + 1];
-            if constexpr (C::kOffset != 0) {
-                h0 = _mm512_sub_epi32(h0, _mm512_set1_epi32(C::kOffset * s0));
-                h1 = _mm512_sub_epi32(h1, _mm512_set1_epi32(C::kOffset * s1));
+            if constexpr (T::kCodeOffset != 0) {
+                h0 = _mm512_sub_epi32(h0, _mm512_set1_epi32(T::kCodeOffset * s0));
+                h1 = _mm512_sub_epi32(h1, _mm512_set1_epi32(T::kCodeOffset * s1));
             }
             const __m512 vdx = _mm512_set1_ps(a.xd[c]);
             __m512 part;
@@ -463,7 +421,7 @@ BG_AVX512 void rows16_one_token_k(const Int8RowsArgs& a, int64_t g, __mmask16 st
 // Whether the AVX-512 kernel computes one token of type T itself (else the AVX2 kernel does).
 template <class T>
 constexpr bool one_token_here() {
-    return OneToken16<T>::kDirect || KCodes16<T>::kDirect;
+    return OneToken16<T>::kDirect || HasChunkPlanes<T>;
 }
 
 template <class T>

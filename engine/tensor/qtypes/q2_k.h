@@ -22,6 +22,10 @@ struct Q2_K : SuperBlock<Q2_K> {
     static constexpr bool kHasMin = true;
     static constexpr int kOffScales = 0, kOffQs = 16, kOffD = 80, kOffDmin = 82;
 
+    // Chunk k: 2-bit plane k & 3 of the 32 bytes at qs + 32 (k >> 2).
+    static constexpr int kHighAt = 0, kCodeOffset = 0;
+    BG_HD static constexpr ChunkPlanes chunk_planes(int k) { return {{kOffQs + 32 * (k >> 2), 2 * (k & 3), 3}, {}}; }
+
     BG_HD static void sub_ints(const uint8_t* blk, int s16, int* sc, int* mn) {
         const int sm = blk[kOffScales + s16];
         *sc = sm & 0x0F;

@@ -23,6 +23,12 @@ struct Q3_K : SuperBlock<Q3_K> {
     static constexpr bool kHasMin = false;
     static constexpr int kOffHmask = 0, kOffQs = 32, kOffScales = 96, kOffD = 108;
 
+    // Chunk k: 2-bit plane k & 3 of the 32 bytes at qs + 32 (k >> 2), the high bit (bit k) of hmask.
+    static constexpr int kHighAt = 2, kCodeOffset = 4;
+    BG_HD static constexpr ChunkPlanes chunk_planes(int k) {
+        return {{kOffQs + 32 * (k >> 2), 2 * (k & 3), 3}, {kOffHmask, 4 * (k >> 2) + (k & 3), 1}};
+    }
+
     // The signed 6-bit scale of group s (-32..31).
     BG_HD static int scale6(const uint8_t* blk, int s) {
         const uint8_t* sc = blk + kOffScales;

@@ -25,6 +25,12 @@ struct Q5_K : SuperBlock<Q5_K> {
     static constexpr bool kScaleMinK4 = true;  // the scales: k_scale_min's 12-byte pairs (k_scales.h)
     static constexpr int kOffD = 0, kOffDmin = 2, kOffScales = 4, kOffQh = 16, kOffQs = 48;
 
+    // Chunk k: nibble k & 1 of the 32 bytes at qs + 32 (k >> 1), the fifth bit (bit k) of qh.
+    static constexpr int kHighAt = 4, kCodeOffset = 0;
+    BG_HD static constexpr ChunkPlanes chunk_planes(int k) {
+        return {{kOffQs + 32 * (k >> 1), 4 * (k & 1), 0x0F}, {kOffQh, k, 1}};
+    }
+
     BG_HD static void sub_ints(const uint8_t* blk, int s16, int* sc, int* mn) {
         k_scale_min(blk + kOffScales, s16 / 2, sc, mn);
     }

@@ -23,6 +23,13 @@ struct Q6_K : SuperBlock<Q6_K> {
     static constexpr bool kHasMin = false;
     static constexpr int kOffQl = 0, kOffQh = 128, kOffScales = 192, kOffD = 208;
 
+    // Chunk k = 4h + j: nibble j >> 1 of the 32 bytes at ql + 64h + 32 (j & 1), the top two bits
+    // from 2-bit plane j of the 32 bytes at qh + 32h.
+    static constexpr int kHighAt = 4, kCodeOffset = 32;
+    BG_HD static constexpr ChunkPlanes chunk_planes(int k) {
+        return {{kOffQl + 64 * (k >> 2) + 32 * (k & 1), 4 * ((k & 3) >> 1), 0x0F}, {kOffQh + 32 * (k >> 2), 2 * (k & 3), 3}};
+    }
+
     BG_HD static void sub_ints(const uint8_t* blk, int s16, int* sc, int* mn) {
         *sc = static_cast<int8_t>(blk[kOffScales + s16]);
         *mn = 0;

@@ -10,6 +10,8 @@
 //                              and do the same products in vector form. IQ2_XXS, whose scale is
 //                              not such a product, names sub_scale itself.
 //   code(blk, i)               the integer value of weight i (0..255), what the int8 path takes.
+// The K-quants also describe where a chunk's codes sit, for the SIMD kernels that decode a whole
+// chunk at once (ChunkPlanes below): chunk_planes(k), kHighAt and kCodeOffset.
 // Every weight is then value = d * code - m, each operation rounded to float, which is ggml's
 // dequantize_row_* bit for bit (its expressions are that product and that difference).
 #pragma once
@@ -19,6 +21,19 @@
 #include "tensor/qtypes/hd.h"
 
 namespace bg::qtypes {
+
+// One bit field of a chunk's 32 codes: weight i of the chunk (0..31) has (blk[offset + i] >> shift)
+// & mask in it. mask 0: no such field.
+struct PlaneBits {
+    int offset = 0, shift = 0, mask = 0;
+};
+// Where chunk k (weights 32k .. 32k + 31) of a K-quant block keeps its codes: weight i's code is
+// low's field | high's field << T::kHighAt, less T::kCodeOffset, which equals T::code(blk, 32k + i)
+// (tests/test_kquants.cpp checks every type, chunk and weight). A kernel reads each field as one
+// 32-byte run, a shift and a mask, and takes the codes as unsigned bytes, value + kCodeOffset.
+struct ChunkPlanes {
+    PlaneBits low, high;
+};
 
 template <class T>
 struct SuperBlock {
