@@ -15,7 +15,9 @@
 //  - beside it, for what separates that from the probe: the same expert as three matmul_int8
 //    calls (BM_CpuExpertInt8Steps, the engine's way before), whole experts one a thread with no
 //    split (BM_CpuExpertInt8PerThread: what the memory gives sixteen row kernels at once), and
-//    one empty parallel_for (BM_PoolRoundTrip: a start and join of the pool).
+//    one empty parallel_for (BM_PoolRoundTrip: a start and join of the pool);
+//  - the host's pick of the next token between two decode steps (BM_Sample): greedy (argmax) and
+//    temperature 0.8 with top-k 40 (llama.cpp's defaults) over DeepSeek-V4.1's 129,280 logits.
 // --threads N (ours, taken out before Google Benchmark reads the rest): the pool's threads
 // (default: every hardware thread). A row kernel this CPU or build lacks is skipped, with the
 // reason printed.
@@ -40,6 +42,7 @@
 #include "cpu/ops.h"
 #include "cpu/thread_pool.h"
 #include "random_weights.h"
+#include "runtime/sampler.h"
 #include "tensor/ggml_types.h"
 #include "util/build_info.h"
 
@@ -249,6 +252,26 @@ void BM_PoolRoundTrip(benchmark::State& state) {
     state.counters["threads"] = pool.size();
 }
 BENCHMARK(BM_PoolRoundTrip)->UseRealTime();
+
+// One decode step's sampling on the host (runtime/sampler.h): state.range(0) 0 greedy, 1 temperature
+// 0.8 with top-k 40, top-p 0.95 and min-p 0.05; fresh normal logits (sd 3) each of 64 steps, cycled.
+void BM_Sample(benchmark::State& state) {
+    constexpr int64_t kVocab = 129280;
+    std::mt19937 rng(7);
+    std::normal_distribution<float> logit(0.0f, 3.0f);
+    std::vector<float> logits(static_cast<size_t>(64 * kVocab));
+    for (float& v : logits) v = logit(rng);
+    SamplingConfig cfg;
+    cfg.temp = state.range(0) == 0 ? 0.0 : 0.8;
+    Sampler sampler(cfg);
+    int64_t step = 0;
+    for (auto _ : state) {
+        benchmark::DoNotOptimize(sampler.sample(logits.data() + (step % 64) * kVocab, kVocab));
+        ++step;
+    }
+    state.SetLabel(state.range(0) == 0 ? "greedy" : "temp 0.8, top-k 40");
+}
+BENCHMARK(BM_Sample)->Arg(0)->Arg(1)->ArgNames({"temp"})->Unit(benchmark::kMicrosecond);
 
 // Every thread computes whole experts of its own (each reads another copy), one thread a call:
 // the same row kernel and bytes as BM_CpuExpertInt8, without splitting one expert's rows across

@@ -2,10 +2,13 @@
 // exactly the tokens their definitions keep, on hand-made logits.
 #include <algorithm>
 #include <cmath>
+#include <random>
 #include <set>
+#include <vector>
 
 #include <gtest/gtest.h>
 
+#include "random_inputs.h"
 #include "runtime/sampler.h"
 #include "util/check.h"
 
@@ -128,6 +131,59 @@ TEST(Sampler, NeverDrawsATokenWhoseLogitIsMinusInfinity) {
         EXPECT_EQ(count[0] + count[3], 0);
         for (int i : {1, 2, 4}) EXPECT_GT(count[i], 0) << "every finite token is drawn: " << i;
     }
+}
+
+// argmax against the plain loop's definition (the first index of the largest value, NaNs never
+// chosen) on fresh random vectors: lengths around the kernel's 16 lanes, ties, -inf and NaNs.
+TEST(Sampler, ArgmaxIsTheFirstLargestSkippingNaNs) {
+    auto rng = bgtest::fresh_rng();
+    std::uniform_int_distribution<int> value(-4, 4), kind(0, 9);
+    auto reference = [](const std::vector<float>& x) {
+        int64_t best = -1;
+        for (size_t i = 0; i < x.size(); ++i)
+            if (!std::isnan(x[i]) && (best < 0 || x[i] > x[best])) best = static_cast<int64_t>(i);
+        return static_cast<int32_t>(best < 0 ? 0 : best);
+    };
+    for (int64_t n : {1, 2, 15, 16, 17, 31, 33, 129280})
+        for (int trial = 0; trial < 40; ++trial) {
+            std::vector<float> x(static_cast<size_t>(n));
+            for (float& v : x) {
+                const int k = kind(rng);
+                v = k == 0 ? NAN : k == 1 ? -INFINITY : static_cast<float>(value(rng));  // small ints: many ties
+            }
+            if (trial == 0) std::fill(x.begin(), x.end(), NAN);
+            if (trial == 1) std::fill(x.begin(), x.end(), -INFINITY);
+            if (trial == 2) x[0] = NAN;
+            ASSERT_EQ(bg::argmax(x.data(), n), reference(x)) << "n " << n << " trial " << trial;
+        }
+}
+
+// top-k keeps what a full sort's first k are (higher logit first, lower id among equals), in that
+// order, on fresh random logits with many ties; sampling twice with one sampler reuses its buffers
+// and gives what a fresh sampler gives.
+TEST(Sampler, TopKIsTheFullSortsFirstK) {
+    auto rng = bgtest::fresh_rng();
+    std::uniform_int_distribution<int> value(-50, 50);
+    for (int64_t n : {5, 64, 1000, 129280})
+        for (int64_t k : {1, 2, 40, 999}) {
+            if (k >= n) continue;
+            std::vector<float> l(static_cast<size_t>(n));
+            for (float& v : l) v = static_cast<float>(value(rng)) * 0.25f;
+            std::vector<bg::Candidate> all;
+            for (int64_t i = 0; i < n; ++i) all.push_back({static_cast<int32_t>(i), l[i]});
+            std::sort(all.begin(), all.end(), [](const bg::Candidate& a, const bg::Candidate& b) {
+                return a.logit != b.logit ? a.logit > b.logit : a.id < b.id;
+            });
+            Sampler s(only(k, 1.0, 0.0));
+            for (int twice = 0; twice < 2; ++twice) {
+                const std::vector<bg::Candidate> got = s.filter(l.data(), n);
+                ASSERT_EQ(got.size(), static_cast<size_t>(k));
+                for (int64_t i = 0; i < k; ++i) {
+                    ASSERT_EQ(got[i].id, all[i].id) << "n " << n << " k " << k << " rank " << i;
+                    ASSERT_EQ(got[i].logit, all[i].logit);
+                }
+            }
+        }
 }
 
 TEST(Sampler, BadValuesAreErrors) {

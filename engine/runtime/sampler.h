@@ -30,18 +30,25 @@ public:
     // Throws bg::Error for a value outside its range (top_p and min_p in [0, 1], temp >= 0).
     explicit Sampler(const SamplingConfig& cfg);
 
+    // A decode step's draw: no allocation once the first call has sized the work buffers.
     int32_t sample(const float* logits, int64_t n);
     bool greedy() const { return cfg_.temp <= 0.0; }
 
     // The candidates top-k, top-p and min-p keep, highest logit first (ties: lower id first).
-    std::vector<Candidate> filter(const float* logits, int64_t n) const;
+    std::vector<Candidate> filter(const float* logits, int64_t n);
 
 private:
+    // filter()'s work, into kept_ (and the survivors' relative probabilities into p_).
+    void filter_into(const float* logits, int64_t n);
+
     SamplingConfig cfg_;
     Rng rng_;
+    std::vector<Candidate> kept_;  // [top_k or n] the survivors, best first
+    std::vector<double> p_;        // [kept_.size()] exp(logit - best logit)
 };
 
-// Index of the highest value, the lowest index among equals.
+// Index of the highest value, the lowest index among equals; NaNs are never chosen (0 when every
+// value is NaN).
 int32_t argmax(const float* x, int64_t n);
 
 }  // namespace bg
