@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <functional>
 
 #include "cpu/int8_rows.h"
 #include "cpu/ops.h"
@@ -39,8 +38,7 @@ void expert_ffn_int8(ThreadPool& pool, Int8MatmulScratch& scratch, const MatView
     const int64_t by_work = std::max<int64_t>(1, 3 * E * F * m / work_per_member_min);
     const int members = static_cast<int>(std::min<int64_t>({pool.size(), n_up, n_down, by_work}));
 
-    // The job's inputs behind one pointer: a capture of one word keeps the std::function in its
-    // small-object buffer, so nothing allocates per call.
+    // The job's inputs, which every member reads through one pointer.
     struct Job {
         Int8RowsArgs up, down;
         const float* x;
@@ -61,7 +59,7 @@ void expert_ffn_int8(ThreadPool& pool, Int8MatmulScratch& scratch, const MatView
     } job_args{{&gate_up, q, d, s, m, gu, 2 * F}, {&down, q, d, s, m, y, E}, x, ldx, m, E, F, g_up, g_down, n_up,
                n_down, limit, form, h, q, d, s, isa};
     Job* j = &job_args;
-    const std::function<void(const Team&)> job = [j](const Team& team) {
+    const auto job = [j](const Team& team) {
         const int64_t E = j->E, F = j->F, m = j->m;
         int64_t b, e;
         team.share(m * (E / 32), &b, &e);

@@ -1,7 +1,6 @@
 #include "cpu/int8_matmul.h"
 
 #include <algorithm>
-#include <functional>
 
 #include "cpu/int8_rows.h"
 #include "tensor/qtypes/all.h"
@@ -165,9 +164,8 @@ void matmul_int8(ThreadPool& pool, Int8MatmulScratch& s, const MatView& W, const
     // The work goes out in groups of the rows the kernel takes together (the last may be short).
     const Split split{args, isa, int8_rows_together(isa, W.type, n_tok)};
     const int64_t group = split.group;
-    // One captured word keeps the std::function in its small-object buffer: no allocation.
     const Split* sp = &split;
-    const std::function<void(int64_t, int64_t)> fn = [sp](int64_t g0, int64_t g1) {
+    const auto fn = [sp](int64_t g0, int64_t g1) {
         int8_rows(sp->isa, sp->args, g0 * sp->group, std::min(g1 * sp->group, sp->args.W->rows));
     };
     const int64_t work_per_group = std::max<int64_t>(1, W.cols * n_tok * group);

@@ -79,10 +79,8 @@ void matmul(ThreadPool& pool, const MatView& W, const float* x, int64_t ldx, int
     BG_CHECK(n_tok <= 1 || (ldx >= W.cols && ldy >= W.rows));
     if (W.rows == 0 || n_tok <= 0) return;
     const MatmulJob job{&W, x, ldx, n_tok, y, ldy};
-    // Capturing one pointer keeps the std::function inside its small-object buffer, so the
-    // call allocates nothing.
     const MatmulJob* jp = &job;
-    const std::function<void(int64_t, int64_t)> fn = [jp](int64_t r0, int64_t r1) {
+    const auto fn = [jp](int64_t r0, int64_t r1) {
         matmul_rows(*jp, r0, r1);
     };
     // About 64K multiply-adds per chunk at least: below that a wake-up costs more than it saves.

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <vector>
 
 #include "cpu/ops.h"
 #include "util/check.h"
@@ -52,18 +51,21 @@ void group_by_expert(const int32_t* ids, int64_t n_slots, int64_t k, int64_t pos
     std::fill(counts, counts + n_expert + 1, 0);
     auto valid = [n_expert](int32_t e) { return e >= 0 && e < n_expert; };
     for (int64_t s = 0; s < n_slots; ++s) ++counts[valid(ids[s]) ? ids[s] : n_expert];
-    // Where each expert's run starts, then each slot to the next place of its run.
-    std::vector<int64_t> next(static_cast<size_t>(n_expert));
+    // Where each expert's run starts, in counts itself (no scratch: this runs once a layer per
+    // decode step); then each slot to the next place of its run, which leaves counts[e] where run
+    // e ends, and differences of those ends give the counts back.
     for (int64_t e = 0, at = 0; e < n_expert; ++e) {
-        next[e] = at;
-        at += counts[e];
+        const int32_t c = counts[e];
+        counts[e] = static_cast<int32_t>(at);
+        at += c;
     }
     for (int64_t s = 0; s < n_slots; ++s) {
         if (!valid(ids[s])) continue;
-        const int64_t at = next[ids[s]]++;
+        const int64_t at = counts[ids[s]]++;
         gather[at] = static_cast<int32_t>(pos0 + s / k);
         scatter[at] = static_cast<int32_t>(pos0 * k + s);
     }
+    for (int64_t e = n_expert - 1; e >= 1; --e) counts[e] -= counts[e - 1];
 }
 
 }  // namespace bg

@@ -112,14 +112,14 @@ void ThreadPool::barrier_wait() {
     spin_then_wait(barrier_phase_, phase);
 }
 
-void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t min_chunk) {
+void ThreadPool::parallel_for(int64_t n, FunctionRef<void(int64_t, int64_t)> fn, int64_t min_chunk) {
     if (n <= 0) return;
     if (min_chunk < 1) min_chunk = 1;
     // As many chunks as threads, but never so many that one falls below min_chunk.
     const int64_t max_parts = std::max<int64_t>(1, n / min_chunk);
     const int parts = static_cast<int>(std::min<int64_t>(n_threads_, max_parts));
     struct Ctx {
-        const std::function<void(int64_t, int64_t)>* fn;
+        const FunctionRef<void(int64_t, int64_t)>* fn;
         int64_t n;
     } ctx{&fn, n};
     start(
@@ -132,10 +132,10 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
         &ctx, parts);
 }
 
-void ThreadPool::run(int members, const std::function<void(const Team&)>& fn) {
+void ThreadPool::run(int members, FunctionRef<void(const Team&)> fn) {
     start(
         [](const void* c, ThreadPool* pool, int index, int n) {
-            (*static_cast<const std::function<void(const Team&)>*>(c))(Team(pool, index, n));
+            (*static_cast<const FunctionRef<void(const Team&)>*>(c))(Team(pool, index, n));
         },
         &fn, members);
 }

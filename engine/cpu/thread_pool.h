@@ -21,10 +21,11 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "util/function_ref.h"
 
 namespace bg::cpu {
 
@@ -59,12 +60,11 @@ public:
     int size() const { return n_threads_; }
     // Calls fn(begin, end) over disjoint chunks covering [0, n); the calling thread takes part.
     // Chunks are at least `min_chunk` long (one chunk of n when n < min_chunk). Not re-entrant.
-    // fn must not throw: it runs on worker threads.
-    void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn,
-                      int64_t min_chunk = 1);
+    // fn must not throw: it runs on worker threads. fn is referenced, not copied (no allocation).
+    void parallel_for(int64_t n, FunctionRef<void(int64_t, int64_t)> fn, int64_t min_chunk = 1);
     // Calls fn(team) on `members` threads at once (1 <= members <= size()), the calling thread as
     // member 0, and returns when every member has returned. Not re-entrant; fn must not throw.
-    void run(int members, const std::function<void(const Team&)>& fn);
+    void run(int members, FunctionRef<void(const Team&)> fn);
 
     // How long an idle worker spins for the next job before it sleeps.
     static constexpr int64_t kSpinUs = 200;

@@ -1,5 +1,6 @@
 #include "runtime/runner.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 
@@ -94,6 +95,7 @@ std::vector<int32_t> Runner::decode(std::vector<float>& logits, int64_t n_gen, S
                                     const std::function<void(int32_t)>& on_token, const DecodeStop& stop) {
     const int64_t L = m_.moe_shape().n_layer, V = m_.moe_shape().n_vocab;
     std::vector<int32_t> out;
+    out.reserve(static_cast<size_t>(std::max<int64_t>(n_gen, 0)));
     if (units_.empty()) units_.resize(1);
     Ubatch& u = units_[0];
     for (int64_t g = 0; g < n_gen; ++g) {
