@@ -2,56 +2,18 @@
 // have sized what the engine keeps between steps, a decode step makes no heap allocation, on the
 // CPU backend, for each routing rule and with experts read from disk, held in host slots or in
 // the hot tier. This executable replaces the global operator new with one that counts its calls
-// (every thread's), and reads the count at each generated token.
+// (decode_allocations.h), and reads the count at each generated token. test_gpu_decode_allocations
+// does the same on the CUDA backend.
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <cstdio>
-#include <cstdlib>
-#include <new>
-#include <string>
 #include <vector>
 
+#include "decode_allocations.h"
 #include "model_fixture.h"
 #include "runtime/session.h"
 
 namespace {
-std::atomic<uint64_t> g_allocations{0};
-
-void* counted(std::size_t n, std::size_t align = 0) {
-    g_allocations.fetch_add(1, std::memory_order_relaxed);
-    if (n == 0) n = 1;
-    void* p = align ? std::aligned_alloc(align, (n + align - 1) / align * align) : std::malloc(n);
-    if (p) return p;
-    throw std::bad_alloc();
-}
-}  // namespace
-
-void* operator new(std::size_t n) { return counted(n); }
-void* operator new[](std::size_t n) { return counted(n); }
-void* operator new(std::size_t n, std::align_val_t a) { return counted(n, static_cast<std::size_t>(a)); }
-void* operator new[](std::size_t n, std::align_val_t a) { return counted(n, static_cast<std::size_t>(a)); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-
-namespace {
-
-// The allocations of each decode step: the count between consecutive generated tokens.
-std::vector<uint64_t> allocations_per_step(const bg::RunConfig& c) {
-    bg::Session s(c);
-    std::vector<uint64_t> at;
-    at.reserve(static_cast<size_t>(c.gen));  // the count's own record allocates nothing while it runs
-    s.run(false, [&](int32_t) { at.push_back(g_allocations.load(std::memory_order_relaxed)); });
-    std::vector<uint64_t> per_step;
-    for (size_t i = 1; i < at.size(); ++i) per_step.push_back(at[i] - at[i - 1]);
-    return per_step;
-}
 
 bg::RunConfig tiny_cfg(bg::RoutingPolicy routing, int64_t slots, int64_t hot, double temp) {
     bg::RunConfig c;
@@ -90,7 +52,7 @@ TEST(DecodeAllocations, StepsAfterTheFirstAllocateNothing) {
                           Case{"hot-pool", bg::RoutingPolicy::kHotPool, 8, 2, 0.0},
                           Case{"resident-only, temp 0.8, top-k 40", bg::RoutingPolicy::kResidentOnly, 8, 2, 0.8}}) {
         SCOPED_TRACE(k.what);
-        const std::vector<uint64_t> per_step = allocations_per_step(tiny_cfg(k.routing, k.slots, k.hot, k.temp));
+        const std::vector<uint64_t> per_step = bgtest::allocations_per_step(tiny_cfg(k.routing, k.slots, k.hot, k.temp));
         ASSERT_GE(per_step.size(), 8u);
         std::printf("  %-34s allocations per decode step:", k.what);
         for (uint64_t n : per_step) std::printf(" %llu", (unsigned long long)n);
