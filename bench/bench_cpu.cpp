@@ -16,6 +16,8 @@
 //    calls (BM_CpuExpertInt8Steps, the engine's way before), whole experts one a thread with no
 //    split (BM_CpuExpertInt8PerThread: what the memory gives sixteen row kernels at once), and
 //    one empty parallel_for (BM_PoolRoundTrip: a start and join of the pool);
+//  - a BF16 expert (no integer path: the float matmul, BM_CpuExpertFloat) at one token, per row
+//    kernel, with the same counters;
 //  - the host's pick of the next token between two decode steps (BM_Sample): greedy (argmax) and
 //    temperature 0.8 with top-k 40 (llama.cpp's defaults) over DeepSeek-V4.1's 129,280 logits.
 // --threads N (ours, taken out before Google Benchmark reads the rest): the pool's threads
@@ -237,6 +239,38 @@ void BM_CpuExpertInt8Steps(benchmark::State& state) {
     }
     expert_counters(state, ex, type, isa);
 }
+
+// An expert whose weights have no integer path (BF16: the float path of cpu/ops.h, as CpuOps's
+// expert_ffn takes it): gate and up as one matmul over their 2F rows, the SwiGLU, down, with the
+// BF16 row kernel of `isa` (cpu/bf16_rows.h).
+void BM_CpuExpertFloat(benchmark::State& state) {
+    const auto c = expert_case(state);
+    if (!c) return;
+    const auto [type, E, F, M, isa] = c->args;
+    const ExpertCopies& ex = *c->ex;
+    const std::vector<float> x = random_activations(M * E, 23);
+    std::vector<float> gu(static_cast<size_t>(M * 2 * F)), h(static_cast<size_t>(M * F)), y(x.size());
+    cpu::ThreadPool& pool = *g_bench.pool;
+    int s = 0;
+    for (auto _ : state) {
+        MatView gate_up = ex.gate(s);
+        gate_up.rows = 2 * F;
+        cpu::matmul(pool, gate_up, x.data(), E, M, gu.data(), 2 * F, isa);
+        for (int64_t t = 0; t < M; ++t)
+            cpu::swiglu(gu.data() + t * 2 * F, gu.data() + t * 2 * F + F, F, 10.0f, SwigluClamp::kDeepSeek, h.data() + t * F);
+        cpu::matmul(pool, ex.down(s), h.data(), F, M, y.data(), E, isa);
+        benchmark::DoNotOptimize(y.data());
+        s = (s + 1) % ex.n_sets;
+    }
+    expert_counters(state, ex, type, isa);
+}
+BENCHMARK(BM_CpuExpertFloat)
+    ->Apply([](benchmark::internal::Benchmark* b) {
+        for (const cpu::CpuIsa isa : {cpu::CpuIsa::kPortable, cpu::CpuIsa::kAvx2, cpu::CpuIsa::kAvx512})
+            b->Args({static_cast<int64_t>(GgmlType::BF16), 5120, 2304, 1, static_cast<int64_t>(isa)});
+    })
+    ->ArgNames({"type", "E", "F", "M", "isa"})
+    ->UseRealTime();
 
 // The pool's cost of one parallel_for with nothing to do: waking every worker and waiting for
 // them all, the price each matmul_int8 call pays on top of its rows.

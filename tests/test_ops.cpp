@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -131,6 +132,59 @@ TEST(Ops, MatmulAllTypes) {
             }
         }
     }
+}
+
+// The BF16 rows' kernels (cpu/bf16_rows.h) give the float path's y bit for bit: each row
+// dequantised, then the sixteen-lane dot product of the other types (written out here), on every
+// kernel this machine runs (the others skip, visibly), for widths around 16, padded rows, several
+// tokens, and weights with infinities and NaNs among them.
+TEST(Ops, MatmulBf16KernelsGiveTheFloatPathsYBitForBit) {
+    std::mt19937 rng = fresh_rng();
+    ThreadPool pool(3);
+    auto lanes_dot = [](const float* a, const float* b, int64_t n) {
+        float acc[16] = {};
+        int64_t i = 0;
+        for (; i + 16 <= n; i += 16)
+            for (int l = 0; l < 16; ++l) acc[l] += a[i + l] * b[i + l];
+        float tail = 0.0f;
+        for (; i < n; ++i) tail += a[i] * b[i];
+        for (int w = 8; w > 0; w /= 2)
+            for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
+        return acc[0] + tail;
+    };
+    int checked_isas = 0;
+    for (const CpuIsa isa : {CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+        if (!cpu_isa_usable(isa)) {
+            std::printf("  %s: not usable on this machine, not checked here\n", cpu_isa_name(isa));
+            continue;
+        }
+        ++checked_isas;
+        for (int64_t cols : {1, 15, 16, 17, 31, 100, 5120})
+            for (int64_t n_tok : {1, 3})
+                for (bool specials : {false, true}) {
+                    const int64_t rows = 37;
+                    QuantMat m = make_mat(rng, GgmlType::BF16, rows, cols, 6);
+                    if (specials) {
+                        // +inf, -inf and a NaN in some rows (their y is then inf or NaN alike).
+                        const uint16_t special[] = {0x7F80, 0xFF80, 0x7FC1};
+                        for (int k = 0; k < 3; ++k) {
+                            const int64_t r = 5 * k + 1, c = (7 * k) % cols;
+                            std::memcpy(m.bytes.data() + r * m.view.row_stride + 2 * c, &special[k], 2);
+                        }
+                    }
+                    const int64_t ldx = cols + 5, ldy = rows + 1;
+                    const auto x = uniform(rng, n_tok * ldx, -2.0f, 2.0f);
+                    std::vector<float> want(static_cast<size_t>(n_tok * ldy), -777.0f), got = want, row(cols);
+                    for (int64_t r = 0; r < rows; ++r) {
+                        dequantize_row(GgmlType::BF16, m.view.data + r * m.view.row_stride, row.data(), cols);
+                        for (int64_t t = 0; t < n_tok; ++t) want[t * ldy + r] = lanes_dot(row.data(), x.data() + t * ldx, cols);
+                    }
+                    matmul(pool, m.view, x.data(), ldx, n_tok, got.data(), ldy, isa);
+                    ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+                        << cpu_isa_name(isa) << " cols " << cols << " tokens " << n_tok << (specials ? " with inf/NaN" : "");
+                }
+    }
+    EXPECT_GE(checked_isas, 1);
 }
 
 TEST(Ops, MatmulSliceRows) {

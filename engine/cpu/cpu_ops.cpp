@@ -88,7 +88,7 @@ public:
             cpu::matmul_int8(pool_, int8_, W, x, ldx, n_tok, y, ldy, isa_);
             return;
         }
-        cpu::matmul(pool_, W, x, ldx, n_tok, y, ldy);
+        cpu::matmul(pool_, W, x, ldx, n_tok, y, ldy, isa_);
     }
     void dequantize(GgmlType t, const uint8_t* src, float* dst, int64_t n) override { dequantize_row(t, src, dst, n); }
     void dequantize_fp8_rows(const uint8_t* src, float* dst, int64_t rows, int64_t dim) override {

@@ -5,6 +5,7 @@
 #include <numbers>
 #include <numeric>
 
+#include "cpu/bf16_rows.h"
 #include "util/check.h"
 
 namespace bg::cpu {
@@ -50,10 +51,15 @@ struct MatmulJob {
     int64_t ldx, n_tok;
     float* y;
     int64_t ldy;
+    CpuIsa isa;
 };
 
 void matmul_rows(const MatmulJob& j, int64_t r0, int64_t r1) {
     const MatView& W = *j.W;
+    if (W.type == GgmlType::BF16) {
+        bf16_rows(j.isa, W, j.x, j.ldx, j.n_tok, j.y, j.ldy, r0, r1);
+        return;
+    }
     const int64_t cols = W.cols;
     float* scratch = W.type == GgmlType::F32 ? nullptr : row_scratch(cols);  // [cols]
     for (int64_t r = r0; r < r1; ++r) {
@@ -73,12 +79,12 @@ void matmul_rows(const MatmulJob& j, int64_t r0, int64_t r1) {
 
 
 void matmul(ThreadPool& pool, const MatView& W, const float* x, int64_t ldx, int64_t n_tok,
-            float* y, int64_t ldy) {
+            float* y, int64_t ldy, CpuIsa isa) {
     BG_CHECK(W.data != nullptr || W.rows == 0);
     BG_CHECK(W.row_stride >= row_bytes(W.type, W.cols));
     BG_CHECK(n_tok <= 1 || (ldx >= W.cols && ldy >= W.rows));
     if (W.rows == 0 || n_tok <= 0) return;
-    const MatmulJob job{&W, x, ldx, n_tok, y, ldy};
+    const MatmulJob job{&W, x, ldx, n_tok, y, ldy, isa};
     const MatmulJob* jp = &job;
     const auto fn = [jp](int64_t r0, int64_t r1) {
         matmul_rows(*jp, r0, r1);

@@ -7,15 +7,17 @@
 #include <vector>
 
 #include "backend/types.h"
+#include "cpu/int8_matmul.h"
 #include "cpu/thread_pool.h"
 #include "tensor/ggml_types.h"
 
 namespace bg::cpu {
 
 // y[t*ldy + r] = sum_i W[r][i] * x[t*ldx + i] for t < n_tok, r < W.rows.
-// Each weight row is dequantised once and used for all n_tok inputs. Parallel over rows.
+// Each weight row is dequantised once and used for all n_tok inputs. Parallel over rows. BF16
+// rows go through isa's kernel of cpu/bf16_rows.h (the same y on every kernel).
 void matmul(ThreadPool& pool, const MatView& W, const float* x, int64_t ldx, int64_t n_tok,
-            float* y, int64_t ldy);
+            float* y, int64_t ldy, CpuIsa isa = best_cpu_isa());
 
 // y = x / sqrt(mean(x^2) + eps) * w   (w may be null: no weight). y may alias x.
 void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* y);
