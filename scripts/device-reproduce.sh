@@ -161,6 +161,20 @@ slice_model() {  # [SCALE] (default slice): the harness would generate it too; d
   ls -la "models/$scale.gguf" | tee -a "$log"
 }
 
+# A traced decode run's summary (the decode timeline parts): the decode ends the trace, so its
+# window is the decode's wall time, from "decode: N tokens, X tok/s" in DIR/run-CFG.log (on the line
+# of the generated text, which has no newline of its own); the trace is compressed and read by
+# scripts/gpu-timeline.py over that window into DIR/summary-CFG.txt.
+decode_trace_summary() {  # part dir cfg
+  local part=$1 dir=$2 cfg=$3 dec dec_ms
+  dec=$(grep -oE "decode: [0-9]+ tokens, [0-9.]+ tok/s" "$dir/run-$cfg.log" | tail -n 1)
+  echo "$dec" | tee -a "$log"
+  [ -f "$dir/trace-$cfg.csv" ] || { note "$part: the tracer wrote no trace for $cfg"; status=1; return; }
+  xz -9 -f "$dir/trace-$cfg.csv"
+  dec_ms=$(echo "$dec" | awk '{printf "%.3f", $2 / $4 * 1000}')
+  python3 scripts/gpu-timeline.py "$dir/trace-$cfg.csv.xz" --window-ms "$dec_ms" 2>&1 | tee "$dir/summary-$cfg.txt" | head -n 40 | tee -a "$log" || status=1
+}
+
 # What plan says of a K-quant slice: its experts' bytes, and how many experts the slice's budgets
 # and the published PC's 12 GiB budgets (the full model in the same preset) hold.
 kquant_plan() {  # SCALE
@@ -323,14 +337,7 @@ for part in "$@"; do
           --prefill layer-major --ubatch 16 --promote "${budget[@]}" --threads 0 --decode-experts gpu ${BG_TIMELINE_ARGS:-} \
           --metrics-json "$dir/metrics-$cfg.json" > "$dir/run-$cfg.log" 2>&1 || status=1
         grep -E "^pass" "$dir/run-$cfg.log" | tee -a "$log"
-        # The decode ends the trace: its wall time from "decode: N tokens, X tok/s" (on the line of
-        # the generated text, which has no newline of its own).
-        dec=$(grep -oE "decode: [0-9]+ tokens, [0-9.]+ tok/s" "$dir/run-$cfg.log" | tail -n 1)
-        echo "$dec" | tee -a "$log"
-        [ -f "$dir/trace-$cfg.csv" ] || { note "slice-decode-timeline: the tracer wrote no trace for $cfg"; status=1; continue; }
-        xz -9 -f "$dir/trace-$cfg.csv"
-        dec_ms=$(echo "$dec" | awk '{printf "%.3f", $2 / $4 * 1000}')
-        python3 scripts/gpu-timeline.py "$dir/trace-$cfg.csv.xz" --window-ms "$dec_ms" 2>&1 | tee "$dir/summary-$cfg.txt" | head -n 40 | tee -a "$log" || status=1
+        decode_trace_summary slice-decode-timeline "$dir" "$cfg"
       done
       ;;
     decode-preloaded-timeline)
@@ -352,12 +359,7 @@ for part in "$@"; do
           --prefill layer-major --promote --slots max --hot 5 --preload --vram-budget 2048 --host-budget 20480 \
           --threads 0 --decode-experts $cfg ${BG_TIMELINE_ARGS:-} \
           --metrics-json "$dir/metrics-$cfg.json" > "$dir/run-$cfg.log" 2>&1 || status=1
-        dec=$(grep -oE "decode: [0-9]+ tokens, [0-9.]+ tok/s" "$dir/run-$cfg.log" | tail -n 1)
-        echo "$dec" | tee -a "$log"
-        [ -f "$dir/trace-$cfg.csv" ] || { note "decode-preloaded-timeline: the tracer wrote no trace for $cfg"; status=1; continue; }
-        xz -9 -f "$dir/trace-$cfg.csv"
-        dec_ms=$(echo "$dec" | awk '{printf "%.3f", $2 / $4 * 1000}')
-        python3 scripts/gpu-timeline.py "$dir/trace-$cfg.csv.xz" --window-ms "$dec_ms" 2>&1 | tee "$dir/summary-$cfg.txt" | head -n 40 | tee -a "$log" || status=1
+        decode_trace_summary decode-preloaded-timeline "$dir" "$cfg"
       done
       ;;
     slice-ubatch)

@@ -16,7 +16,7 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 
-#include <immintrin.h>
+#include "cpu/x86_intrinsics.h"
 
 #include <algorithm>
 

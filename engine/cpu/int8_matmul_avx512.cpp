@@ -38,18 +38,7 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 
-// GCC 12's AVX-512 intrinsics start many results from _mm512_undefined_*(), a self-initialised
-// variable that -W(maybe-)uninitialized reports wherever they are inlined (GCC bug 105593, fixed
-// in 13); the warnings are silenced for the header's lines alone.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+#include "cpu/x86_intrinsics.h"
 
 #include <algorithm>
 
