@@ -178,6 +178,17 @@ std::vector<float> random_activations(int64_t n, unsigned seed) {
     return x;
 }
 
+// One expert call's activations and outputs for M tokens: x [M][E], gate and up [M][2F], the
+// SwiGLU's h [M][F], y [M][E].
+struct ExpertIo {
+    std::vector<float> x, gu, h, y;
+    ExpertIo(int64_t E, int64_t F, int64_t M)
+        : x(random_activations(M * E, 23)),
+          gu(static_cast<size_t>(M * 2 * F)),
+          h(static_cast<size_t>(M * F)),
+          y(static_cast<size_t>(M * E)) {}
+};
+
 // The counters of one expert benchmark (see the top of the file).
 // experts_per_call: experts one iteration reads (BM_CpuExpertInt8PerThread: one a thread).
 void expert_counters(benchmark::State& state, const ExpertCopies& ex, GgmlType type, cpu::CpuIsa isa,
@@ -201,17 +212,16 @@ void BM_CpuExpertInt8(benchmark::State& state) {
     if (!c) return;
     const auto [type, E, F, M, isa] = c->args;
     const ExpertCopies& ex = *c->ex;
-    const std::vector<float> x = random_activations(M * E, 23);
-    std::vector<float> gu(static_cast<size_t>(M * 2 * F)), h(static_cast<size_t>(M * F)), y(x.size());
+    ExpertIo io(E, F, M);
     cpu::Int8MatmulScratch scratch;
     cpu::ThreadPool& pool = *g_bench.pool;
     int s = 0;
     for (auto _ : state) {
         MatView gate_up = ex.gate(s);
         gate_up.rows = 2 * F;
-        cpu::expert_ffn_int8(pool, scratch, gate_up, ex.down(s), x.data(), E, M, 10.0f, SwigluClamp::kDeepSeek,
-                             gu.data(), h.data(), y.data(), isa);
-        benchmark::DoNotOptimize(y.data());
+        cpu::expert_ffn_int8(pool, scratch, gate_up, ex.down(s), io.x.data(), E, M, 10.0f, SwigluClamp::kDeepSeek,
+                             io.gu.data(), io.h.data(), io.y.data(), isa);
+        benchmark::DoNotOptimize(io.y.data());
         s = (s + 1) % ex.n_sets;
     }
     expert_counters(state, ex, type, isa);
@@ -248,18 +258,18 @@ void BM_CpuExpertFloat(benchmark::State& state) {
     if (!c) return;
     const auto [type, E, F, M, isa] = c->args;
     const ExpertCopies& ex = *c->ex;
-    const std::vector<float> x = random_activations(M * E, 23);
-    std::vector<float> gu(static_cast<size_t>(M * 2 * F)), h(static_cast<size_t>(M * F)), y(x.size());
+    ExpertIo io(E, F, M);
     cpu::ThreadPool& pool = *g_bench.pool;
     int s = 0;
     for (auto _ : state) {
         MatView gate_up = ex.gate(s);
         gate_up.rows = 2 * F;
-        cpu::matmul(pool, gate_up, x.data(), E, M, gu.data(), 2 * F, isa);
+        cpu::matmul(pool, gate_up, io.x.data(), E, M, io.gu.data(), 2 * F, isa);
         for (int64_t t = 0; t < M; ++t)
-            cpu::swiglu(gu.data() + t * 2 * F, gu.data() + t * 2 * F + F, F, 10.0f, SwigluClamp::kDeepSeek, h.data() + t * F);
-        cpu::matmul(pool, ex.down(s), h.data(), F, M, y.data(), E, isa);
-        benchmark::DoNotOptimize(y.data());
+            cpu::swiglu(io.gu.data() + t * 2 * F, io.gu.data() + t * 2 * F + F, F, 10.0f, SwigluClamp::kDeepSeek,
+                        io.h.data() + t * F);
+        cpu::matmul(pool, ex.down(s), io.h.data(), F, M, io.y.data(), E, isa);
+        benchmark::DoNotOptimize(io.y.data());
         s = (s + 1) % ex.n_sets;
     }
     expert_counters(state, ex, type, isa);

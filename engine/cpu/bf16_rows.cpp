@@ -16,6 +16,7 @@
 
 #include <cstring>
 
+#include "tensor/ggml_types.h"
 #include "util/check.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -30,10 +31,7 @@ namespace {
 float bf16_value(const uint8_t* p) {
     uint16_t h;
     std::memcpy(&h, p, 2);
-    const uint32_t u = static_cast<uint32_t>(h) << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
+    return bf16_to_fp32(h);
 }
 
 // The sixteen partial sums folded pairwise, then the tail columns [n16, n) added. Not inlined:
@@ -55,10 +53,10 @@ float dot_portable(const uint8_t* w, const float* x, int64_t n) {
     return finish(acc, w, x, i, n);
 }
 
-// Four rows at a time (kRowsTogether): each row's partial sums are one chain of dependent adds,
-// so one row alone runs at the add's latency; four chains keep the adder busy, and each load of x
-// serves the four.
-constexpr int kRowsTogether = 4;
+// Four rows at a time (kBf16RowsTogether): each row's partial sums are one chain of dependent
+// adds, so one row alone runs at the add's latency; four chains keep the adder busy, and each load
+// of x serves the four.
+constexpr int kRowsTogether = static_cast<int>(kBf16RowsTogether);
 
 void dots_portable(const uint8_t* const* w, const float* x, int64_t n, float* out) {
     for (int k = 0; k < kRowsTogether; ++k) out[k] = dot_portable(w[k], x, n);
@@ -139,7 +137,8 @@ void bf16_rows(CpuIsa isa, const MatView& W, const float* x, int64_t ldx, int64_
             for (int k = 0; k < kRowsTogether; ++k) y[t * ldy + r + k] = out[k];
         }
     }
-    // The last rows one at a time, each through a group of copies of itself.
+    // The last rows one at a time, each through a group of copies of itself (cpu::matmul hands
+    // out groups of kBf16RowsTogether rows, so this is the matrix's last rows only).
     for (; r < r1; ++r) {
         const uint8_t* w[kRowsTogether];
         for (int k = 0; k < kRowsTogether; ++k) w[k] = row(r);

@@ -9,6 +9,10 @@
 
 namespace bg::cpu {
 
+// Rows each kernel takes together; a work split hands out multiples of it (the last group may be
+// short, and costs as much as a whole one).
+constexpr int64_t kBf16RowsTogether = 4;
+
 // isa: a kernel cpu_isa_usable() accepts.
 void bf16_rows(CpuIsa isa, const MatView& W, const float* x, int64_t ldx, int64_t n_tok, float* y, int64_t ldy,
                int64_t r0, int64_t r1);

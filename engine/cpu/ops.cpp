@@ -85,14 +85,16 @@ void matmul(ThreadPool& pool, const MatView& W, const float* x, int64_t ldx, int
     BG_CHECK(n_tok <= 1 || (ldx >= W.cols && ldy >= W.rows));
     if (W.rows == 0 || n_tok <= 0) return;
     const MatmulJob job{&W, x, ldx, n_tok, y, ldy, isa};
+    // The work goes out in groups of the rows a kernel takes together (BF16's four; one else).
+    const int64_t group = W.type == GgmlType::BF16 ? kBf16RowsTogether : 1;
     const MatmulJob* jp = &job;
-    const auto fn = [jp](int64_t r0, int64_t r1) {
-        matmul_rows(*jp, r0, r1);
+    const auto fn = [jp, group](int64_t g0, int64_t g1) {
+        matmul_rows(*jp, g0 * group, std::min(g1 * group, jp->W->rows));
     };
     // About 64K multiply-adds per chunk at least: below that a wake-up costs more than it saves.
-    const int64_t work_per_row = std::max<int64_t>(1, W.cols * n_tok);
-    const int64_t min_chunk = std::max<int64_t>(1, (int64_t{1} << 16) / work_per_row);
-    pool.parallel_for(W.rows, fn, min_chunk);
+    const int64_t work_per_group = std::max<int64_t>(1, W.cols * n_tok * group);
+    const int64_t min_chunk = std::max<int64_t>(1, (int64_t{1} << 16) / work_per_group);
+    pool.parallel_for((W.rows + group - 1) / group, fn, min_chunk);
 }
 
 void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* y) {

@@ -356,8 +356,6 @@ uint16_t fp32_to_fp16(float f) {
     return sign;
 }
 
-float bf16_to_fp32(uint16_t h) { return bits_f32(static_cast<uint32_t>(h) << 16); }
-
 uint16_t fp32_to_bf16(float f) {
     const uint32_t u = f32_bits(f);
     if ((u & 0x7FFFFFFF) > 0x7F800000) return static_cast<uint16_t>((u >> 16) | 0x40);  // quiet NaN

@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 namespace bg {
@@ -68,7 +69,13 @@ void quantize_row(GgmlType t, const float* src, void* dst, int64_t n);
 // Scalar helpers.
 float fp16_to_fp32(uint16_t h);
 uint16_t fp32_to_fp16(float f);   // round to nearest even
-float bf16_to_fp32(uint16_t h);
+// A BF16 is the top half of its float32 (inline: the CPU's BF16 rows decode one per weight).
+inline float bf16_to_fp32(uint16_t h) {
+    const uint32_t u = static_cast<uint32_t>(h) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
 uint16_t fp32_to_bf16(float f);   // round to nearest even; NaN stays NaN
 float e8m0_to_fp32(uint8_t e);    // 2^(e-127), e = 0 gives 2^-127 (denormal), 255 gives NaN
 float e2m1_to_fp32(uint8_t code); // code in 0..15: +-{0, 0.5, 1, 1.5, 2, 3, 4, 6}
