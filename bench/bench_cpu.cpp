@@ -16,6 +16,8 @@
 //    calls (BM_CpuExpertInt8Steps, the engine's way before), whole experts one a thread with no
 //    split (BM_CpuExpertInt8PerThread: what the memory gives sixteen row kernels at once), and
 //    one empty parallel_for (BM_PoolRoundTrip: a start and join of the pool);
+//  - one row kernel alone on one thread (BM_CpuRowsInt8), with W in the caches and from memory:
+//    the kernel's compute rate, and what memory leaves of it;
 //  - a BF16 expert (no integer path: the float matmul, BM_CpuExpertFloat) at one token, per row
 //    kernel, with the same counters;
 //  - the host's pick of the next token between two decode steps (BM_Sample): greedy (argmax) and
@@ -41,6 +43,7 @@
 
 #include "cpu/int8_expert.h"
 #include "cpu/int8_matmul.h"
+#include "cpu/int8_rows.h"
 #include "cpu/ops.h"
 #include "cpu/thread_pool.h"
 #include "random_weights.h"
@@ -69,6 +72,7 @@ struct ExpertCopies;
 struct Bench {
     std::unique_ptr<cpu::ThreadPool> pool;
     double host_read_gbs = 0;  // every thread of the pool
+    double one_thread_read_gbs = 0;
     // The last type's copies, kept for its next benchmark (the benchmarks run type by type).
     std::unique_ptr<ExpertCopies> copies;
 };
@@ -373,6 +377,56 @@ BENCHMARK(BM_CpuExpertInt8)->Apply(expert_args)->ArgNames({"type", "E", "F", "M"
 BENCHMARK(BM_CpuExpertInt8Steps)->Apply(expert_args)->ArgNames({"type", "E", "F", "M", "isa"})->UseRealTime();
 BENCHMARK(BM_CpuExpertInt8PerThread)->Apply(expert_args)->ArgNames({"type", "E", "F", "M", "isa"})->UseRealTime();
 
+// One row kernel alone on the calling thread, one token, rows of 5120 weights: state.range(2) 1
+// keeps W (64 rows) in the core's caches, 0 reads rows of copies of a 2304-row W cycled as the
+// expert benchmarks cycle theirs, so they come from memory. The first is the kernel's compute
+// rate, the second what memory leaves of it; their gap is what the access pattern costs (the
+// K-quants' prefetch, cpu/int8_rows.h). Counters: GB/s of weight bytes, of_probe against the
+// one-thread read probe (the from-memory case only).
+void BM_CpuRowsInt8(benchmark::State& state) {
+    const auto type = static_cast<GgmlType>(state.range(0));
+    const auto isa = static_cast<cpu::CpuIsa>(state.range(1));
+    const bool cached = state.range(2) != 0;
+    if (!cpu::cpu_isa_usable(isa)) {
+        state.SkipWithError((std::string("the ") + cpu::cpu_isa_name(isa) + " kernel is not usable here").c_str());
+        return;
+    }
+    const int64_t cols = 5120, rows = cached ? 64 : 2304;
+    std::mt19937 rng(29);
+    const bgtest::HostMat W = bgtest::random_mat(type, rows, cols, 0, rng);
+    const uint64_t mat_bytes = W.bytes.size();
+    const int n_copies = cached ? 1 : static_cast<int>(std::max<uint64_t>(2, rotate_bytes() / mat_bytes));
+    std::vector<uint8_t> copies(mat_bytes * n_copies);
+    for (int c = 0; c < n_copies; ++c) std::memcpy(copies.data() + c * mat_bytes, W.bytes.data(), mat_bytes);
+    const std::vector<float> x = random_activations(cols, 31);
+    std::vector<int8_t> xq(cols);
+    std::vector<float> xd(cols / 32), y(rows);
+    std::vector<int32_t> xs(cols / 16);
+    cpu::quantize_int8_rows(x.data(), cols, 1, cols, xq.data(), xd.data());
+    cpu::int8_half_sums(xq.data(), 1, cols, xs.data());
+    int c = 0;
+    for (auto _ : state) {
+        const MatView v{copies.data() + c * mat_bytes, type, cols, rows, W.stride};
+        cpu::int8_rows(isa, {&v, xq.data(), xd.data(), xs.data(), 1, y.data(), rows}, 0, rows);
+        benchmark::DoNotOptimize(y.data());
+        c = (c + 1) % n_copies;
+    }
+    const double bytes = static_cast<double>(mat_bytes) * static_cast<double>(state.iterations());
+    state.counters["GB/s"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsRate);
+    if (!cached)
+        state.counters["of_probe"] = benchmark::Counter(bytes / 1e9 / g_bench.one_thread_read_gbs, benchmark::Counter::kIsRate);
+    state.SetLabel(std::string(type_name(type)) + " " + cpu::cpu_isa_name(isa) + (cached ? " cached" : " from memory"));
+}
+BENCHMARK(BM_CpuRowsInt8)
+    ->Apply([](benchmark::internal::Benchmark* b) {
+        for (const GgmlType t : {GgmlType::MXFP4, GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K,
+                                 GgmlType::Q5_K, GgmlType::Q6_K})
+            for (const cpu::CpuIsa isa : {cpu::CpuIsa::kAvx2, cpu::CpuIsa::kAvx512})
+                for (const int cached : {1, 0}) b->Args({static_cast<int64_t>(t), static_cast<int64_t>(isa), cached});
+    })
+    ->ArgNames({"type", "isa", "cached"})
+    ->UseRealTime();
+
 // --threads N, removed from argv; 0 when absent.
 int take_threads(int& argc, char** argv) {
     int n = 0;
@@ -409,6 +463,7 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < buf.size(); ++i) buf[i] = i * 0x9E3779B97F4A7C15ull;
     g_bench.host_read_gbs = read_probe(g_bench.pool.get(), buf, 7);
     const double one_thread_gbs = read_probe(nullptr, buf, 3);
+    g_bench.one_thread_read_gbs = one_thread_gbs;
     buf = {};
     std::printf("bench_cpu: host read probe %.1f GB/s with %d threads, %.1f GB/s with one; best row kernel here: %s\n",
                 g_bench.host_read_gbs, g_bench.pool->size(), one_thread_gbs, cpu::cpu_isa_name(cpu::best_cpu_isa()));
