@@ -38,12 +38,12 @@ struct Chunk8 {
     __m256 d0, d1, m0, m1;  // per-row scale and min of each 16-weight half
 };
 
-// Decoders: chunk c of the eight rows (row pointers rows[i]) into k.
+// Decoders: chunk c of nb (the row's chunks) of the eight rows (row pointers rows[i]) into k.
 template <class T>
 struct Decode {
     static constexpr bool kUnsigned = false;  // k.w signed: products through |w| and q * sign(w)
     static constexpr int kOffset = 0;
-    BG_AVX2 static void chunk(const uint8_t* const* rows, int64_t c, Chunk8& k) {
+    BG_AVX2 static void chunk(const uint8_t* const* rows, int64_t c, int64_t /*nb*/, Chunk8& k) {
         alignas(32) int8_t v[32];
         alignas(32) float d[4][kAvx2Rows];
         for (int i = 0; i < kAvx2Rows; ++i) {
@@ -85,7 +85,7 @@ template <>
 struct Decode<qtypes::Mxfp4> {
     static constexpr bool kUnsigned = true;  // k.w = value + kOffset
     static constexpr int kOffset = 12;
-    BG_AVX2 static void chunk(const uint8_t* const* rows, int64_t c, Chunk8& k) {
+    BG_AVX2 static void chunk(const uint8_t* const* rows, int64_t c, int64_t /*nb*/, Chunk8& k) {
 #pragma GCC unroll 8
         for (int i = 0; i < kAvx2Rows; ++i) k.w[i] = mxfp4_plus12(rows[i] + c * qtypes::Mxfp4::kBlockBytes);
         k.d0 = k.d1 = mxfp4_scales8(rows, c);
@@ -106,7 +106,7 @@ template <>
 struct Decode<qtypes::Q8_0> {
     static constexpr bool kUnsigned = false;
     static constexpr int kOffset = 0;
-    BG_AVX2 static void chunk(const uint8_t* const* rows, int64_t c, Chunk8& k) {
+    BG_AVX2 static void chunk(const uint8_t* const* rows, int64_t c, int64_t /*nb*/, Chunk8& k) {
         for (int i = 0; i < kAvx2Rows; ++i) {
             k.w[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[i] + c * qtypes::Q8_0::kBlockBytes + 2));
             k.wa[i] = _mm256_abs_epi8(k.w[i]);
@@ -233,9 +233,14 @@ struct KDecode {
     static constexpr int kOffset = T::kCodeOffset;
     KBlockScales<T> scales;
 
-    BG_AVX2 void chunk(const uint8_t* const* rows, int64_t c, Chunk8& k) {
+    BG_AVX2 void chunk(const uint8_t* const* rows, int64_t c, int64_t nb, Chunk8& k) {
         const int in_block = static_cast<int>(c % 8);
-        if (in_block == 0) scales.load(rows, c / 8);
+        if (in_block == 0) {
+            const int64_t block = c / 8;
+            if ((block + 1) * 8 < nb)  // the next block of each row (int8_rows.h says why)
+                for (int i = 0; i < kAvx2Rows; ++i) prefetch_to_l2(rows[i] + (block + 1) * T::kBlockBytes, T::kBlockBytes);
+            scales.load(rows, block);
+        }
         for (int i = 0; i < kAvx2Rows; ++i) k.w[i] = k_codes<T>(rows[i] + (c / 8) * T::kBlockBytes, in_block);
         // The groups of the chunk's two 16-weight halves (one group for both when kSubK is 32).
         const int g0 = T::kSubK == 32 ? in_block : 2 * in_block, g1 = T::kSubK == 32 ? in_block : 2 * in_block + 1;
@@ -384,7 +389,7 @@ BG_AVX2 void rows8(const Int8RowsArgs& a, int64_t r0, int64_t r1) {
             Chunk8 k;
             Decode<T> decode;
             for (int64_t c = 0; c < nb; ++c) {
-                decode.chunk(rows, c, k);
+                decode.chunk(rows, c, nb, k);
                 for (int t = 0; t < n_t; ++t) {
                     const int64_t tok = t0 + t;
                     const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.xq + tok * W.cols + c * 32));

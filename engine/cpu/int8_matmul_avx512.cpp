@@ -365,6 +365,8 @@ BG_AVX512 void rows16_one_token_k(const Int8RowsArgs& a, int64_t g, __mmask16 st
     __m512 acc = _mm512_setzero_ps();
     KScales16<T> ks;
     for (int64_t b = 0; b < nblk; ++b, r.advance(T::kBlockBytes)) {
+        if (b + 1 < nblk)  // the next block of each row (int8_rows.h says why)
+            for (int i = 0; i < kRows; ++i) prefetch_to_l2(r.row(i) + T::kBlockBytes, T::kBlockBytes);
         ks.load(r, offs);
         for (int k = 0; k < 8; ++k) {
             const int64_t c = b * 8 + k;

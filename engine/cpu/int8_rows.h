@@ -21,6 +21,18 @@ struct Int8RowsArgs {
     int64_t ldy;
 };
 
+// Asks for bytes [p, p + n) in the core's L2 (prefetcht1 on x86), a cache line at a time. The
+// SIMD kernels call it for each row's next K-quant block when they enter a block: the block's
+// scales are read before its codes, and in Q2_K, Q3_K and Q6_K they sit at the block's end, so
+// each row's reads jump ahead and back within a block where the hardware prefetchers look for a
+// steady stride, and the kernel waits on memory for half its time (Q6_K at one token, one thread:
+// 20 GB/s from the caches, 6 from memory; bench_cpu BM_CpuRowsInt8, figures in bench/KERNELS.md).
+// Into L2, not L1: prefetcht0 of sixteen rows' blocks at once held up the kernel's own loads.
+inline void prefetch_to_l2(const uint8_t* p, int n) {
+    for (int o = 0; o < n; o += 64) __builtin_prefetch(p + o, 0, 2);
+    __builtin_prefetch(p + n - 1, 0, 2);  // the line of the last byte, where p is not line-aligned
+}
+
 // Plain C++ (what the compiler vectorises for the build's target): every machine.
 void int8_rows_portable(const Int8RowsArgs& a, int64_t r0, int64_t r1);
 
