@@ -424,6 +424,44 @@ TEST(KQuants, ChunkPlanesGiveTheTraitsCodes) {
     EXPECT_EQ(checked, 5);  // Q2_K .. Q6_K
 }
 
+// The traits' description of where their scale integers sit (kScaleBytes, scale_int, min_int:
+// what the AVX2 and AVX-512 kernels decode a block's scales from) gives each group's scale and
+// min as sub_ints does, on random blocks (extreme scales too), every group of the five K-quants.
+TEST(KQuants, ScaleIntsGiveTheTraitsSubInts) {
+    auto rng = bgtest::fresh_rng();
+    int checked = 0;
+    for (GgmlType t : kTypes)
+        qtypes::visit(t, [&](auto traits) {
+            using T = decltype(traits);
+            if constexpr (requires { T::scale_int(0); }) {
+                ASSERT_LE(T::kOffScales + T::kScaleBytes, T::kBlockBytes);
+                for (Fill fill : {Fill::kRealistic, Fill::kExtremeScales}) {
+                    const std::vector<uint8_t> b = random_blocks(t, 16, fill, rng);
+                    for (int64_t blk = 0; blk < 16; ++blk) {
+                        const uint8_t* p = b.data() + blk * T::kBlockBytes;
+                        for (int g = 0; g < 256 / T::kSubK; ++g) {
+                            int sc = 0, mn = 0;
+                            T::sub_ints(p, g * (T::kSubK / 16), &sc, &mn);
+                            const qtypes::ScaleInt f = T::scale_int(g);
+                            ASSERT_LT(f.low.offset, T::kScaleBytes);
+                            ASSERT_LT(f.high.offset, T::kScaleBytes);
+                            ASSERT_EQ(qtypes::scale_int_of(p + T::kOffScales, f), sc)
+                                << type_name(t) << " block " << blk << " group " << g;
+                            if constexpr (T::kHasMin) {
+                                ASSERT_EQ(qtypes::scale_int_of(p + T::kOffScales, T::min_int(g)), mn)
+                                    << type_name(t) << " block " << blk << " group " << g << " (min)";
+                            } else {
+                                ASSERT_EQ(mn, 0);
+                            }
+                        }
+                    }
+                }
+                ++checked;
+            }
+        });
+    EXPECT_EQ(checked, 5);  // Q2_K .. Q6_K
+}
+
 TEST(KQuants, DequantOfSeveralRowsIsPerBlock) {
     // A row of three blocks decodes as its blocks do, and writes exactly its 768 floats.
     auto rng = bgtest::fresh_rng();

@@ -164,36 +164,40 @@ BG_AVX2 inline void bytes_by_row8(const uint8_t* const* rows, int64_t at, __m256
         }
 }
 
+// One small integer of the eight rows' scales (the traits' ScaleInt), lane i row i, from their
+// scale bytes transposed (b[j] lane i: row i's scale byte j - at, as int32).
+BG_AVX2 inline __m256i field8(const __m256i (&b)[16], int at, qtypes::PlaneBits p) {
+    return _mm256_and_si256(_mm256_srl_epi32(b[p.offset - at], _mm_cvtsi32_si128(p.shift)), _mm256_set1_epi32(p.mask));
+}
+BG_AVX2 inline __m256i scale_int8(const __m256i (&b)[16], int at, qtypes::ScaleInt f) {
+    __m256i v = field8(b, at, f.low);
+    if (f.high.mask != 0) v = _mm256_or_si256(v, _mm256_sll_epi32(field8(b, at, f.high), _mm_cvtsi32_si128(f.high_at)));
+    v = _mm256_sub_epi32(v, _mm256_set1_epi32(f.minus));
+    if (f.sign_bits != 0) {
+        const __m256i sign = _mm256_set1_epi32(1 << (f.sign_bits - 1));
+        v = _mm256_sub_epi32(_mm256_xor_si256(v, sign), sign);
+    }
+    return v;
+}
+
 // The scale and min integers of every group of the eight rows' block, lane i row i: the traits'
-// sub_ints row by row, or, where the traits say kScaleMinK4 (Q4_K, Q5_K: k_scale_min's 12-byte
-// pairs), the same bit operations on all eight rows at once. One thread of the development
-// machine: a full-width Q4_K expert 3.53-3.92 ms row by row, 3.02-3.23 so
-// (measurements/ci-machine/bench-cpu/q4k-scales-ab/).
+// scale_int and min_int on all eight rows at once, from one 16-byte load a row (a window inside
+// the block that holds the kScaleBytes scale bytes) transposed by bytes_by_row8. Q2_K, Q3_K and
+// Q6_K went through sub_ints row by row before: one thread of the development machine, one token,
+// W in the caches (bench_cpu BM_CpuRowsInt8), Q2_K 3.2-3.4 -> 5.0-5.1 GB/s, Q3_K 4.9 -> 6.5-6.7,
+// Q6_K 10.6 -> 12.9 (measurements/ci-machine/bench-cpu/kquant-memory/).
 template <class T, int kGroups>
 BG_AVX2 inline void sub_ints8(const uint8_t* const* rows, int64_t block, __m256i (&sc)[kGroups], __m256i (&mn)[kGroups]) {
-    if constexpr (requires { T::kScaleMinK4; }) {
-        static_assert(kGroups == 8, "eight 6-bit pairs a block");
-        // The 16 bytes from the scales' offset stay inside the block (the codes follow them).
-        static_assert(T::kOffScales + 16 <= T::kBlockBytes, "a 16-byte load of the scales");
-        __m256i q[16];
-        bytes_by_row8(rows, block * T::kBlockBytes + T::kOffScales, q);
-        const __m256i m63 = _mm256_set1_epi32(63), m15 = _mm256_set1_epi32(15);
-        for (int j = 0; j < 4; ++j) {
-            sc[j] = _mm256_and_si256(q[j], m63);
-            mn[j] = _mm256_and_si256(q[j + 4], m63);
-            sc[j + 4] = _mm256_or_si256(_mm256_and_si256(q[j + 8], m15), _mm256_slli_epi32(_mm256_srli_epi32(q[j], 6), 4));
-            mn[j + 4] = _mm256_or_si256(_mm256_srli_epi32(q[j + 8], 4), _mm256_slli_epi32(_mm256_srli_epi32(q[j + 4], 6), 4));
-        }
-    } else {
-        alignas(32) int32_t s[kGroups][kAvx2Rows], m[kGroups][kAvx2Rows];
-        for (int i = 0; i < kAvx2Rows; ++i) {
-            const uint8_t* blk = rows[i] + block * T::kBlockBytes;
-            for (int g = 0; g < kGroups; ++g) T::sub_ints(blk, g * (T::kSubK / 16), &s[g][i], &m[g][i]);
-        }
-        for (int g = 0; g < kGroups; ++g) {
-            sc[g] = _mm256_load_si256(reinterpret_cast<const __m256i*>(s[g]));
-            mn[g] = _mm256_load_si256(reinterpret_cast<const __m256i*>(m[g]));
-        }
+    static_assert(T::kScaleBytes <= 16 && T::kBlockBytes >= 16, "the scales fit one 16-byte window of the block");
+    constexpr int window = T::kOffScales + 16 <= T::kBlockBytes ? T::kOffScales : T::kBlockBytes - 16;
+    constexpr int at = window - T::kOffScales;  // the scales' byte j is the window's byte j - at
+    __m256i b[16];
+    bytes_by_row8(rows, block * T::kBlockBytes + window, b);
+#pragma GCC unroll 16
+    for (int g = 0; g < kGroups; ++g) {
+        sc[g] = scale_int8(b, at, T::scale_int(g));
+        if constexpr (T::kHasMin) mn[g] = scale_int8(b, at, T::min_int(g));
+        else mn[g] = _mm256_setzero_si256();
     }
 }
 

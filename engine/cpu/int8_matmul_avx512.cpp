@@ -244,8 +244,8 @@ BG_AVX512 void rows16_one_token(const Int8RowsArgs& a, int64_t g, __mmask16 stor
 // halves apart). The codes go in unsigned (value + kCodeOffset), the offset times the half's sum of q
 // taken off after. A block's scales and mins are decoded for the sixteen rows when the chunk
 // loop enters it: the FP16 super-scales by halves16, the small integers from dword gathers of
-// the scale bytes (one gather fetches four bytes of every row), then the traits' bit operations
-// on int32 lanes.
+// the scale bytes (one gather fetches four bytes of every row), then the traits' scale_int and
+// min_int fields on int32 lanes.
 
 // (bytes >> shift) & mask of rows j and j + 4's 32 bytes at offset o of their block.
 BG_AVX512_INLINE __m512i bits2(const Rows16& r, int j, int64_t o, int shift, int mask) {
@@ -273,59 +273,21 @@ BG_AVX512_INLINE __m512i byte_of(const __m512i* dw, int j) {
     return _mm512_and_si512(_mm512_srl_epi32(dw[j >> 2], _mm_cvtsi32_si128(8 * (j & 3))), _mm512_set1_epi32(0xFF));
 }
 
-// The small integer scales (and mins) of every group of the sixteen rows' block: the traits'
-// sub_ints on int32 lanes, from W dwords gathered at the scales' offset.
-template <class T>
-struct KInts16;
-template <>
-struct KInts16<qtypes::Q2_K> {  // a byte a group: scale low nibble, min high
-    static constexpr int kDwords = 4;
-    BG_AVX512_INLINE static void of(const __m512i* dw, __m512i* sc, __m512i* mn) {
-        for (int g = 0; g < 16; ++g) {
-            const __m512i b = byte_of(dw, g);
-            sc[g] = _mm512_and_si512(b, _mm512_set1_epi32(15));
-            mn[g] = _mm512_srli_epi32(b, 4);
-        }
+// One small integer of the sixteen rows' scales (the traits' ScaleInt), lane i row i, from the
+// dwords gathered at the scales' offset.
+BG_AVX512_INLINE __m512i field16(const __m512i* dw, qtypes::PlaneBits p) {
+    return _mm512_and_si512(_mm512_srl_epi32(byte_of(dw, p.offset), _mm_cvtsi32_si128(p.shift)), _mm512_set1_epi32(p.mask));
+}
+BG_AVX512_INLINE __m512i scale_int16(const __m512i* dw, qtypes::ScaleInt f) {
+    __m512i v = field16(dw, f.low);
+    if (f.high.mask != 0) v = _mm512_or_si512(v, _mm512_sll_epi32(field16(dw, f.high), _mm_cvtsi32_si128(f.high_at)));
+    v = _mm512_sub_epi32(v, _mm512_set1_epi32(f.minus));
+    if (f.sign_bits != 0) {
+        const __m512i sign = _mm512_set1_epi32(1 << (f.sign_bits - 1));
+        v = _mm512_sub_epi32(_mm512_xor_si512(v, sign), sign);
     }
-};
-template <>
-struct KInts16<qtypes::Q3_K> {  // Q3_K::scale6: low nibble from byte s % 8, two high bits from 8 + s % 4, less 32
-    static constexpr int kDwords = 3;
-    BG_AVX512_INLINE static void of(const __m512i* dw, __m512i* sc, __m512i*) {
-        for (int g = 0; g < 16; ++g) {
-            const __m512i lo = _mm512_and_si512(_mm512_srl_epi32(byte_of(dw, g % 8), _mm_cvtsi32_si128(4 * (g / 8))),
-                                                _mm512_set1_epi32(15));
-            const __m512i hi = _mm512_and_si512(_mm512_srl_epi32(byte_of(dw, 8 + g % 4), _mm_cvtsi32_si128(2 * (g / 4))),
-                                                _mm512_set1_epi32(3));
-            sc[g] = _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)), _mm512_set1_epi32(32));
-        }
-    }
-};
-// Q4_K and Q5_K: k_scale_min's eight 6-bit pairs in 12 bytes.
-struct KScaleMin16 {
-    static constexpr int kDwords = 3;
-    BG_AVX512_INLINE static void of(const __m512i* dw, __m512i* sc, __m512i* mn) {
-        const __m512i m63 = _mm512_set1_epi32(63), m15 = _mm512_set1_epi32(15);
-        for (int j = 0; j < 4; ++j) {
-            const __m512i q0 = byte_of(dw, j), q4 = byte_of(dw, j + 4), q8 = byte_of(dw, j + 8);
-            sc[j] = _mm512_and_si512(q0, m63);
-            mn[j] = _mm512_and_si512(q4, m63);
-            sc[j + 4] = _mm512_or_si512(_mm512_and_si512(q8, m15), _mm512_slli_epi32(_mm512_srli_epi32(q0, 6), 4));
-            mn[j + 4] = _mm512_or_si512(_mm512_srli_epi32(q8, 4), _mm512_slli_epi32(_mm512_srli_epi32(q4, 6), 4));
-        }
-    }
-};
-template <>
-struct KInts16<qtypes::Q4_K> : KScaleMin16 {};
-template <>
-struct KInts16<qtypes::Q5_K> : KScaleMin16 {};
-template <>
-struct KInts16<qtypes::Q6_K> {  // a signed byte a group
-    static constexpr int kDwords = 4;
-    BG_AVX512_INLINE static void of(const __m512i* dw, __m512i* sc, __m512i*) {
-        for (int g = 0; g < 16; ++g) sc[g] = _mm512_srai_epi32(_mm512_slli_epi32(byte_of(dw, g), 24), 24);
-    }
-};
+    return v;
+}
 
 // One block's scales and mins of the sixteen rows, group by group (kSubK weights a group), as
 // the traits' sub_scale gives them: the product of two exact operands, rounded once.
@@ -336,16 +298,17 @@ struct KScales16 {
 
     // offs: lane i = i * the row stride (the gathers' indices from row 0).
     BG_AVX512_INLINE void load(const Rows16& r, __m512i offs) {
-        __m512i dw[4];
-        for (int w = 0; w < KInts16<T>::kDwords; ++w)
-            dw[w] = _mm512_i32gather_epi32(offs, r.p[0] + T::kOffScales + 4 * w, 1);
-        __m512i sc[kGroups], mn[kGroups];
-        KInts16<T>::of(dw, sc, mn);
+        constexpr int kDwords = (T::kScaleBytes + 3) / 4;
+        static_assert(T::kOffScales + 4 * kDwords <= T::kBlockBytes, "the gathers stay inside the block");
+        __m512i dw[kDwords];
+        for (int w = 0; w < kDwords; ++w) dw[w] = _mm512_i32gather_epi32(offs, r.p[0] + T::kOffScales + 4 * w, 1);
         const __m512 vd = halves16(r, T::kOffD);
-        for (int g = 0; g < kGroups; ++g) d[g] = mul16(vd, _mm512_cvtepi32_ps(sc[g]));
+#pragma GCC unroll 16
+        for (int g = 0; g < kGroups; ++g) d[g] = mul16(vd, _mm512_cvtepi32_ps(scale_int16(dw, T::scale_int(g))));
         if constexpr (T::kHasMin) {
             const __m512 vm = halves16(r, T::kOffDmin);
-            for (int g = 0; g < kGroups; ++g) m[g] = mul16(vm, _mm512_cvtepi32_ps(mn[g]));
+#pragma GCC unroll 16
+            for (int g = 0; g < kGroups; ++g) m[g] = mul16(vm, _mm512_cvtepi32_ps(scale_int16(dw, T::min_int(g))));
         }
     }
 };

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "tensor/qtypes/hd.h"
+#include "tensor/qtypes/super_block.h"
 
 namespace bg::qtypes {
 
@@ -19,6 +20,14 @@ BG_HD void k_scale_min(const uint8_t* q, int j, int* sc, int* m) {
         *sc = (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4);
         *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
     }
+}
+
+// Where pair j's scale and min sit in the 12 bytes (ScaleInt: what k_scale_min reads).
+BG_HD constexpr ScaleInt k_scale_field(int j) {
+    return j < 4 ? ScaleInt{{j, 0, 63}, {}} : ScaleInt{{j + 4, 0, 0x0F}, {j - 4, 6, 3}, 4};
+}
+BG_HD constexpr ScaleInt k_min_field(int j) {
+    return j < 4 ? ScaleInt{{j + 4, 0, 63}, {}} : ScaleInt{{j + 4, 4, 0x0F}, {j, 6, 3}, 4};
 }
 
 // The inverse: eight pairs (each 0..63) into 12 bytes.

@@ -26,6 +26,11 @@ struct Q2_K : SuperBlock<Q2_K> {
     static constexpr int kHighAt = 0, kCodeOffset = 0;
     BG_HD static constexpr ChunkPlanes chunk_planes(int k) { return {{kOffQs + 32 * (k >> 2), 2 * (k & 3), 3}, {}}; }
 
+    // Group g's scale and min: the low and high nibbles of scale byte g.
+    static constexpr int kScaleBytes = 16;
+    BG_HD static constexpr ScaleInt scale_int(int g) { return {{g, 0, 0x0F}, {}}; }
+    BG_HD static constexpr ScaleInt min_int(int g) { return {{g, 4, 0x0F}, {}}; }
+
     BG_HD static void sub_ints(const uint8_t* blk, int s16, int* sc, int* mn) {
         const int sm = blk[kOffScales + s16];
         *sc = sm & 0x0F;

@@ -29,6 +29,13 @@ struct Q3_K : SuperBlock<Q3_K> {
         return {{kOffQs + 32 * (k >> 2), 2 * (k & 3), 3}, {kOffHmask, 4 * (k >> 2) + (k & 3), 1}};
     }
 
+    // Group g's scale (scale6): the low 4 bits from nibble g / 8 of byte g % 8, the top 2 from
+    // 2-bit field g / 4 of byte 8 + g % 4, less 32.
+    static constexpr int kScaleBytes = 12;
+    BG_HD static constexpr ScaleInt scale_int(int g) {
+        return {{g % 8, 4 * (g / 8), 0x0F}, {8 + g % 4, 2 * (g / 4), 3}, 4, 32};
+    }
+
     // The signed 6-bit scale of group s (-32..31).
     BG_HD static int scale6(const uint8_t* blk, int s) {
         const uint8_t* sc = blk + kOffScales;

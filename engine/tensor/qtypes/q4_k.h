@@ -21,12 +21,16 @@ struct Q4_K : SuperBlock<Q4_K> {
     static constexpr int kBlockBytes = 144;
     static constexpr int kSubK = 32;       // weights sharing one scale and min
     static constexpr bool kHasMin = true;
-    static constexpr bool kScaleMinK4 = true;  // the scales: k_scale_min's 12-byte pairs (k_scales.h)
     static constexpr int kOffD = 0, kOffDmin = 2, kOffScales = 4, kOffQs = 16;
 
     // Chunk k: nibble k & 1 of the 32 bytes at qs + 32 (k >> 1).
     static constexpr int kHighAt = 0, kCodeOffset = 0;
     BG_HD static constexpr ChunkPlanes chunk_planes(int k) { return {{kOffQs + 32 * (k >> 1), 4 * (k & 1), 0x0F}, {}}; }
+
+    // Group g's scale and min: k_scale_min's pair g.
+    static constexpr int kScaleBytes = 12;
+    BG_HD static constexpr ScaleInt scale_int(int g) { return k_scale_field(g); }
+    BG_HD static constexpr ScaleInt min_int(int g) { return k_min_field(g); }
 
     BG_HD static void sub_ints(const uint8_t* blk, int s16, int* sc, int* mn) {
         k_scale_min(blk + kOffScales, s16 / 2, sc, mn);

@@ -30,6 +30,10 @@ struct Q6_K : SuperBlock<Q6_K> {
         return {{kOffQl + 64 * (k >> 2) + 32 * (k & 1), 4 * ((k & 3) >> 1), 0x0F}, {kOffQh + 32 * (k >> 2), 2 * (k & 3), 3}};
     }
 
+    // Group g's scale: scale byte g as an int8.
+    static constexpr int kScaleBytes = 16;
+    BG_HD static constexpr ScaleInt scale_int(int g) { return {{g, 0, 0xFF}, {}, 0, 0, 8}; }
+
     BG_HD static void sub_ints(const uint8_t* blk, int s16, int* sc, int* mn) {
         *sc = static_cast<int8_t>(blk[kOffScales + s16]);
         *mn = 0;

@@ -11,7 +11,9 @@
 //                              not such a product, names sub_scale itself.
 //   code(blk, i)               the integer value of weight i (0..255), what the int8 path takes.
 // The K-quants also describe where a chunk's codes sit, for the SIMD kernels that decode a whole
-// chunk at once (ChunkPlanes below): chunk_planes(k), kHighAt and kCodeOffset.
+// chunk at once (ChunkPlanes below): chunk_planes(k), kHighAt and kCodeOffset; and where their
+// scale integers sit (ScaleInt below): kScaleBytes, scale_int(g) and, with a min, min_int(g), for
+// group g of kSubK weights.
 // Every weight is then value = d * code - m, each operation rounded to float, which is ggml's
 // dequantize_row_* bit for bit (its expressions are that product and that difference).
 #pragma once
@@ -34,6 +36,24 @@ struct PlaneBits {
 struct ChunkPlanes {
     PlaneBits low, high;
 };
+
+// Where one small integer of a K-quant block's scales sits (a group's scale or min, as sub_ints
+// gives it), in the T::kScaleBytes bytes at T::kOffScales (offsets here count from there): low's
+// field | high's field << high_at, less `minus`, then, where sign_bits is set, read as a
+// two's-complement integer of that many bits. The SIMD kernels decode a block's scales for
+// sixteen (eight) rows at once from these, one int32 lane a row; scale_int_of reads one.
+struct ScaleInt {
+    PlaneBits low, high;
+    int high_at = 0, minus = 0, sign_bits = 0;
+};
+
+BG_HD constexpr int scale_int_of(const uint8_t* scales, ScaleInt f) {
+    int v = (scales[f.low.offset] >> f.low.shift) & f.low.mask;
+    if (f.high.mask != 0) v |= ((scales[f.high.offset] >> f.high.shift) & f.high.mask) << f.high_at;
+    v -= f.minus;
+    if (f.sign_bits != 0) v = (v ^ (1 << (f.sign_bits - 1))) - (1 << (f.sign_bits - 1));
+    return v;
+}
 
 template <class T>
 struct SuperBlock {
