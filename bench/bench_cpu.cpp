@@ -68,6 +68,7 @@ uint64_t rotate_bytes() {
 }
 
 struct ExpertCopies;
+struct RowCopies;
 
 struct Bench {
     std::unique_ptr<cpu::ThreadPool> pool;
@@ -75,6 +76,7 @@ struct Bench {
     double one_thread_read_gbs = 0;
     // The last type's copies, kept for its next benchmark (the benchmarks run type by type).
     std::unique_ptr<ExpertCopies> copies;
+    std::unique_ptr<RowCopies> row_copies;  // BM_CpuRowsInt8's, the same way
 };
 Bench g_bench;
 
@@ -377,9 +379,38 @@ BENCHMARK(BM_CpuExpertInt8)->Apply(expert_args)->ArgNames({"type", "E", "F", "M"
 BENCHMARK(BM_CpuExpertInt8Steps)->Apply(expert_args)->ArgNames({"type", "E", "F", "M", "isa"})->UseRealTime();
 BENCHMARK(BM_CpuExpertInt8PerThread)->Apply(expert_args)->ArgNames({"type", "E", "F", "M", "isa"})->UseRealTime();
 
-// One row kernel alone on the calling thread, one token, rows of 5120 weights: state.range(2) 1
-// keeps W (64 rows) in the core's caches, 0 reads rows of copies of a 2304-row W cycled as the
-// expert benchmarks cycle theirs, so they come from memory. The first is the kernel's compute
+// BM_CpuRowsInt8's matrix, kept for the benchmarks of its type: copies of a 2304 x 5120 W cycled
+// through, the first 64 rows of the first copy the cached case's W.
+struct RowCopies {
+    GgmlType type;
+    static constexpr int64_t kCols = 5120, kRows = 2304, kCachedRows = 64;
+    uint64_t stride = 0, mat_bytes = 0;
+    int n_copies = 0;
+    std::vector<uint8_t> bytes;
+
+    explicit RowCopies(GgmlType t) : type(t) {
+        std::mt19937 rng(29);
+        const bgtest::HostMat W = bgtest::random_mat(t, kRows, kCols, 0, rng);
+        stride = W.stride;
+        mat_bytes = W.bytes.size();
+        n_copies = static_cast<int>(std::max<uint64_t>(2, rotate_bytes() / mat_bytes));
+        bytes.resize(mat_bytes * n_copies);
+        for (int c = 0; c < n_copies; ++c) std::memcpy(bytes.data() + c * mat_bytes, W.bytes.data(), mat_bytes);
+    }
+};
+const RowCopies& row_copies_of(GgmlType t) {
+    auto& c = g_bench.row_copies;
+    if (!c || c->type != t) {
+        g_bench.copies.reset();  // the expert benchmarks are done: one rotation in memory at a time
+        c.reset();
+        c = std::make_unique<RowCopies>(t);
+    }
+    return *c;
+}
+
+// One row kernel alone on the calling thread, one token, rows of 5120 weights (BM_CpuRowsInt8):
+// state.range(2) 1 keeps W (64 rows) in the core's caches, 0 reads copies of a 2304-row W cycled
+// as the expert benchmarks cycle theirs, so they come from memory. The first is the kernel's compute
 // rate, the second what memory leaves of it; their gap is what the access pattern costs (the
 // K-quants' prefetch, cpu/int8_rows.h). Counters: GB/s of weight bytes, of_probe against the
 // one-thread read probe (the from-memory case only).
@@ -391,13 +422,9 @@ void BM_CpuRowsInt8(benchmark::State& state) {
         state.SkipWithError((std::string("the ") + cpu::cpu_isa_name(isa) + " kernel is not usable here").c_str());
         return;
     }
-    const int64_t cols = 5120, rows = cached ? 64 : 2304;
-    std::mt19937 rng(29);
-    const bgtest::HostMat W = bgtest::random_mat(type, rows, cols, 0, rng);
-    const uint64_t mat_bytes = W.bytes.size();
-    const int n_copies = cached ? 1 : static_cast<int>(std::max<uint64_t>(2, rotate_bytes() / mat_bytes));
-    std::vector<uint8_t> copies(mat_bytes * n_copies);
-    for (int c = 0; c < n_copies; ++c) std::memcpy(copies.data() + c * mat_bytes, W.bytes.data(), mat_bytes);
+    const RowCopies& w = row_copies_of(type);
+    const int64_t cols = RowCopies::kCols, rows = cached ? RowCopies::kCachedRows : RowCopies::kRows;
+    const int n_copies = cached ? 1 : w.n_copies;
     const std::vector<float> x = random_activations(cols, 31);
     std::vector<int8_t> xq(cols);
     std::vector<float> xd(cols / 32), y(rows);
@@ -406,12 +433,12 @@ void BM_CpuRowsInt8(benchmark::State& state) {
     cpu::int8_half_sums(xq.data(), 1, cols, xs.data());
     int c = 0;
     for (auto _ : state) {
-        const MatView v{copies.data() + c * mat_bytes, type, cols, rows, W.stride};
+        const MatView v{w.bytes.data() + c * w.mat_bytes, type, cols, rows, w.stride};
         cpu::int8_rows(isa, {&v, xq.data(), xd.data(), xs.data(), 1, y.data(), rows}, 0, rows);
         benchmark::DoNotOptimize(y.data());
         c = (c + 1) % n_copies;
     }
-    const double bytes = static_cast<double>(mat_bytes) * static_cast<double>(state.iterations());
+    const double bytes = static_cast<double>(rows * w.stride) * static_cast<double>(state.iterations());
     state.counters["GB/s"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsRate);
     if (!cached)
         state.counters["of_probe"] = benchmark::Counter(bytes / 1e9 / g_bench.one_thread_read_gbs, benchmark::Counter::kIsRate);

@@ -23,10 +23,11 @@ struct Int8RowsArgs {
 
 // Asks for bytes [p, p + n) in the core's L2 (prefetcht1 on x86), a cache line at a time. The
 // SIMD kernels call it for each row's next K-quant block when they enter a block: the block's
-// scales are read before its codes, and in Q2_K, Q3_K and Q6_K they sit at the block's end, so
-// each row's reads jump ahead and back within a block where the hardware prefetchers look for a
-// steady stride, and the kernel waits on memory for half its time (Q6_K at one token, one thread:
-// 20 GB/s from the caches, 6 from memory; bench_cpu BM_CpuRowsInt8, figures in bench/KERNELS.md).
+// scales and super-scales are read before its codes, and in Q2_K, Q3_K and Q6_K the super-scales
+// (in Q3_K and Q6_K the scales too) sit at the block's end, so each row's reads jump ahead and
+// back within a block where the hardware prefetchers look for a steady stride, and the kernel
+// waited on memory for most of its time (Q6_K at one token, one thread: 20 GB/s from the caches,
+// 6 from memory, 12 with this; bench_cpu BM_CpuRowsInt8, bench/KERNELS.md).
 // Into L2, not L1: prefetcht0 of sixteen rows' blocks at once held up the kernel's own loads.
 inline void prefetch_to_l2(const uint8_t* p, int n) {
     for (int o = 0; o < n; o += 64) __builtin_prefetch(p + o, 0, 2);
