@@ -447,7 +447,7 @@ void BM_CpuRowsInt8(benchmark::State& state) {
 BENCHMARK(BM_CpuRowsInt8)
     ->Apply([](benchmark::internal::Benchmark* b) {
         for (const GgmlType t : {GgmlType::MXFP4, GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K,
-                                 GgmlType::Q5_K, GgmlType::Q6_K})
+                                 GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ2_XXS})
             for (const cpu::CpuIsa isa : {cpu::CpuIsa::kAvx2, cpu::CpuIsa::kAvx512})
                 for (const int cached : {1, 0}) b->Args({static_cast<int64_t>(t), static_cast<int64_t>(isa), cached});
     })
