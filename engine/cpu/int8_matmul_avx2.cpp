@@ -19,6 +19,8 @@
 #include "cpu/x86_intrinsics.h"
 
 #include <algorithm>
+#include <array>
+#include <bit>
 
 #include "tensor/qtypes/all.h"
 #include "tensor/qtypes/int8_act.h"
@@ -112,6 +114,63 @@ struct Decode<qtypes::Q8_0> {
             k.wa[i] = _mm256_abs_epi8(k.w[i]);
         }
         k.d0 = k.d1 = q8_0_scales8(rows, c);
+        k.m0 = k.m1 = _mm256_setzero_ps();
+    }
+};
+
+// IQ2_XXS: chunk k of a block is its group k, four runs of 8 weights, each run a grid point's
+// eight magnitudes (one 64-bit entry of iq2xxs_grid) with the signs ksigns gives its 7-bit index.
+// A row's chunk is four table loads and its 32 sign bits spread over the bytes (each byte tests
+// its bit), rather than unpack's 32 code() calls: the weights as int8 (k.w) and their magnitudes
+// (k.wa) for the signed product path. About 19 times the generic decoder's rate at one token
+// (bench_cpu BM_CpuRowsInt8; figures in bench/KERNELS.md).
+// ggml's ksigns_iq2xs (what qtypes::iq2_signs computes) as a table: a load, not a popcount.
+constexpr std::array<uint8_t, 128> kIq2Signs = [] {
+    std::array<uint8_t, 128> t{};
+    for (uint32_t k = 0; k < 128; ++k) t[k] = static_cast<uint8_t>(k | ((std::popcount(k) & 1u) << 7));
+    return t;
+}();
+
+// Stateful, like KDecode below: it keeps the block's FP16 super-scales between chunks, so a chunk
+// loop must visit a block's chunks in order from its first (rows8 does).
+template <>
+struct Decode<qtypes::Iq2_XXS> {
+    static constexpr bool kUnsigned = false;
+    static constexpr int kOffset = 0;
+    __m256 block_d;  // lane i: row i's super-scale d, of the block the last chunk was in
+
+    BG_AVX2 void chunk(const uint8_t* const* rows, int64_t c, int64_t /*nb*/, Chunk8& k) {
+        using T = qtypes::Iq2_XXS;
+        const int64_t at = (c / 8) * T::kBlockBytes;
+        if (c % 8 == 0) {
+            alignas(32) float d[kAvx2Rows];
+            for (int i = 0; i < kAvx2Rows; ++i) d[i] = qtypes::load_half(rows[i] + at + T::kOffD);
+            block_d = _mm256_load_ps(d);
+        }
+        // Byte j of the 32 takes sign byte j / 8 (a 128-bit lane holds two of them) and tests bit j % 8.
+        const __m256i sign_byte = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
+                                                   2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+        const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
+        alignas(32) int32_t ls[kAvx2Rows];
+        for (int i = 0; i < kAvx2Rows; ++i) {
+            const uint8_t* g = rows[i] + at + T::kOffGroups + T::kGroupBytes * (c % 8);
+            const uint32_t w = qtypes::load_le32(g + 4);
+            const uint32_t signs = static_cast<uint32_t>(kIq2Signs[w & 127u]) |
+                                   static_cast<uint32_t>(kIq2Signs[(w >> 7) & 127u]) << 8 |
+                                   static_cast<uint32_t>(kIq2Signs[(w >> 14) & 127u]) << 16 |
+                                   static_cast<uint32_t>(kIq2Signs[(w >> 21) & 127u]) << 24;
+            const __m256i mag = _mm256_setr_epi64x(
+                static_cast<long long>(qtypes::iq2xxs_grid(g[0])), static_cast<long long>(qtypes::iq2xxs_grid(g[1])),
+                static_cast<long long>(qtypes::iq2xxs_grid(g[2])), static_cast<long long>(qtypes::iq2xxs_grid(g[3])));
+            const __m256i neg = _mm256_cmpeq_epi8(
+                _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(signs)), sign_byte), bit), bit);
+            k.w[i] = _mm256_sub_epi8(_mm256_xor_si256(mag, neg), neg);  // -mag where neg is 0xFF
+            k.wa[i] = mag;
+            ls[i] = static_cast<int32_t>(w >> 28);
+        }
+        // The traits' sub_scale in vector form: (d * (0.5 + ls)) * 0.25, 0.5 + ls exact.
+        const __m256 dl = _mm256_mul_ps(block_d, _mm256_add_ps(_mm256_set1_ps(0.5f), _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ls)))));
+        k.d0 = k.d1 = _mm256_mul_ps(dl, _mm256_set1_ps(0.25f));
         k.m0 = k.m1 = _mm256_setzero_ps();
     }
 };
