@@ -19,8 +19,6 @@
 #include "cpu/x86_intrinsics.h"
 
 #include <algorithm>
-#include <array>
-#include <bit>
 
 #include "tensor/qtypes/all.h"
 #include "tensor/qtypes/int8_act.h"
@@ -121,16 +119,11 @@ struct Decode<qtypes::Q8_0> {
 // IQ2_XXS: chunk k of a block is its group k, four runs of 8 weights, each run a grid point's
 // eight magnitudes (one 64-bit entry of iq2xxs_grid) with the signs ksigns gives its 7-bit index.
 // A row's chunk is four table loads and its 32 sign bits spread over the bytes (each byte tests
-// its bit), rather than unpack's 32 code() calls: the weights as int8 (k.w) and their magnitudes
-// (k.wa) for the signed product path. About 19 times the generic decoder's rate at one token
-// (bench_cpu BM_CpuRowsInt8; figures in bench/KERNELS.md).
-// ggml's ksigns_iq2xs (what qtypes::iq2_signs computes) as a table: a load, not a popcount.
-constexpr std::array<uint8_t, 128> kIq2Signs = [] {
-    std::array<uint8_t, 128> t{};
-    for (uint32_t k = 0; k < 128; ++k) t[k] = static_cast<uint8_t>(k | ((std::popcount(k) & 1u) << 7));
-    return t;
-}();
-
+// its bit), the eight rows' sign words computed together in vector form, rather than unpack's 32
+// code() calls: the weights as int8 (k.w) and their magnitudes (k.wa) for the signed product
+// path. At one token 19 times the generic decoder's rate, 27 with the sign words in vector form
+// (bench_cpu BM_CpuRowsInt8; bench/KERNELS.md). The grid loads as one vpgatherdq a row were
+// slower on the development machine's Zen 4 (2.6 GB/s cached against 3.0).
 // Stateful, like KDecode below: it keeps the block's FP16 super-scales between chunks, so a chunk
 // loop must visit a block's chunks in order from its first (rows8 does).
 template <>
@@ -151,26 +144,33 @@ struct Decode<qtypes::Iq2_XXS> {
         const __m256i sign_byte = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
                                                    2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
         const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
-        alignas(32) int32_t ls[kAvx2Rows];
+        // The group's word of each row (bits 7r..7r+6: run r's sign index, 28..31: ls), lane i row i.
+        alignas(32) uint32_t words[kAvx2Rows];
+        for (int i = 0; i < kAvx2Rows; ++i) words[i] = qtypes::load_le32(rows[i] + at + T::kOffGroups + T::kGroupBytes * (c % 8) + 4);
+        const __m256i w = _mm256_load_si256(reinterpret_cast<const __m256i*>(words));
+        // ksigns of the four indices, byte r of lane i: the seven bits moved to byte r, then bit 7
+        // set to their parity (the xor of each byte's bits folded into its bit 0).
+        const __m256i seven = _mm256_set1_epi32(0x7F);
+        __m256i idx = _mm256_and_si256(w, seven);
+        for (int r = 1; r < 4; ++r)
+            idx = _mm256_or_si256(idx, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w, 7 * r), seven), 8 * r));
+        __m256i par = _mm256_xor_si256(idx, _mm256_srli_epi32(idx, 4));
+        par = _mm256_xor_si256(par, _mm256_srli_epi32(par, 2));
+        par = _mm256_xor_si256(par, _mm256_srli_epi32(par, 1));
+        const __m256i signs = _mm256_or_si256(idx, _mm256_slli_epi32(_mm256_and_si256(par, _mm256_set1_epi32(0x01010101)), 7));
         for (int i = 0; i < kAvx2Rows; ++i) {
             const uint8_t* g = rows[i] + at + T::kOffGroups + T::kGroupBytes * (c % 8);
-            const uint32_t w = qtypes::load_le32(g + 4);
-            const uint32_t signs = static_cast<uint32_t>(kIq2Signs[w & 127u]) |
-                                   static_cast<uint32_t>(kIq2Signs[(w >> 7) & 127u]) << 8 |
-                                   static_cast<uint32_t>(kIq2Signs[(w >> 14) & 127u]) << 16 |
-                                   static_cast<uint32_t>(kIq2Signs[(w >> 21) & 127u]) << 24;
             const __m256i mag = _mm256_setr_epi64x(
                 static_cast<long long>(qtypes::iq2xxs_grid(g[0])), static_cast<long long>(qtypes::iq2xxs_grid(g[1])),
                 static_cast<long long>(qtypes::iq2xxs_grid(g[2])), static_cast<long long>(qtypes::iq2xxs_grid(g[3])));
-            const __m256i neg = _mm256_cmpeq_epi8(
-                _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(signs)), sign_byte), bit), bit);
+            const __m256i row_signs = _mm256_permutevar8x32_epi32(signs, _mm256_set1_epi32(i));
+            const __m256i neg = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(row_signs, sign_byte), bit), bit);
             k.w[i] = _mm256_sub_epi8(_mm256_xor_si256(mag, neg), neg);  // -mag where neg is 0xFF
             k.wa[i] = mag;
-            ls[i] = static_cast<int32_t>(w >> 28);
         }
         // The traits' sub_scale in vector form: (d * (0.5 + ls)) * 0.25, 0.5 + ls exact.
-        const __m256 dl = _mm256_mul_ps(block_d, _mm256_add_ps(_mm256_set1_ps(0.5f), _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ls)))));
-        k.d0 = k.d1 = _mm256_mul_ps(dl, _mm256_set1_ps(0.25f));
+        const __m256 ls = _mm256_cvtepi32_ps(_mm256_srli_epi32(w, 28));
+        k.d0 = k.d1 = _mm256_mul_ps(_mm256_mul_ps(block_d, _mm256_add_ps(_mm256_set1_ps(0.5f), ls)), _mm256_set1_ps(0.25f));
         k.m0 = k.m1 = _mm256_setzero_ps();
     }
 };
