@@ -2,7 +2,7 @@
 # IQ2_XXS: bff7c9d against its successor, one thread, alternated.
 cd vector-signs
 BASE=bench_cpu of bff7c9d (a worktree build)
-NEW=build-dev/bench/bench_cpu (engine 86df590)
+NEW=build-dev/bench/bench_cpu (engine 386df59)
 for rep in 1 2; do
   for v in base new; do
     b=$BASE; [ $v = new ] && b=$NEW
