@@ -429,50 +429,59 @@ BG_AVX2 void rows8_one_token(const Int8RowsArgs& a, int64_t g, int n_rows, const
     }
 }
 
+// The eight rows' y for tokens t0 .. t0 + n_t - 1 (n_t <= kTokTile): each chunk decoded once and
+// used by every token of the tile. kFixedTok, where not 0, is n_t known at compile time: one token
+// (decode) then runs with no loop over the tile, the decoded chunk kept in registers rather than
+// stored and read back (one thread of the development machine, W from memory: Q4_K 8.2 -> 9.6
+// GB/s, Q2_K 4.4 -> 5.0, Q3_K 5.3 -> 5.8; bench/KERNELS.md).
+template <class T, int kFixedTok>
+BG_AVX2 void rows8_tile(const Int8RowsArgs& a, int64_t g, int n_rows, const uint8_t* const* rows, int64_t t0, int n_t_arg) {
+    const MatView& W = *a.W;
+    const int64_t nb = W.cols / 32;
+    const int n_t = kFixedTok != 0 ? kFixedTok : n_t_arg;
+    __m256 acc[kTokTile];
+    for (int t = 0; t < kTokTile; ++t) acc[t] = _mm256_setzero_ps();
+    Chunk8 k;
+    Decode<T> decode;
+    for (int64_t c = 0; c < nb; ++c) {
+        decode.chunk(rows, c, nb, k);
+        for (int t = 0; t < n_t; ++t) {
+            const int64_t tok = t0 + t;
+            const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.xq + tok * W.cols + c * 32));
+            const int32_t* s = a.xs + tok * 2 * nb + 2 * c;
+            __m256i h0, h1;
+            dot8<Decode<T>::kUnsigned, Decode<T>::kOffset>(k, q, s, h0, h1);
+            acc[t] = _mm256_add_ps(acc[t], partial8<T>(k, h0, h1, a.xd[tok * nb + c], s));
+        }
+    }
+    for (int t = 0; t < n_t; ++t) {
+        float* y = a.y + (t0 + t) * a.ldy + g;
+        if (n_rows == kAvx2Rows) {
+            _mm256_storeu_ps(y, acc[t]);
+        } else {
+            alignas(32) float lanes[kAvx2Rows];
+            _mm256_store_ps(lanes, acc[t]);
+            for (int i = 0; i < n_rows; ++i) y[i] = lanes[i];
+        }
+    }
+}
+
 template <class T>
 BG_AVX2 void rows8(const Int8RowsArgs& a, int64_t r0, int64_t r1) {
     const MatView& W = *a.W;
-    const int64_t nb = W.cols / 32;
     for (int64_t g = r0; g < r1; g += kAvx2Rows) {
         const int n_rows = static_cast<int>(std::min<int64_t>(kAvx2Rows, r1 - g));
         const uint8_t* rows[kAvx2Rows];
         // A short last group decodes its last row again in the spare lanes and stores none of them.
         for (int i = 0; i < kAvx2Rows; ++i)
             rows[i] = W.data + static_cast<uint64_t>(g + std::min(i, n_rows - 1)) * W.row_stride;
-        if constexpr (OneToken<T>::kDirect) {
-            if (a.n_tok == 1) {
-                rows8_one_token<T>(a, g, n_rows, rows);
-                continue;
-            }
+        if (a.n_tok == 1) {
+            if constexpr (OneToken<T>::kDirect) rows8_one_token<T>(a, g, n_rows, rows);
+            else rows8_tile<T, 1>(a, g, n_rows, rows, 0, 1);
+            continue;
         }
-        for (int64_t t0 = 0; t0 < a.n_tok; t0 += kTokTile) {
-            const int n_t = static_cast<int>(std::min<int64_t>(kTokTile, a.n_tok - t0));
-            __m256 acc[kTokTile];
-            for (int t = 0; t < kTokTile; ++t) acc[t] = _mm256_setzero_ps();
-            Chunk8 k;
-            Decode<T> decode;
-            for (int64_t c = 0; c < nb; ++c) {
-                decode.chunk(rows, c, nb, k);
-                for (int t = 0; t < n_t; ++t) {
-                    const int64_t tok = t0 + t;
-                    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.xq + tok * W.cols + c * 32));
-                    const int32_t* s = a.xs + tok * 2 * nb + 2 * c;
-                    __m256i h0, h1;
-                    dot8<Decode<T>::kUnsigned, Decode<T>::kOffset>(k, q, s, h0, h1);
-                    acc[t] = _mm256_add_ps(acc[t], partial8<T>(k, h0, h1, a.xd[tok * nb + c], s));
-                }
-            }
-            for (int t = 0; t < n_t; ++t) {
-                float* y = a.y + (t0 + t) * a.ldy + g;
-                if (n_rows == kAvx2Rows) {
-                    _mm256_storeu_ps(y, acc[t]);
-                } else {
-                    alignas(32) float lanes[kAvx2Rows];
-                    _mm256_store_ps(lanes, acc[t]);
-                    for (int i = 0; i < n_rows; ++i) y[i] = lanes[i];
-                }
-            }
-        }
+        for (int64_t t0 = 0; t0 < a.n_tok; t0 += kTokTile)
+            rows8_tile<T, 0>(a, g, n_rows, rows, t0, static_cast<int>(std::min<int64_t>(kTokTile, a.n_tok - t0)));
     }
 }
 
