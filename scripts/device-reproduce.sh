@@ -22,7 +22,8 @@
 #              and give it arguments with BG_BENCH_ARGS (e.g. '--sm-limit 24': every benchmark on 24 SMs)
 #   cpu-kernels  the CPU integer kernels' tests (test_int8_matmul, test_kquants) on the GPU machine's host -> measurements/device/cpu-kernels/
 #   cpu-bench  bench_cpu: the CPU expert kernels (portable, AVX2 and AVX-512 row kernels, M = 1, 4, 16) against
-#              the host-memory read probe of the same run -> measurements/device/bench-cpu/
+#              the host-memory read probe of the same run, and each row kernel alone on one thread with its
+#              weights cached and from memory (BM_CpuRowsInt8) -> measurements/device/bench-cpu/
 #   kernel-profile  Nsight Compute (ncu) on the fused MXFP4 expert at 1, 8 and 64 tokens -> measurements/device/kernel-profile/
 #   kernel-sass  ncu instruction statistics of the fused MXFP4 expert at 1 token, and its SASS -> measurements/device/kernel-profile/
 #   drop-models  removes models/*.gguf (the 64 GiB disk holds the device scale or the slice, not both)
