@@ -67,6 +67,12 @@ uint64_t rotate_bytes() {
     return std::max<uint64_t>(768ull << 20, 10 * static_cast<uint64_t>(std::max(0L, l3)));
 }
 
+// Copies of an image of `bytes` that cover rotate_bytes() (two at least): cycling through them
+// reads each from memory.
+int rotation_sets(uint64_t bytes) {
+    return static_cast<int>(std::max<uint64_t>(2, (rotate_bytes() + bytes - 1) / bytes));
+}
+
 struct ExpertCopies;
 struct RowCopies;
 
@@ -130,7 +136,7 @@ struct ExpertCopies {
         gate_up_bytes = gu.bytes.size();
         down_bytes = dn.bytes.size();
         expert_bytes = gate_up_bytes + down_bytes;
-        n_sets = static_cast<int>(std::max<uint64_t>(2, (rotate_bytes() + expert_bytes - 1) / expert_bytes));
+        n_sets = rotation_sets(expert_bytes);
         bytes.resize(expert_bytes * n_sets);
         for (int s = 0; s < n_sets; ++s) {
             std::memcpy(bytes.data() + s * expert_bytes, gu.bytes.data(), gate_up_bytes);
@@ -155,6 +161,14 @@ const ExpertCopies& copies_of(GgmlType t, int64_t E, int64_t F) {
     return *c;
 }
 
+// Whether the benchmark was skipped, with the reason, because the row kernel of `isa` is not
+// usable here.
+bool skipped_unless_usable(benchmark::State& state, cpu::CpuIsa isa) {
+    if (cpu::cpu_isa_usable(isa)) return false;
+    state.SkipWithError((std::string("the ") + cpu::cpu_isa_name(isa) + " kernel is not usable here").c_str());
+    return true;
+}
+
 // One expert benchmark's arguments (see expert_args) and its copies of the expert, or nothing
 // (the benchmark skipped, with the reason) where the row kernel is not usable here.
 struct ExpertCase {
@@ -168,10 +182,7 @@ struct ExpertCase {
 std::optional<ExpertCase> expert_case(benchmark::State& state) {
     const ExpertCase::Args a{static_cast<GgmlType>(state.range(0)), state.range(1), state.range(2), state.range(3),
                              static_cast<cpu::CpuIsa>(state.range(4))};
-    if (!cpu::cpu_isa_usable(a.isa)) {
-        state.SkipWithError((std::string("the ") + cpu::cpu_isa_name(a.isa) + " kernel is not usable here").c_str());
-        return std::nullopt;
-    }
+    if (skipped_unless_usable(state, a.isa)) return std::nullopt;
     return ExpertCase{a, &copies_of(a.type, a.E, a.F)};
 }
 
@@ -393,7 +404,7 @@ struct RowCopies {
         const bgtest::HostMat W = bgtest::random_mat(t, kRows, kCols, 0, rng);
         stride = W.stride;
         mat_bytes = W.bytes.size();
-        n_copies = static_cast<int>(std::max<uint64_t>(2, rotate_bytes() / mat_bytes));
+        n_copies = rotation_sets(mat_bytes);
         bytes.resize(mat_bytes * n_copies);
         for (int c = 0; c < n_copies; ++c) std::memcpy(bytes.data() + c * mat_bytes, W.bytes.data(), mat_bytes);
     }
@@ -418,10 +429,7 @@ void BM_CpuRowsInt8(benchmark::State& state) {
     const auto type = static_cast<GgmlType>(state.range(0));
     const auto isa = static_cast<cpu::CpuIsa>(state.range(1));
     const bool cached = state.range(2) != 0;
-    if (!cpu::cpu_isa_usable(isa)) {
-        state.SkipWithError((std::string("the ") + cpu::cpu_isa_name(isa) + " kernel is not usable here").c_str());
-        return;
-    }
+    if (skipped_unless_usable(state, isa)) return;
     const RowCopies& w = row_copies_of(type);
     const int64_t cols = RowCopies::kCols, rows = cached ? RowCopies::kCachedRows : RowCopies::kRows;
     const int n_copies = cached ? 1 : w.n_copies;
@@ -489,13 +497,12 @@ int main(int argc, char** argv) {
     std::vector<uint64_t> buf(rotate_bytes() / 8);
     for (size_t i = 0; i < buf.size(); ++i) buf[i] = i * 0x9E3779B97F4A7C15ull;
     g_bench.host_read_gbs = read_probe(g_bench.pool.get(), buf, 7);
-    const double one_thread_gbs = read_probe(nullptr, buf, 3);
-    g_bench.one_thread_read_gbs = one_thread_gbs;
+    g_bench.one_thread_read_gbs = read_probe(nullptr, buf, 3);
     buf = {};
     std::printf("bench_cpu: host read probe %.1f GB/s with %d threads, %.1f GB/s with one; best row kernel here: %s\n",
-                g_bench.host_read_gbs, g_bench.pool->size(), one_thread_gbs, cpu::cpu_isa_name(cpu::best_cpu_isa()));
+                g_bench.host_read_gbs, g_bench.pool->size(), g_bench.one_thread_read_gbs, cpu::cpu_isa_name(cpu::best_cpu_isa()));
     benchmark::AddCustomContext("host_read_gbs", std::to_string(g_bench.host_read_gbs));
-    benchmark::AddCustomContext("host_read_gbs_one_thread", std::to_string(one_thread_gbs));
+    benchmark::AddCustomContext("host_read_gbs_one_thread", std::to_string(g_bench.one_thread_read_gbs));
     benchmark::AddCustomContext("threads", std::to_string(g_bench.pool->size()));
     benchmark::AddCustomContext("rotate_mib", std::to_string(rotate_bytes() >> 20));
     benchmark::AddCustomContext("best_cpu_isa", cpu::cpu_isa_name(cpu::best_cpu_isa()));

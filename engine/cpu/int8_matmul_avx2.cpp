@@ -134,7 +134,8 @@ struct Decode<qtypes::Iq2_XXS> {
 
     BG_AVX2 void chunk(const uint8_t* const* rows, int64_t c, int64_t /*nb*/, Chunk8& k) {
         using T = qtypes::Iq2_XXS;
-        const int64_t at = (c / 8) * T::kBlockBytes;
+        const int64_t at = (c / 8) * T::kBlockBytes;                         // the block
+        const int64_t group = at + T::kOffGroups + T::kGroupBytes * (c % 8);  // the chunk's group
         if (c % 8 == 0) {
             alignas(32) float d[kAvx2Rows];
             for (int i = 0; i < kAvx2Rows; ++i) d[i] = qtypes::load_half(rows[i] + at + T::kOffD);
@@ -146,7 +147,7 @@ struct Decode<qtypes::Iq2_XXS> {
         const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
         // The group's word of each row (bits 7r..7r+6: run r's sign index, 28..31: ls), lane i row i.
         alignas(32) uint32_t words[kAvx2Rows];
-        for (int i = 0; i < kAvx2Rows; ++i) words[i] = qtypes::load_le32(rows[i] + at + T::kOffGroups + T::kGroupBytes * (c % 8) + 4);
+        for (int i = 0; i < kAvx2Rows; ++i) words[i] = qtypes::load_le32(rows[i] + group + 4);
         const __m256i w = _mm256_load_si256(reinterpret_cast<const __m256i*>(words));
         // ksigns of the four indices, byte r of lane i: the seven bits moved to byte r, then bit 7
         // set to their parity (the xor of each byte's bits folded into its bit 0).
@@ -159,7 +160,7 @@ struct Decode<qtypes::Iq2_XXS> {
         par = _mm256_xor_si256(par, _mm256_srli_epi32(par, 1));
         const __m256i signs = _mm256_or_si256(idx, _mm256_slli_epi32(_mm256_and_si256(par, _mm256_set1_epi32(0x01010101)), 7));
         for (int i = 0; i < kAvx2Rows; ++i) {
-            const uint8_t* g = rows[i] + at + T::kOffGroups + T::kGroupBytes * (c % 8);
+            const uint8_t* g = rows[i] + group;
             const __m256i mag = _mm256_setr_epi64x(
                 static_cast<long long>(qtypes::iq2xxs_grid(g[0])), static_cast<long long>(qtypes::iq2xxs_grid(g[1])),
                 static_cast<long long>(qtypes::iq2xxs_grid(g[2])), static_cast<long long>(qtypes::iq2xxs_grid(g[3])));
