@@ -162,7 +162,8 @@ void add_run_flags(CLI::App* cmd, RunConfig& cfg) {
     cmd->add_option("--engram-buffer", cfg.engram_buffer_kib, "Engram row buffer in device memory, KiB")->capture_default_str();
     cmd->add_option("--engram-read-ahead", cfg.engram_read_ahead_kib,
                     "Host ring the Engram rows of a pass's positions are read into ahead of their layer, KiB (0: off; "
-                    "2048 holds 64 tokens of the slice's two Engram layers)")
+                    "16 holds a decoded token's rows of both Engram layers at full width; a larger ring submits more "
+                    "reads at once)")
         ->capture_default_str();
     cmd->add_option("--engram-queue-depth", cfg.engram_queue_depth, "Engram reads in flight at most")
         ->check(CLI::Range(1u, 32768u))

@@ -97,10 +97,13 @@ struct RunConfig {
     uint64_t engram_buffer_kib = 2048;
     // Host ring the Engram rows of the positions a pass will run are read into ahead of their
     // layer (0: each layer's rows are read when it asks), and the Engram reads in flight at most.
-    // Off by default: on the slice (H200, 12 runs on two machines) it cut the warm pass's Engram
-    // waits from 36-42 ms to 9-10 ms but not its wall (55-71 ms with it, 59-67 without), nor
-    // decode (REPRODUCING.md §3).
-    uint64_t engram_read_ahead_kib = 0;
+    // 16 KiB holds one decoded token's rows of both Engram layers at full width (2 x 24 rows of
+    // 272 bytes): a decode step submits both layers' reads at once, so the second layer's land
+    // while the layers before it run (on the slice each Engram layer's fetch waited about one
+    // random-read round trip, 0.43-0.46 ms a token, H200 2026-12-05). A ring that small also
+    // bounds what a prefill submits at once: a 2 MiB ring submitted a 64-token pass's 3,072
+    // reads up front and held up the thread that issues GPU work for 29 ms (REPRODUCING.md §3).
+    uint64_t engram_read_ahead_kib = 16;
     uint32_t engram_queue_depth = 512;
     bool fidelity = false;            // also measure the policy's distance from exact routing
     bool verify_slots = false;        // after each pass, compare every loaded slot with the file
