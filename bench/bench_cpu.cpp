@@ -18,8 +18,9 @@
 //    one empty parallel_for (BM_PoolRoundTrip: a start and join of the pool);
 //  - one row kernel alone on one thread (BM_CpuRowsInt8), with W in the caches and from memory:
 //    the kernel's compute rate, and what memory leaves of it;
-//  - a BF16 expert (no integer path: the float matmul, BM_CpuExpertFloat) at one token, per row
-//    kernel, with the same counters;
+//  - a BF16 expert (no integer path: the BF16 row kernels) at one token, per row kernel, with the
+//    same counters: as one job (BM_CpuExpertFloat, the engine's way) and as its steps
+//    (BM_CpuExpertFloatSteps: two float matmuls, the engine's way before);
 //  - the host's pick of the next token between two decode steps (BM_Sample): greedy (argmax) and
 //    temperature 0.8 with top-k 40 (llama.cpp's defaults) over DeepSeek-V4.1's 129,280 logits.
 // --threads N (ours, taken out before Google Benchmark reads the rest): the pool's threads
@@ -41,6 +42,7 @@
 
 #include <unistd.h>
 
+#include "cpu/bf16_expert.h"
 #include "cpu/int8_expert.h"
 #include "cpu/int8_matmul.h"
 #include "cpu/int8_rows.h"
@@ -267,10 +269,31 @@ void BM_CpuExpertInt8Steps(benchmark::State& state) {
     expert_counters(state, ex, type, isa);
 }
 
-// An expert whose weights have no integer path (BF16: the float path of cpu/ops.h, as CpuOps's
-// expert_ffn takes it): gate and up as one matmul over their 2F rows, the SwiGLU, down, with the
-// BF16 row kernel of `isa` (cpu/bf16_rows.h).
+// An expert whose weights have no integer path (BF16), as CpuOps's expert_ffn takes it: one job
+// of the pool (cpu/bf16_expert.h) with the BF16 row kernel of `isa` (cpu/bf16_rows.h).
 void BM_CpuExpertFloat(benchmark::State& state) {
+    const auto c = expert_case(state);
+    if (!c) return;
+    const auto [type, E, F, M, isa] = c->args;
+    const ExpertCopies& ex = *c->ex;
+    ExpertIo io(E, F, M);
+    cpu::ThreadPool& pool = *g_bench.pool;
+    int s = 0;
+    for (auto _ : state) {
+        MatView gate_up = ex.gate(s);
+        gate_up.rows = 2 * F;
+        cpu::expert_ffn_bf16(pool, gate_up, ex.down(s), io.x.data(), E, M, 10.0f, SwigluClamp::kDeepSeek,
+                             io.gu.data(), io.h.data(), io.y.data(), isa);
+        benchmark::DoNotOptimize(io.y.data());
+        s = (s + 1) % ex.n_sets;
+    }
+    expert_counters(state, ex, type, isa);
+}
+
+// The same expert as its steps, the way CpuOps took BF16 experts before 2026-12-05: the float
+// matmul over gate and up's 2F rows, the SwiGLU, the float matmul over down, each matmul a start
+// and join of the pool with fixed shares of the rows. The same y as BM_CpuExpertFloat.
+void BM_CpuExpertFloatSteps(benchmark::State& state) {
     const auto c = expert_case(state);
     if (!c) return;
     const auto [type, E, F, M, isa] = c->args;
@@ -291,13 +314,13 @@ void BM_CpuExpertFloat(benchmark::State& state) {
     }
     expert_counters(state, ex, type, isa);
 }
-BENCHMARK(BM_CpuExpertFloat)
-    ->Apply([](benchmark::internal::Benchmark* b) {
-        for (const cpu::CpuIsa isa : {cpu::CpuIsa::kPortable, cpu::CpuIsa::kAvx2, cpu::CpuIsa::kAvx512})
-            b->Args({static_cast<int64_t>(GgmlType::BF16), 5120, 2304, 1, static_cast<int64_t>(isa)});
-    })
-    ->ArgNames({"type", "E", "F", "M", "isa"})
-    ->UseRealTime();
+void bf16_expert_args(benchmark::internal::Benchmark* b) {
+    for (const cpu::CpuIsa isa : {cpu::CpuIsa::kPortable, cpu::CpuIsa::kAvx2, cpu::CpuIsa::kAvx512})
+        b->Args({static_cast<int64_t>(GgmlType::BF16), 5120, 2304, 1, static_cast<int64_t>(isa)});
+    b->ArgNames({"type", "E", "F", "M", "isa"});
+}
+BENCHMARK(BM_CpuExpertFloat)->Apply(bf16_expert_args)->UseRealTime();
+BENCHMARK(BM_CpuExpertFloatSteps)->Apply(bf16_expert_args)->UseRealTime();
 
 // The pool's cost of one parallel_for with nothing to do: waking every worker and waiting for
 // them all, the price each matmul_int8 call pays on top of its rows.

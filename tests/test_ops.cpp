@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "cpu/bf16_expert.h"
 #include "cpu/ops.h"
 #include "cpu/thread_pool.h"
 #include "ops_reference.h"
@@ -183,6 +184,48 @@ TEST(Ops, MatmulBf16KernelsGiveTheFloatPathsYBitForBit) {
                     ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
                         << cpu_isa_name(isa) << " cols " << cols << " tokens " << n_tok << (specials ? " with inf/NaN" : "");
                 }
+    }
+    EXPECT_GE(checked_isas, 1);
+}
+
+// A routed BF16 expert as one pool job (cpu/bf16_expert.h) gives, bit for bit, what its three
+// steps give one by one: the float matmul over the gate and up rows, the SwiGLU, the float matmul
+// over the down rows; on every kernel this machine runs, teams of one to four, widths whose rows
+// do not split into whole groups of four, several tokens; y starts as NaN, so a row no member
+// wrote shows.
+TEST(Ops, Bf16ExpertOneJobEqualsItsStepsBitForBit) {
+    std::mt19937 rng = fresh_rng();
+    int checked_isas = 0;
+    for (const CpuIsa isa : {CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+        if (!cpu_isa_usable(isa)) {
+            std::printf("  %s: not usable on this machine, not checked here\n", cpu_isa_name(isa));
+            continue;
+        }
+        ++checked_isas;
+        for (const int threads : {1, 3, 4}) {
+            ThreadPool pool(threads);
+            for (const auto& [E, F] : {std::pair<int64_t, int64_t>{96, 160}, {45, 30}, {512, 258}})
+                for (const int64_t m : {1, 3, 17}) {
+                    const QuantMat gu_w = make_mat(rng, GgmlType::BF16, 2 * F, E, 6);
+                    const QuantMat down_w = make_mat(rng, GgmlType::BF16, E, F, 6);
+                    const int64_t ldx = E + 5;
+                    const auto x = uniform(rng, m * ldx, -1.0f, 1.0f);
+                    const float limit = 7.0f;
+                    std::vector<float> gu(static_cast<size_t>(m * 2 * F)), h(static_cast<size_t>(m * F));
+                    std::vector<float> y_steps(static_cast<size_t>(m * E));
+                    matmul(pool, gu_w.view, x.data(), ldx, m, gu.data(), 2 * F, isa);
+                    for (int64_t t = 0; t < m; ++t)
+                        swiglu(gu.data() + t * 2 * F, gu.data() + t * 2 * F + F, F, limit, SwigluClamp::kDeepSeek,
+                               h.data() + t * F);
+                    matmul(pool, down_w.view, h.data(), F, m, y_steps.data(), E, isa);
+                    std::vector<float> gu2(gu.size()), h2(h.size()), y_job(y_steps.size(), std::nanf(""));
+                    expert_ffn_bf16(pool, gu_w.view, down_w.view, x.data(), ldx, m, limit, SwigluClamp::kDeepSeek,
+                                    gu2.data(), h2.data(), y_job.data(), isa);
+                    ASSERT_EQ(0, std::memcmp(y_steps.data(), y_job.data(), y_job.size() * sizeof(float)))
+                        << cpu_isa_name(isa) << " threads " << threads << " E " << E << " F " << F << " m " << m;
+                    ASSERT_EQ(0, std::memcmp(h.data(), h2.data(), h.size() * sizeof(float)));
+                }
+        }
     }
     EXPECT_GE(checked_isas, 1);
 }

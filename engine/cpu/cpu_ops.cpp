@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/pool_channel.h"
+#include "cpu/bf16_expert.h"
 #include "cpu/int8_expert.h"
 #include "cpu/int8_matmul.h"
 #include "cpu/ops.h"
@@ -255,6 +256,12 @@ public:
                 BG_CHECK_MSG(m * std::max(E, F) <= static_cast<int64_t>(int8_.xq.size()),
                              "cpu ops: an integer-path expert larger than reserve() was told of");
                 cpu::expert_ffn_int8(pool_, int8_, gate_up, e.down, xg, E, m, limit, form, gu, h, eo, isa_);
+                moe_scatter(eo, out_rows, m, E, out);
+                return;
+            }
+            if (e.gate.type == GgmlType::BF16 && e.down.type == GgmlType::BF16) {
+                // BF16 weights (no integer path): one job too (cpu/bf16_expert.h), the same y.
+                cpu::expert_ffn_bf16(pool_, gate_up, e.down, xg, E, m, limit, form, gu, h, eo, isa_);
                 moe_scatter(eo, out_rows, m, E, out);
                 return;
             }

@@ -1,13 +1,7 @@
-// One routed expert's FFN on the CPU's integer path, as one pool job: y = down(swiglu(gate x,
-// up x)). The same arithmetic as matmul_int8 over the gate and up rows, the SwiGLU, then
-// matmul_int8 over the down rows (so the same y bit for bit), but the team starts once and its
-// members wait for each other at three barriers (x quantised; their gate, up and SwiGLU rows
-// done; h quantised) rather than the pool starting and joining twice, with the activations
-// quantised by one thread in between. On 16 cores that start and join took about 35 us each,
-// against about 250 us for the expert's 18.8 MB at the memory's speed (bench_cpu). Within a
-// phase the members take groups of rows one at a time rather than fixed shares, so one member
-// slowed down (a core shared with the copy thread, a virtual CPU descheduled) does not hold the
-// rest for its whole share.
+// One routed expert's FFN on the CPU's integer path, as one pool job (cpu/expert_job.h): y =
+// down(swiglu(gate x, up x)). The same arithmetic as matmul_int8 over the gate and up rows, the
+// SwiGLU, then matmul_int8 over the down rows (so the same y bit for bit), with x's and then h's
+// int8 blocks quantised by the team before each phase.
 #pragma once
 
 #include <cstdint>
