@@ -3,10 +3,12 @@
 
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "cpu/thread_pool.h"
@@ -212,6 +214,61 @@ TEST(ModelE2E, OutputDependsOnTheEngramRowsATokenHashesTo) {
 
     EXPECT_EQ(base_before, pert_before) << "a token before the changed row must not move";
     EXPECT_GT(bgtest::max_rel_diff(base_hidden, pert_hidden), 1e-3) << "changing a row the token hashes to must change its state";
+}
+
+// Engram read-ahead runs at most one Engram layer ahead of the fetches (Forward::
+// offer_engram_rows): the rows of the next Engram layer are offered only once every row offered
+// for the one before has been fetched, since a disk serving both layers' reads at once made the
+// first layer's fetch wait for all of them. A provider with unlimited room records the offers and
+// checks each fetch against them, through a layer-major and a token-major prefill and a decode:
+// every fetched row was offered first, in the order fetched, and no offer runs ahead.
+class OfferRecordingEngram final : public bg::EngramProvider {
+public:
+    explicit OfferRecordingEngram(const Model& m) : inner_(m) {}
+    void fetch_rows(int64_t layer, const uint64_t* rows, int64_t n, float* out, bg::Ops& ops) override {
+        for (int64_t i = 0; i < n; ++i) {
+            EXPECT_FALSE(pending_.empty()) << "layer " << layer << ": a fetched row was not offered";
+            if (pending_.empty()) break;
+            EXPECT_EQ(pending_.front(), (std::pair<int64_t, uint64_t>{layer, rows[i]})) << "fetched out of offer order";
+            pending_.pop_front();
+        }
+        ++fetches_;
+        inner_.fetch_rows(layer, rows, n, out, ops);
+    }
+    int64_t read_ahead(int64_t layer, const uint64_t* rows, int64_t n) override {
+        if (n == 0) return 0;  // only lets reads move on
+        for (const auto& [l, r] : pending_)
+            EXPECT_EQ(l, layer) << "layer " << layer << "'s rows offered before layer " << l << "'s were all fetched";
+        for (int64_t i = 0; i < n; ++i) pending_.emplace_back(layer, rows[i]);
+        ++offers_;
+        return n;
+    }
+    bool reads_ahead() const override { return true; }
+    size_t pending() const { return pending_.size(); }
+    int fetches_ = 0, offers_ = 0;
+
+private:
+    bg::PreadEngramProvider inner_;
+    std::deque<std::pair<int64_t, uint64_t>> pending_;
+};
+
+TEST(ModelE2E, EngramRowsAreOfferedOneEngramLayerAhead) {
+    const std::string path = bgtest::tiny_model();
+    const std::vector<int32_t> prompt = bg::random_prompt(12, 9, 512, 0);
+    for (const bg::PrefillOrder order : {bg::PrefillOrder::kLayerMajor, bg::PrefillOrder::kTokenMajor}) {
+        auto m = Model::open(path);
+        ASSERT_GE(m->hp().engram_layers.size(), 2u) << "the tiny model needs two Engram layers for this test";
+        OfferRecordingEngram rec(*m);
+        Engine e(std::move(m), config(32, 4), &rec);
+        std::vector<float> logits;
+        e.runner.prefill(prompt, order, 4, &logits);
+        EXPECT_EQ(rec.pending(), 0u) << "rows offered and never fetched";
+        std::vector<float> last(logits.end() - e.model->hp().n_vocab, logits.end());
+        e.runner.decode(last, 4);
+        EXPECT_EQ(rec.pending(), 0u);
+        EXPECT_GT(rec.offers_, 0);
+        EXPECT_GT(rec.fetches_, 0);
+    }
 }
 
 TEST(ModelE2E, MakeModelIsDeterministicWhateverTheThreadCount) {

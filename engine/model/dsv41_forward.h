@@ -167,6 +167,7 @@ private:
     // plan_pos_ (row plan_row_ of it) of the plan_layer_-th Engram layer on.
     int64_t plan_pos0_ = 0, plan_end_ = 0, plan_pos_ = 0, plan_row_ = 0;
     size_t plan_layer_ = SIZE_MAX;  // SIZE_MAX: no plan (or a provider that does not read ahead)
+    size_t plan_fetching_ = 0;      // the Engram layer (index) whose fetches are not all done: offers go no further
     std::vector<uint64_t> plan_rows_;  // [buckets] one position's rows
     int32_t *by_expert_count_;  // [n_expert + 1] expert_counts_ on the host
     int32_t *by_expert_start_, *used_experts_, *used_tokens_;

@@ -98,10 +98,11 @@ struct RunConfig {
     // Host ring the Engram rows of the positions a pass will run are read into ahead of their
     // layer (0: each layer's rows are read when it asks), and the Engram reads in flight at most.
     // 16 KiB holds one decoded token's rows of both Engram layers at full width (2 x 24 rows of
-    // 272 bytes): a decode step submits both layers' reads at once, so the second layer's land
-    // while the layers before it run (on the slice each Engram layer's fetch waited about one
-    // random-read round trip, 0.43-0.46 ms a token, H200 2026-12-05). A ring that small also
-    // bounds what a prefill submits at once: a 2 MiB ring submitted a 64-token pass's 3,072
+    // 272 bytes). The forward offers one Engram layer's rows at a time, the next layer's once the
+    // last fetch of this one is done, so in decode the second layer's reads run while the layers
+    // before it compute (on the slice each Engram layer's fetch waited 0.43-0.46 ms a token, H200
+    // 2026-12-05; both layers' reads at once made the first fetch wait 0.94 ms). A ring that small
+    // also bounds what a prefill submits at once: a 2 MiB ring submitted a 64-token pass's 3,072
     // reads up front and held up the thread that issues GPU work for 29 ms (REPRODUCING.md §3).
     uint64_t engram_read_ahead_kib = 16;
     uint32_t engram_queue_depth = 512;
