@@ -394,7 +394,7 @@ for part in "$@"; do
       dir="$root/measurements/slice/decode-threads"; mkdir -p "$dir"
       nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$dir/machine.txt"
       nproc > "$dir/cores.txt"
-      for cfg in gpu:0 cpu:0 hybrid:0 hybrid:16 hybrid:12 hybrid:8; do
+      for cfg in gpu:0 cpu:0 hybrid:0 hybrid:16 hybrid:15 hybrid:8; do  # 0: the default (12 of 16 cores on a GPU since 2026-12-05)
         where=${cfg%%:*}; th=${cfg##*:}
         note "slice decode, --decode-experts $where --threads $th"
         "$bin" run --backend cuda --model models/slice.gguf --file scenarios/prompts/64-tokens.txt --passes 2 --gen 32 --ignore-eos \

@@ -126,11 +126,17 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
     // On a GPU with an SM limit this makes the limited context current on this thread; the
     // store's streamer thread binds itself to it (Backend::bind_thread).
     backend_ = device->make_backend(bo);
-    // --threads 0: every core, but on a GPU one is left to the expert store's streamer thread,
-    // which waits on copies while the CPU computes host-resident experts of a decode step
-    // (slice decode on the H200's 16 cores, hybrid: 84.3 tok/s with 15 threads, 78.4 with 16).
+    // --threads 0: every core, but on a GPU three quarters of them: the thread that issues GPU
+    // work and the expert store's streamer thread run beside the pool while the CPU computes a
+    // decode step's host-resident experts, and the pool's members meet at barriers, so one of
+    // them descheduled holds up the rest. Slice decode, hybrid, on the H200's 16 virtual cores:
+    // 12 threads 88.5, 113.4 and 114.4 tok/s on three machines, 15 threads 89.5, 103.3 and 75.2
+    // (in the last the CPU's experts ran at 8.7 GB/s), 16 threads slower still
+    // (measurements/slice/decode-threads/).
     const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    pool_ = std::make_unique<cpu::ThreadPool>(cfg.threads > 0 ? cfg.threads : device->dense_on_device() ? std::max(1, hw - 1) : 0);
+    pool_ = std::make_unique<cpu::ThreadPool>(cfg.threads > 0 ? cfg.threads
+                                              : device->dense_on_device() ? std::max(1, hw - hw / 4)
+                                                                          : 0);
     // Each reader opens every file of the model once (every shard of a split model).
     expert_reader_ = io::Reader::open(model_->shard_paths(), io_config(cfg), cfg.faults);
     engram_reader_ = io::Reader::open(model_->shard_paths(), engram_io_config(cfg), cfg.faults);
