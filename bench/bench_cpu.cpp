@@ -269,9 +269,13 @@ void BM_CpuExpertInt8Steps(benchmark::State& state) {
     expert_counters(state, ex, type, isa);
 }
 
-// An expert whose weights have no integer path (BF16), as CpuOps's expert_ffn takes it: one job
-// of the pool (cpu/bf16_expert.h) with the BF16 row kernel of `isa` (cpu/bf16_rows.h).
-void BM_CpuExpertFloat(benchmark::State& state) {
+// An expert whose weights have no integer path (BF16), with the BF16 row kernel of `isa`
+// (cpu/bf16_rows.h): as CpuOps's expert_ffn takes it, one job of the pool (cpu/bf16_expert.h,
+// BM_CpuExpertFloat), or as its steps, the way CpuOps took BF16 experts before 2026-12-05
+// (BM_CpuExpertFloatSteps): the float matmul over gate and up's 2F rows, the SwiGLU, the float
+// matmul over down, each matmul a start and join of the pool with fixed shares of the rows. The
+// same y either way.
+void time_bf16_expert(benchmark::State& state, bool one_job) {
     const auto c = expert_case(state);
     if (!c) return;
     const auto [type, E, F, M, isa] = c->args;
@@ -282,38 +286,23 @@ void BM_CpuExpertFloat(benchmark::State& state) {
     for (auto _ : state) {
         MatView gate_up = ex.gate(s);
         gate_up.rows = 2 * F;
-        cpu::expert_ffn_bf16(pool, gate_up, ex.down(s), io.x.data(), E, M, 10.0f, SwigluClamp::kDeepSeek,
-                             io.gu.data(), io.h.data(), io.y.data(), isa);
+        if (one_job) {
+            cpu::expert_ffn_bf16(pool, gate_up, ex.down(s), io.x.data(), E, M, 10.0f, SwigluClamp::kDeepSeek,
+                                 io.gu.data(), io.h.data(), io.y.data(), isa);
+        } else {
+            cpu::matmul(pool, gate_up, io.x.data(), E, M, io.gu.data(), 2 * F, isa);
+            for (int64_t t = 0; t < M; ++t)
+                cpu::swiglu(io.gu.data() + t * 2 * F, io.gu.data() + t * 2 * F + F, F, 10.0f, SwigluClamp::kDeepSeek,
+                            io.h.data() + t * F);
+            cpu::matmul(pool, ex.down(s), io.h.data(), F, M, io.y.data(), E, isa);
+        }
         benchmark::DoNotOptimize(io.y.data());
         s = (s + 1) % ex.n_sets;
     }
     expert_counters(state, ex, type, isa);
 }
-
-// The same expert as its steps, the way CpuOps took BF16 experts before 2026-12-05: the float
-// matmul over gate and up's 2F rows, the SwiGLU, the float matmul over down, each matmul a start
-// and join of the pool with fixed shares of the rows. The same y as BM_CpuExpertFloat.
-void BM_CpuExpertFloatSteps(benchmark::State& state) {
-    const auto c = expert_case(state);
-    if (!c) return;
-    const auto [type, E, F, M, isa] = c->args;
-    const ExpertCopies& ex = *c->ex;
-    ExpertIo io(E, F, M);
-    cpu::ThreadPool& pool = *g_bench.pool;
-    int s = 0;
-    for (auto _ : state) {
-        MatView gate_up = ex.gate(s);
-        gate_up.rows = 2 * F;
-        cpu::matmul(pool, gate_up, io.x.data(), E, M, io.gu.data(), 2 * F, isa);
-        for (int64_t t = 0; t < M; ++t)
-            cpu::swiglu(io.gu.data() + t * 2 * F, io.gu.data() + t * 2 * F + F, F, 10.0f, SwigluClamp::kDeepSeek,
-                        io.h.data() + t * F);
-        cpu::matmul(pool, ex.down(s), io.h.data(), F, M, io.y.data(), E, isa);
-        benchmark::DoNotOptimize(io.y.data());
-        s = (s + 1) % ex.n_sets;
-    }
-    expert_counters(state, ex, type, isa);
-}
+void BM_CpuExpertFloat(benchmark::State& state) { time_bf16_expert(state, true); }
+void BM_CpuExpertFloatSteps(benchmark::State& state) { time_bf16_expert(state, false); }
 void bf16_expert_args(benchmark::internal::Benchmark* b) {
     for (const cpu::CpuIsa isa : {cpu::CpuIsa::kPortable, cpu::CpuIsa::kAvx2, cpu::CpuIsa::kAvx512})
         b->Args({static_cast<int64_t>(GgmlType::BF16), 5120, 2304, 1, static_cast<int64_t>(isa)});

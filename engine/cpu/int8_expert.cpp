@@ -40,19 +40,16 @@ void expert_ffn_int8(ThreadPool& pool, Int8MatmulScratch& scratch, const MatView
         float* d;
         int32_t* s;
         CpuIsa isa;
-        void before_up(const Team& team) const {
+        // src [m][ld], width columns: each member quantises its share of the blocks.
+        void quantize(const Team& team, const float* src, int64_t ld, int64_t width) const {
             int64_t b, e;
-            team.share(m * (E / 32), &b, &e);
-            quantize_int8_blocks(x, ldx, E, b, e, q, d, s);
+            team.share(m * (width / 32), &b, &e);
+            quantize_int8_blocks(src, ld, width, b, e, q, d, s);
             team.barrier();
         }
+        void before_up(const Team& team) const { quantize(team, x, ldx, E); }
         void up_rows(int64_t r0, int64_t r1) const { int8_rows(isa, up, r0, r1); }
-        void before_down(const Team& team) const {
-            int64_t b, e;
-            team.share(m * (F / 32), &b, &e);
-            quantize_int8_blocks(h, F, F, b, e, q, d, s);
-            team.barrier();
-        }
+        void before_down(const Team& team) const { quantize(team, h, F, F); }
         void down_rows(int64_t r0, int64_t r1) const { int8_rows(isa, down, r0, r1); }
     };
     const Int8Path path{{&gate_up, q, d, s, m, gu, 2 * F}, {&down, q, d, s, m, y, E}, x, ldx, E, F, m, h, q, d, s, isa};
