@@ -47,6 +47,7 @@
 #include "cpu/int8_matmul.h"
 #include "cpu/int8_rows.h"
 #include "cpu/ops.h"
+#include "cpu/read_probe.h"
 #include "cpu/thread_pool.h"
 #include "random_weights.h"
 #include "runtime/sampler.h"
@@ -87,40 +88,6 @@ struct Bench {
     std::unique_ptr<RowCopies> row_copies;  // BM_CpuRowsInt8's, the same way
 };
 Bench g_bench;
-
-// Sums n 64-bit words with four independent chains (so the adds never limit the reads).
-uint64_t sum_words(const uint64_t* p, int64_t n) {
-    uint64_t a = 0, b = 0, c = 0, d = 0;
-    int64_t i = 0;
-    for (; i + 4 <= n; i += 4) a += p[i], b += p[i + 1], c += p[i + 2], d += p[i + 3];
-    for (; i < n; ++i) a += p[i];
-    return a + b + c + d;
-}
-
-// GB/s of the best of `reps` reads of the whole buffer by the pool (threads) or by this thread.
-double read_probe(cpu::ThreadPool* pool, const std::vector<uint64_t>& buf, int reps) {
-    const int64_t n = static_cast<int64_t>(buf.size());
-    const int parts = pool ? pool->size() : 1;
-    std::vector<uint64_t> sums(static_cast<size_t>(parts) * 8, 0);  // a cache line a part
-    double best_s = 1e30;
-    for (int rep = 0; rep < reps; ++rep) {
-        const auto t0 = std::chrono::steady_clock::now();
-        if (pool) {
-            const int64_t per = (n + parts - 1) / parts;
-            pool->parallel_for(parts, [&](int64_t p0, int64_t p1) {
-                for (int64_t p = p0; p < p1; ++p) {
-                    const int64_t b = p * per, e = std::min(n, b + per);
-                    if (b < e) sums[static_cast<size_t>(p) * 8] += sum_words(buf.data() + b, e - b);
-                }
-            });
-        } else {
-            sums[0] += sum_words(buf.data(), n);
-        }
-        best_s = std::min(best_s, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    }
-    benchmark::DoNotOptimize(sums.data());
-    return static_cast<double>(n) * 8.0 / best_s / 1e9;
-}
 
 // The expert's three matrices, copied end to end enough times to cover rotate_bytes().
 struct ExpertCopies {
@@ -508,8 +475,8 @@ int main(int argc, char** argv) {
     g_bench.pool = std::make_unique<cpu::ThreadPool>(threads);
     std::vector<uint64_t> buf(rotate_bytes() / 8);
     for (size_t i = 0; i < buf.size(); ++i) buf[i] = i * 0x9E3779B97F4A7C15ull;
-    g_bench.host_read_gbs = read_probe(g_bench.pool.get(), buf, 7);
-    g_bench.one_thread_read_gbs = read_probe(nullptr, buf, 3);
+    g_bench.host_read_gbs = cpu::host_read_gb_s(g_bench.pool.get(), buf.data(), static_cast<int64_t>(buf.size()), 7);
+    g_bench.one_thread_read_gbs = cpu::host_read_gb_s(nullptr, buf.data(), static_cast<int64_t>(buf.size()), 3);
     buf = {};
     std::printf("bench_cpu: host read probe %.1f GB/s with %d threads, %.1f GB/s with one; best row kernel here: %s\n",
                 g_bench.host_read_gbs, g_bench.pool->size(), g_bench.one_thread_read_gbs, cpu::cpu_isa_name(cpu::best_cpu_isa()));

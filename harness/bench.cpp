@@ -108,8 +108,8 @@ BenchOutcome run_bench(const Scenario& s, const BenchOptions& o) {
     mp.model_path = s.model_path;
     mp.disk_probe_flags = {"--io", s.engine.io, "--queue-depth", std::to_string(s.engine.queue_depth), "--read-size",
                            std::to_string(s.engine.read_size_bytes)};
-    mp.probe_disk = mp.probe_pcie = o.probe;
-    if (o.probe) progress.note("measuring the machine (raw disk and PCIe bandwidth)");
+    mp.probe_disk = mp.probe_pcie = mp.probe_host = o.probe;
+    if (o.probe) progress.note("measuring the machine (raw disk, PCIe and host memory bandwidth)");
     json machine = describe_machine(mp);
     progress.finish();
     const json engine = engine_build(o.engine_path);

@@ -244,6 +244,23 @@ json describe_machine(const MachineProbe& p) {
             m["pinned_pcie_note"] = "probe-pcie failed: " + (out ? last_line(*out) : std::string("could not run"));
         }
     }
+
+    // What the host's cores can read of its memory, all at once: with the pinned copy rate, what
+    // bounds a decode step's host-resident experts (computed where they lie, or copied).
+    m["host_read_gb_s"] = nullptr;
+    if (!p.probe_host) {
+        m["host_read_note"] = "not probed (--no-probe)";
+    } else {
+        int code = 0;
+        const auto out = capture({p.engine_path, "probe-host", "--json"}, true, &code);
+        const auto j = out ? json_in(*out) : std::nullopt;
+        if (code == 0 && j && j->contains("read_gb_s")) {
+            m["host_read_gb_s"] = (*j)["read_gb_s"];
+            m["host_read_probe"] = *j;
+        } else {
+            m["host_read_note"] = "probe-host failed: " + (out ? last_line(*out) : std::string("could not run"));
+        }
+    }
     return m;
 }
 

@@ -13,11 +13,12 @@
 namespace bgh {
 
 struct MachineProbe {
-    std::string engine_path;            // runs `probe-disk` and `probe-pcie`
+    std::string engine_path;            // runs `probe-disk`, `probe-pcie` and `probe-host`
     std::string model_path;             // the disk and file system that matter are this file's
     std::vector<std::string> disk_probe_flags;  // the engine's I/O settings, so the probe matches
     bool probe_disk = true;
     bool probe_pcie = true;
+    bool probe_host = true;  // the host's memory read rate (decode's CPU path: issue 24's bound)
 };
 
 // Every field the machine offers; missing facts are null with a "*_note" saying why.

@@ -57,7 +57,7 @@ void add_run_flags(CLI::App* cmd, RunFlags& f) {
     cmd->add_flag("--no-cgroup", f.no_cgroup, "Run without a memory cgroup (no limit); recorded in the results");
     cmd->add_option("--cgroup-parent", f.bench.cgroup_parent,
                     "Create the cgroups under this one (a path inside the memory hierarchy; default: its root)");
-    cmd->add_flag("--no-probe", f.no_probe, "Skip the raw disk and PCIe bandwidth probes");
+    cmd->add_flag("--no-probe", f.no_probe, "Skip the raw disk, PCIe and host memory bandwidth probes");
     cmd->add_flag("--quiet", f.quiet, "Do not print the Markdown at the end, only where the results are");
     cmd->add_option("--fake-cgroup-root", f.bench.fake_cgroup_root,
                     "Testing: lay cgroups out as plain folders under this directory (limits nothing)");

@@ -362,6 +362,26 @@ std::string targets_line(const json& r, const json& cfg) {
                      fmt_num(per_tok_ms / bound, 2) + "× max(PCIe, GPU kernel time), " + fmt_num(per_tok_ms / (pcie_ms + gpu_ms), 2) +
                      "× their sum (routing orders a token's copies after its attention)";
             }
+            // Issue 24's bound where the CPU computes host-resident experts (--decode-experts cpu
+            // or hybrid): a token's host expert bytes over the rates of the paths it may take
+            // together (the pinned copy probe, the host read probe), plus the GPU's kernel time.
+            const auto cpu_bytes = median_of(cfg, 0, "host_experts.cpu_bytes"),
+                       copied = median_of(cfg, 0, "host_experts.copied_bytes");
+            const auto host_read = probe("host_read_gb_s");
+            const bool copies_allowed = copied && *copied > 0;
+            if (gpu && cpu_bytes && *cpu_bytes > 0 && host_read) {
+                const double host_mb = (*cpu_bytes + (copied ? *copied : 0.0)) / *steps / 1e6;
+                const double rate = *host_read + (copies_allowed ? *pinned : 0.0);
+                const double host_ms = host_mb / rate, bound = host_ms + *gpu / *steps;
+                d += "; host-resident experts " + fmt_num(host_mb, 1) + " MB per token, " +
+                     fmt_num(100.0 * *cpu_bytes / *steps / 1e6 / host_mb, 0) + " % on the CPU, over " +
+                     (copies_allowed ? "the pinned and host-read probes together (" + fmt_num(*pinned, 1) + " + " +
+                                           fmt_num(*host_read, 1) + " GB/s)"
+                                     : "the host-read probe (" + fmt_num(*host_read, 1) + " GB/s)") +
+                     " take " + fmt_num(host_ms, 2) + " ms; with the GPU kernel time the bound is " + fmt_num(bound, 2) +
+                     " ms per token, and the wall reaches " + fmt_num(100.0 * bound / per_tok_ms, 0) +
+                     " % of it (issue 24's target ≥ 80 %)";
+            }
             md += d + "\n";
         }
     }

@@ -107,8 +107,10 @@ TEST(HarnessResults, JsonHoldsEveryRunAndTheMarkdownMatchesIt) {
     EXPECT_EQ(r["harness"]["build"], bg::build_info().to_json());
     for (const auto& w : r["warnings"]) EXPECT_EQ(w.get<std::string>().find("different commits"), std::string::npos) << w;
     const json& m = r["machine"];
-    for (const char* k : {"cpu", "ram_bytes", "disk", "raw_disk_gb_s", "pinned_pcie_gb_s", "gpu"}) EXPECT_TRUE(m.contains(k)) << k;
+    for (const char* k : {"cpu", "ram_bytes", "disk", "raw_disk_gb_s", "pinned_pcie_gb_s", "host_read_gb_s", "gpu"})
+        EXPECT_TRUE(m.contains(k)) << k;
     EXPECT_TRUE(m["raw_disk_gb_s"].is_number()) << m.dump();
+    EXPECT_GT(m["host_read_gb_s"].get<double>(), 0.0) << m.dump();
     EXPECT_TRUE(m["cpu"]["logical_cores"].get<int>() >= 1);
 
     ASSERT_EQ(r["configurations"].size(), 2u);
@@ -291,7 +293,9 @@ TEST(HarnessResults, MarkdownStatesHardwareUseAgainstTheSameRunsProbes) {
                                     {"pcie_bytes", {{"median", 2.2e9}}}, {"experts.disk_bytes", {{"median", 0.0}}},
                                     {"overlap.disk_busy_ms", {{"median", 90.0}}}}}};
     const json decode = {{"metrics", {{"decode_ms", {{"median", 150.0}}}, {"steps", {{"median", 15.0}}},
-                                      {"pcie_bytes", {{"median", 1.1e9}}}, {"gpu_busy_ms", {{"median", 60.0}}}}}};
+                                      {"pcie_bytes", {{"median", 1.1e9}}}, {"gpu_busy_ms", {{"median", 60.0}}},
+                                      {"host_experts.cpu_bytes", {{"median", 0.6e9}}},
+                                      {"host_experts.copied_bytes", {{"median", 1.1e9}}}}}};
     const json r = {{"format", bgh::kResultFormat},
                     {"status", "complete"},
                     {"scenario", {{"name", "t"}, {"profile", "device"}, {"mode", "run"}, {"passes", 1},
@@ -299,7 +303,7 @@ TEST(HarnessResults, MarkdownStatesHardwareUseAgainstTheSameRunsProbes) {
                                   {"hardware", {{"vram_budget_mib", 2048}, {"host_budget_mib", 2048}}}}},
                     {"configurations", {{{"name", "all three"}, {"change_flags", json::array()},
                                          {"summary", {{"passes", {pass}}, {"decode", decode}}}, {"runs", json::array()}}}},
-                    {"machine", {{"raw_disk_gb_s", 2.0}, {"pinned_pcie_gb_s", 55.0}}}};
+                    {"machine", {{"raw_disk_gb_s", 2.0}, {"pinned_pcie_gb_s", 55.0}, {"host_read_gb_s", 45.0}}}};
     const std::string md = bgh::render_markdown(r, "");
     EXPECT_NE(md.find("4a: disk 1.80 GB/s = 90 % of raw sequential (target ≥ 90 %)"), std::string::npos) << md;
     EXPECT_NE(md.find("PCIe 44.0 GB/s = 80 % of pinned (target ≥ 85 %)"), std::string::npos) << md;
@@ -315,6 +319,13 @@ TEST(HarnessResults, MarkdownStatesHardwareUseAgainstTheSameRunsProbes) {
     EXPECT_NE(md.find("decode: 100.00 tok/s; PCIe 73.3 MB per token over the pinned probe bounds it at 750.00 tok/s; "
                       "GPU kernel time 4.00 ms per token; wall 10.00 ms per token = 2.50× max(PCIe, GPU kernel time), "
                       "1.88× their sum (routing orders a token's copies after its attention)"),
+              std::string::npos)
+        << md;
+    // Issue 24's bound where the CPU takes host-resident experts: their bytes over the pinned and
+    // host-read probes together, plus the GPU's kernel time, against the wall.
+    EXPECT_NE(md.find("; host-resident experts 113.3 MB per token, 35 % on the CPU, over the pinned and host-read probes "
+                      "together (55.0 + 45.0 GB/s) take 1.13 ms; with the GPU kernel time the bound is 5.13 ms per "
+                      "token, and the wall reaches 51 % of it (issue 24's target ≥ 80 %)"),
               std::string::npos)
         << md;
 }

@@ -11,6 +11,7 @@ void register_run(CLI::App& app);
 void register_plan(CLI::App& app);
 void register_probe_disk(CLI::App& app);
 void register_profile(CLI::App& app);
+void register_probe_host(CLI::App& app);
 void register_probe_pcie(CLI::App& app);
 void register_tokenize(CLI::App& app);
 void register_version(CLI::App& app);

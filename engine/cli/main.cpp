@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
     bg::cli::register_plan(app);
     bg::cli::register_probe_disk(app);
     bg::cli::register_profile(app);
+    bg::cli::register_probe_host(app);
     bg::cli::register_probe_pcie(app);
     bg::cli::register_tokenize(app);
     bg::cli::register_version(app);

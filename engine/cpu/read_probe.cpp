@@ -1,0 +1,49 @@
+#include "cpu/read_probe.h"
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+namespace bg::cpu {
+
+namespace {
+
+uint64_t sum_words(const uint64_t* p, int64_t n) {
+    uint64_t a = 0, b = 0, c = 0, d = 0;
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) a += p[i], b += p[i + 1], c += p[i + 2], d += p[i + 3];
+    for (; i < n; ++i) a += p[i];
+    return a + b + c + d;
+}
+
+// Where the sums go, so no read can be left out as unused.
+volatile uint64_t g_sink = 0;
+
+}  // namespace
+
+double host_read_gb_s(ThreadPool* pool, const uint64_t* buf, int64_t n_words, int reps) {
+    const int parts = pool ? pool->size() : 1;
+    std::vector<uint64_t> sums(static_cast<size_t>(parts) * 8, 0);  // a cache line a part
+    double best_s = 1e30;
+    for (int rep = 0; rep < reps; ++rep) {
+        const auto t0 = std::chrono::steady_clock::now();
+        if (pool) {
+            const int64_t per = (n_words + parts - 1) / parts;
+            pool->parallel_for(parts, [&](int64_t p0, int64_t p1) {
+                for (int64_t p = p0; p < p1; ++p) {
+                    const int64_t b = p * per, e = std::min(n_words, b + per);
+                    if (b < e) sums[static_cast<size_t>(p) * 8] += sum_words(buf + b, e - b);
+                }
+            });
+        } else {
+            sums[0] += sum_words(buf, n_words);
+        }
+        best_s = std::min(best_s, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    uint64_t all = 0;
+    for (const uint64_t s : sums) all += s;
+    g_sink = all;
+    return static_cast<double>(n_words) * 8.0 / best_s / 1e9;
+}
+
+}  // namespace bg::cpu
