@@ -176,6 +176,25 @@ std::vector<std::string> list_gpus() {
     return gpus;
 }
 
+namespace {
+
+// Runs one of the engine's probes (args[1], printing one JSON object) and records its figure
+// `key` as m[field] and its whole output as m[probe_field]; where it fails, m[note_field] says why.
+void record_probe(json& m, const std::vector<std::string>& args, const char* key, const char* field,
+                  const char* probe_field, const char* note_field) {
+    int code = 0;
+    const auto out = capture(args, true, &code);
+    const auto j = out ? json_in(*out) : std::nullopt;
+    if (code == 0 && j && j->contains(key)) {
+        m[field] = (*j)[key];
+        m[probe_field] = *j;
+    } else {
+        m[note_field] = args[1] + " failed: " + (out ? last_line(*out) : std::string("could not run"));
+    }
+}
+
+}  // namespace
+
 json describe_machine(const MachineProbe& p) {
     json m;
     struct utsname u;
@@ -217,50 +236,26 @@ json describe_machine(const MachineProbe& p) {
     } else {
         std::vector<std::string> a = {p.engine_path, "probe-disk", p.model_path, "--json"};
         a.insert(a.end(), p.disk_probe_flags.begin(), p.disk_probe_flags.end());
-        int code = 0;
-        const auto out = capture(a, true, &code);
-        const auto j = out ? json_in(*out) : std::nullopt;
-        if (code == 0 && j && j->contains("seq_gb_s")) {
-            m["raw_disk_gb_s"] = (*j)["seq_gb_s"];
-            m["raw_disk_probe"] = *j;
-        } else {
-            m["raw_disk_note"] = "probe-disk failed: " + (out ? last_line(*out) : std::string("could not run"));
-        }
+        record_probe(m, a, "seq_gb_s", "raw_disk_gb_s", "raw_disk_probe", "raw_disk_note");
     }
 
     m["pinned_pcie_gb_s"] = nullptr;
-    if (gpus.empty()) {
+    if (gpus.empty())
         m["pinned_pcie_note"] = "no GPU";
-    } else if (!p.probe_pcie) {
+    else if (!p.probe_pcie)
         m["pinned_pcie_note"] = "not probed (--no-probe)";
-    } else {
-        int code = 0;
-        const auto out = capture({p.engine_path, "probe-pcie", "--json"}, true, &code);
-        const auto j = out ? json_in(*out) : std::nullopt;
-        if (code == 0 && j && j->contains("pinned_gb_s")) {
-            m["pinned_pcie_gb_s"] = (*j)["pinned_gb_s"];
-            m["pcie_probe"] = *j;
-        } else {
-            m["pinned_pcie_note"] = "probe-pcie failed: " + (out ? last_line(*out) : std::string("could not run"));
-        }
-    }
+    else
+        record_probe(m, {p.engine_path, "probe-pcie", "--json"}, "pinned_gb_s", "pinned_pcie_gb_s", "pcie_probe",
+                     "pinned_pcie_note");
 
     // What the host's cores can read of its memory, all at once: with the pinned copy rate, what
     // bounds a decode step's host-resident experts (computed where they lie, or copied).
     m["host_read_gb_s"] = nullptr;
-    if (!p.probe_host) {
+    if (!p.probe_host)
         m["host_read_note"] = "not probed (--no-probe)";
-    } else {
-        int code = 0;
-        const auto out = capture({p.engine_path, "probe-host", "--json"}, true, &code);
-        const auto j = out ? json_in(*out) : std::nullopt;
-        if (code == 0 && j && j->contains("read_gb_s")) {
-            m["host_read_gb_s"] = (*j)["read_gb_s"];
-            m["host_read_probe"] = *j;
-        } else {
-            m["host_read_note"] = "probe-host failed: " + (out ? last_line(*out) : std::string("could not run"));
-        }
-    }
+    else
+        record_probe(m, {p.engine_path, "probe-host", "--json"}, "read_gb_s", "host_read_gb_s", "host_read_probe",
+                     "host_read_note");
     return m;
 }
 
