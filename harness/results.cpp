@@ -363,8 +363,9 @@ std::string targets_line(const json& r, const json& cfg) {
                      "× their sum (routing orders a token's copies after its attention)";
             }
             // Issue 24's bound where the CPU computes host-resident experts (--decode-experts cpu
-            // or hybrid): a token's host expert bytes over the rates of the paths it may take
-            // together (the pinned copy probe, the host read probe), plus the GPU's kernel time.
+            // or hybrid): a token's host expert bytes over the rates of the paths they took
+            // together (the host read probe, and the pinned copy probe where any were copied),
+            // plus the GPU's kernel time.
             const auto cpu_bytes = median_of(cfg, 0, "host_experts.cpu_bytes"),
                        copied = median_of(cfg, 0, "host_experts.copied_bytes");
             const auto host_read = probe("host_read_gb_s");

@@ -387,79 +387,87 @@ TEST(KQuants, DequantMatchesGgmlAtExtremeScales) {
     }
 }
 
-// The traits' description of where a chunk's codes sit (chunk_planes, kHighAt, kCodeOffset: what
-// the AVX2 and AVX-512 kernels decode from) gives each weight's code as the traits' code() does,
-// on random blocks, every chunk and weight of the five K-quants.
-TEST(KQuants, ChunkPlanesGiveTheTraitsCodes) {
-    auto rng = bgtest::fresh_rng();
+// The K-quants whose traits describe where their codes and scale integers sit (what the AVX2 and
+// AVX-512 kernels decode from): fn(t, traits) for each of kTypes, all five of which must be so.
+template <class T>
+concept DescribedKQuant = requires {
+    T::chunk_planes(0);
+    T::scale_int(0);
+};
+template <class Fn>
+void for_each_described_kquant(Fn&& fn) {
     int checked = 0;
     for (GgmlType t : kTypes)
         qtypes::visit(t, [&](auto traits) {
-            using T = decltype(traits);
-            if constexpr (requires { T::chunk_planes(0); }) {
-                const std::vector<uint8_t> b = random_blocks(t, 8, Fill::kRealistic, rng);
-                for (int64_t blk = 0; blk < 8; ++blk) {
-                    const uint8_t* p = b.data() + blk * T::kBlockBytes;
-                    for (int k = 0; k < 8; ++k) {
-                        const qtypes::ChunkPlanes c = T::chunk_planes(k);
-                        ASSERT_GT(c.low.mask, 0);
-                        ASSERT_LE(c.low.offset + 32, T::kBlockBytes);
-                        ASSERT_EQ(c.high.mask > 0, T::kHighAt > 0);
-                        if (c.high.mask > 0) {
-                            ASSERT_LE(c.high.offset + 32, T::kBlockBytes);
-                        }
-                        for (int i = 0; i < 32; ++i) {
-                            int v = (p[c.low.offset + i] >> c.low.shift) & c.low.mask;
-                            if (c.high.mask > 0) v |= ((p[c.high.offset + i] >> c.high.shift) & c.high.mask) << T::kHighAt;
-                            ASSERT_EQ(v - T::kCodeOffset, T::code(p, 32 * k + i))
-                                << type_name(t) << " block " << blk << " chunk " << k << " weight " << i;
-                            ASSERT_GE(v, 0);
-                            ASSERT_LE(v, 255);
-                        }
-                    }
-                }
+            if constexpr (DescribedKQuant<decltype(traits)>) {
+                fn(t, traits);
                 ++checked;
             }
         });
     EXPECT_EQ(checked, 5);  // Q2_K .. Q6_K
 }
 
-// The traits' description of where their scale integers sit (kScaleBytes, scale_int, min_int:
-// what the AVX2 and AVX-512 kernels decode a block's scales from) gives each group's scale and
-// min as sub_ints does, on random blocks (extreme scales too), every group of the five K-quants.
+// The traits' description of where a chunk's codes sit (chunk_planes, kHighAt, kCodeOffset) gives
+// each weight's code as the traits' code() does, on random blocks, every chunk and weight of the
+// five K-quants.
+TEST(KQuants, ChunkPlanesGiveTheTraitsCodes) {
+    auto rng = bgtest::fresh_rng();
+    for_each_described_kquant([&](GgmlType t, auto traits) {
+        using T = decltype(traits);
+        const std::vector<uint8_t> b = random_blocks(t, 8, Fill::kRealistic, rng);
+        for (int64_t blk = 0; blk < 8; ++blk) {
+            const uint8_t* p = b.data() + blk * T::kBlockBytes;
+            for (int k = 0; k < 8; ++k) {
+                const qtypes::ChunkPlanes c = T::chunk_planes(k);
+                ASSERT_GT(c.low.mask, 0);
+                ASSERT_LE(c.low.offset + 32, T::kBlockBytes);
+                ASSERT_EQ(c.high.mask > 0, T::kHighAt > 0);
+                if (c.high.mask > 0) {
+                    ASSERT_LE(c.high.offset + 32, T::kBlockBytes);
+                }
+                for (int i = 0; i < 32; ++i) {
+                    int v = (p[c.low.offset + i] >> c.low.shift) & c.low.mask;
+                    if (c.high.mask > 0) v |= ((p[c.high.offset + i] >> c.high.shift) & c.high.mask) << T::kHighAt;
+                    ASSERT_EQ(v - T::kCodeOffset, T::code(p, 32 * k + i))
+                        << type_name(t) << " block " << blk << " chunk " << k << " weight " << i;
+                    ASSERT_GE(v, 0);
+                    ASSERT_LE(v, 255);
+                }
+            }
+        }
+    });
+}
+
+// The traits' description of where their scale integers sit (kScaleBytes, scale_int, min_int)
+// gives each group's scale and min as sub_ints does, on random blocks (extreme scales too), every
+// group of the five K-quants.
 TEST(KQuants, ScaleIntsGiveTheTraitsSubInts) {
     auto rng = bgtest::fresh_rng();
-    int checked = 0;
-    for (GgmlType t : kTypes)
-        qtypes::visit(t, [&](auto traits) {
-            using T = decltype(traits);
-            if constexpr (requires { T::scale_int(0); }) {
-                ASSERT_LE(T::kOffScales + T::kScaleBytes, T::kBlockBytes);
-                for (Fill fill : {Fill::kRealistic, Fill::kExtremeScales}) {
-                    const std::vector<uint8_t> b = random_blocks(t, 16, fill, rng);
-                    for (int64_t blk = 0; blk < 16; ++blk) {
-                        const uint8_t* p = b.data() + blk * T::kBlockBytes;
-                        for (int g = 0; g < 256 / T::kSubK; ++g) {
-                            int sc = 0, mn = 0;
-                            T::sub_ints(p, g * (T::kSubK / 16), &sc, &mn);
-                            const qtypes::ScaleInt f = T::scale_int(g);
-                            ASSERT_LT(f.low.offset, T::kScaleBytes);
-                            ASSERT_LT(f.high.offset, T::kScaleBytes);
-                            ASSERT_EQ(qtypes::scale_int_of(p + T::kOffScales, f), sc)
-                                << type_name(t) << " block " << blk << " group " << g;
-                            if constexpr (T::kHasMin) {
-                                ASSERT_EQ(qtypes::scale_int_of(p + T::kOffScales, T::min_int(g)), mn)
-                                    << type_name(t) << " block " << blk << " group " << g << " (min)";
-                            } else {
-                                ASSERT_EQ(mn, 0);
-                            }
-                        }
+    for_each_described_kquant([&](GgmlType t, auto traits) {
+        using T = decltype(traits);
+        ASSERT_LE(T::kOffScales + T::kScaleBytes, T::kBlockBytes);
+        for (Fill fill : {Fill::kRealistic, Fill::kExtremeScales}) {
+            const std::vector<uint8_t> b = random_blocks(t, 16, fill, rng);
+            for (int64_t blk = 0; blk < 16; ++blk) {
+                const uint8_t* p = b.data() + blk * T::kBlockBytes;
+                for (int g = 0; g < 256 / T::kSubK; ++g) {
+                    int sc = 0, mn = 0;
+                    T::sub_ints(p, g * (T::kSubK / 16), &sc, &mn);
+                    const qtypes::ScaleInt f = T::scale_int(g);
+                    ASSERT_LT(f.low.offset, T::kScaleBytes);
+                    ASSERT_LT(f.high.offset, T::kScaleBytes);
+                    ASSERT_EQ(qtypes::scale_int_of(p + T::kOffScales, f), sc)
+                        << type_name(t) << " block " << blk << " group " << g;
+                    if constexpr (T::kHasMin) {
+                        ASSERT_EQ(qtypes::scale_int_of(p + T::kOffScales, T::min_int(g)), mn)
+                            << type_name(t) << " block " << blk << " group " << g << " (min)";
+                    } else {
+                        ASSERT_EQ(mn, 0);
                     }
                 }
-                ++checked;
             }
-        });
-    EXPECT_EQ(checked, 5);  // Q2_K .. Q6_K
+        }
+    });
 }
 
 TEST(KQuants, DequantOfSeveralRowsIsPerBlock) {
