@@ -41,6 +41,7 @@
 #include "cpu/x86_intrinsics.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "tensor/qtypes/all.h"
 #include "tensor/qtypes/int8_act.h"
@@ -239,55 +240,181 @@ BG_AVX512 void rows16_one_token(const Int8RowsArgs& a, int64_t g, __mmask16 stor
 // ---- The K-quants at one token: 256-weight blocks of eight chunks ----
 //
 // A chunk's codes sit in one 32-byte run of each bit plane (the traits' chunk_planes, in ggml's
-// layouts), so rows j and j + 4 share a zmm as Q8_0's do and go through the same vpdpbusd and
-// sum tree, which yields each 16-weight half's sum apart (the K-quants with kSubK 16 scale the
-// halves apart). The codes go in unsigned (value + kCodeOffset), the offset times the half's sum of q
-// taken off after. A block's scales and mins are decoded for the sixteen rows when the chunk
-// loop enters it: the FP16 super-scales by halves16, the small integers from dword gathers of
-// the scale bytes (one gather fetches four bytes of every row), then the traits' scale_int and
-// min_int fields on int32 lanes.
+// layouts), and several chunks share a run (Q2_K's four chunks take the four 2-bit fields of the
+// same bytes, Q5_K's eight its high-bit run). So each run a block uses is loaded once for the
+// sixteen rows and transposed to dwords by row (run_by_row16: vector u, lane i holds row i's bytes
+// 4u .. 4u + 3), and every chunk of the block takes its codes from those vectors with shifts and
+// masks that act inside each byte, as before. vpdpbusd then sums each lane's four products into
+// that row's lane directly, against a dword of q broadcast, so a 16-weight half's sum is four
+// vpdpbusd with no sum tree after: the transposes cost 24 shuffles a run, where the tree cost 20
+// a chunk. The codes go in unsigned (value + kCodeOffset), the offset times the half's sum of q
+// taken off after; where a chunk has one field (kHighAt 0), the field is taken in place, masked
+// but not shifted down, and the exact sums are shifted down after (each is 2^shift times the
+// field's). A block's scales and mins are decoded for the sixteen rows when the chunk loop
+// enters it, from 16 bytes of each row transposed the same way (bytes16_by_row; the FP16
+// super-scales from there too where they fit, else from one dword gather), then the traits'
+// scale_int and min_int fields on int32 lanes. On the development machine's Zen 4 core (bench_cpu
+// BM_CpuRowsInt8, cached, one thread) this took Q2_K from 9.8 to 15.4 GB/s, Q3_K 10.9 to 16.3, Q4_K
+// 19.5 to 27.9, Q5_K 18.8 to 24.6, Q6_K 19.6 to 24.3, the same y bit for bit.
 
-// (bytes >> shift) & mask of rows j and j + 4's 32 bytes at offset o of their block.
-BG_AVX512_INLINE __m512i bits2(const Rows16& r, int j, int64_t o, int shift, int mask) {
-    const __m512i v = _mm512_inserti64x4(
-        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r.row(j) + o))),
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r.row(j + 4) + o)), 1);
-    return _mm512_and_si512(_mm512_srl_epi16(v, _mm_cvtsi32_si128(shift)), _mm512_set1_epi8(static_cast<char>(mask)));
+// The 32 bytes at offset o of the sixteen rows' block, by row: t[u] lane i = row i's bytes 4u ..
+// 4u + 3 (one dword). Rows j and j + 4 share a load (j = 0..3, then 8..11); a 4x4 dword transpose
+// inside each 128-bit lane gathers four rows' dwords u (and 4 + u), and the 128-bit lanes of the
+// two groups of eight rows are then put in row order.
+BG_AVX512_INLINE void run_by_row16(const Rows16& r, int64_t o, __m512i (&t)[8]) {
+    __m512i y[2][4];
+#pragma GCC unroll 2
+    for (int g = 0; g < 2; ++g) {
+        __m512i a[4];
+#pragma GCC unroll 4
+        for (int m = 0; m < 4; ++m) {
+            const int j = 8 * g + m;
+            a[m] = _mm512_inserti64x4(
+                _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r.row(j) + o))),
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r.row(j + 4) + o)), 1);
+        }
+        // Per 128-bit lane (row j's dwords 0..3, 4..7, row j + 4's 0..3, 4..7), a[m]'s element e:
+        // x01l = (a0.e0, a1.e0, a0.e1, a1.e1), x01h the same of e2 and e3.
+        const __m512i x01l = _mm512_unpacklo_epi32(a[0], a[1]), x01h = _mm512_unpackhi_epi32(a[0], a[1]);
+        const __m512i x23l = _mm512_unpacklo_epi32(a[2], a[3]), x23h = _mm512_unpackhi_epi32(a[2], a[3]);
+        // y[g][u]: element u of each 128-bit lane of the four a[m], in row order.
+        y[g][0] = _mm512_unpacklo_epi64(x01l, x23l);
+        y[g][1] = _mm512_unpackhi_epi64(x01l, x23l);
+        y[g][2] = _mm512_unpacklo_epi64(x01h, x23h);
+        y[g][3] = _mm512_unpackhi_epi64(x01h, x23h);
+    }
+    // y[g][u]'s 128-bit lanes: rows 8g..8g+3 dword u, the same rows' dword 4 + u, rows 8g+4..8g+7
+    // dword u, their dword 4 + u.
+#pragma GCC unroll 4
+    for (int u = 0; u < 4; ++u) {
+        t[u] = _mm512_shuffle_i32x4(y[0][u], y[1][u], _MM_SHUFFLE(2, 0, 2, 0));
+        t[4 + u] = _mm512_shuffle_i32x4(y[0][u], y[1][u], _MM_SHUFFLE(3, 1, 3, 1));
+    }
 }
 
 // The K-quants this kernel takes at one token: those whose traits say where a chunk's codes sit.
 template <class T>
 concept HasChunkPlanes = requires { T::chunk_planes(0); };
 
-// Chunk k (0..7) of the block of rows j and j + 4, as value + T::kCodeOffset.
+// The distinct 32-byte runs the eight chunks of T's block read, in the order chunks first use them.
 template <class T>
-BG_AVX512_INLINE __m512i k_codes2(const Rows16& r, int j, int k) {
-    const qtypes::ChunkPlanes p = T::chunk_planes(k);
-    const __m512i lo = bits2(r, j, p.low.offset, p.low.shift, p.low.mask);
-    if constexpr (T::kHighAt == 0) return lo;
-    else return _mm512_or_si512(lo, _mm512_slli_epi16(bits2(r, j, p.high.offset, p.high.shift, p.high.mask), T::kHighAt));
+struct KRuns {
+    static constexpr int kMax = 16;
+    struct List {
+        int offset[kMax] = {};
+        int count = 0;
+        constexpr void add(int o) {
+            for (int i = 0; i < count; ++i)
+                if (offset[i] == o) return;
+            offset[count++] = o;
+        }
+    };
+    static constexpr List kList = [] {
+        List l;
+        for (int k = 0; k < 8; ++k) {
+            l.add(T::chunk_planes(k).low.offset);
+            if (T::kHighAt != 0) l.add(T::chunk_planes(k).high.offset);
+        }
+        return l;
+    }();
+    static constexpr int kCount = kList.count;
+    static constexpr int index_of(int offset) {
+        for (int i = 0; i < kCount; ++i)
+            if (kList.offset[i] == offset) return i;
+        return -1;
+    }
+};
+
+// (v >> shift) & mask in each byte of v (the 16-bit shift's bits from the neighbouring byte fall
+// outside the mask).
+BG_AVX512_INLINE __m512i field_of(__m512i v, qtypes::PlaneBits p) {
+    return _mm512_and_si512(_mm512_srl_epi16(v, _mm_cvtsi32_si128(p.shift)), _mm512_set1_epi8(static_cast<char>(p.mask)));
 }
 
-// Byte j of the gathered dwords (dword w: bytes 4w..4w+3 of each row), lane i row i, as int32.
-BG_AVX512_INLINE __m512i byte_of(const __m512i* dw, int j) {
-    return _mm512_and_si512(_mm512_srl_epi32(dw[j >> 2], _mm_cvtsi32_si128(8 * (j & 3))), _mm512_set1_epi32(0xFF));
+// ((v >> shift) & mask) << at in each byte, in two operations: one shift by the difference, then
+// the mask in place (what the shift brings in from the neighbouring byte falls outside it).
+BG_AVX512_INLINE __m512i field_at(__m512i v, qtypes::PlaneBits p, int at) {
+    const __m512i m = _mm512_set1_epi8(static_cast<char>(p.mask << at));
+    if (p.shift <= at) return _mm512_and_si512(_mm512_sll_epi16(v, _mm_cvtsi32_si128(at - p.shift)), m);
+    return _mm512_and_si512(_mm512_srl_epi16(v, _mm_cvtsi32_si128(p.shift - at)), m);
 }
 
-// One small integer of the sixteen rows' scales (the traits' ScaleInt), lane i row i, from the
-// dwords gathered at the scales' offset.
-BG_AVX512_INLINE __m512i field16(const __m512i* dw, qtypes::PlaneBits p) {
-    return _mm512_and_si512(_mm512_srl_epi32(byte_of(dw, p.offset), _mm_cvtsi32_si128(p.shift)), _mm512_set1_epi32(p.mask));
+// The 16 bytes at offset o of the sixteen rows' block, by row: dw[u] lane i = row i's bytes 4u ..
+// 4u + 3. Each vector takes four rows' 16 bytes (128-bit lane L: row 4L + k, Rows16's p[L] + k * s),
+// then a 4x4 dword transpose inside each 128-bit lane. Loads and shuffles, rather than one dword
+// gather per u: on Zen 4 the gathers cost a fifth of a Q2_K block's time.
+BG_AVX512_INLINE __m128i bytes16_of(const Rows16& r, int i, int64_t o) {
+    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(r.row(i) + o));
 }
-BG_AVX512_INLINE __m512i scale_int16(const __m512i* dw, qtypes::ScaleInt f) {
-    __m512i v = field16(dw, f.low);
-    if (f.high.mask != 0) v = _mm512_or_si512(v, _mm512_sll_epi32(field16(dw, f.high), _mm_cvtsi32_si128(f.high_at)));
-    v = _mm512_sub_epi32(v, _mm512_set1_epi32(f.minus));
+BG_AVX512_INLINE void bytes16_by_row(const Rows16& r, int64_t o, __m512i (&dw)[4]) {
+    __m512i a[4];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+        __m512i v = _mm512_castsi128_si512(bytes16_of(r, k, o));
+        v = _mm512_inserti32x4(v, bytes16_of(r, 4 + k, o), 1);
+        v = _mm512_inserti32x4(v, bytes16_of(r, 8 + k, o), 2);
+        a[k] = _mm512_inserti32x4(v, bytes16_of(r, 12 + k, o), 3);
+    }
+    const __m512i x01l = _mm512_unpacklo_epi32(a[0], a[1]), x01h = _mm512_unpackhi_epi32(a[0], a[1]);
+    const __m512i x23l = _mm512_unpacklo_epi32(a[2], a[3]), x23h = _mm512_unpackhi_epi32(a[2], a[3]);
+    dw[0] = _mm512_unpacklo_epi64(x01l, x23l);
+    dw[1] = _mm512_unpackhi_epi64(x01l, x23l);
+    dw[2] = _mm512_unpacklo_epi64(x01h, x23h);
+    dw[3] = _mm512_unpackhi_epi64(x01h, x23h);
+}
+
+// One bit field at byte b of those 16 bytes (lane i row i), moved to bit `at` of an int32: one
+// shift by the difference and the mask in place (a field never leaves its byte, so nothing else
+// falls inside the mask).
+BG_AVX512_INLINE __m512i field16(const __m512i* dw, int b, int shift, int mask, int at) {
+    const int from = 8 * (b & 3) + shift;  // the field's lowest bit in its dword
+    __m512i v = dw[b >> 2];
+    if (from > at) v = _mm512_srl_epi32(v, _mm_cvtsi32_si128(from - at));
+    else if (from < at) v = _mm512_sll_epi32(v, _mm_cvtsi32_si128(at - from));
+    return _mm512_and_si512(v, _mm512_set1_epi32(mask << at));
+}
+
+// One small integer of the sixteen rows' scales (the traits' ScaleInt, whose offsets count from
+// the scales, which lie at byte `delta` of dw's 16), lane i row i.
+BG_AVX512_INLINE __m512i scale_int16(const __m512i* dw, int delta, qtypes::ScaleInt f) {
+    __m512i v = field16(dw, delta + f.low.offset, f.low.shift, f.low.mask, 0);
+    if (f.high.mask != 0) v = _mm512_or_si512(v, field16(dw, delta + f.high.offset, f.high.shift, f.high.mask, f.high_at));
+    if (f.minus != 0) v = _mm512_sub_epi32(v, _mm512_set1_epi32(f.minus));
     if (f.sign_bits != 0) {
         const __m512i sign = _mm512_set1_epi32(1 << (f.sign_bits - 1));
         v = _mm512_sub_epi32(_mm512_xor_si512(v, sign), sign);
     }
     return v;
 }
+
+// The FP16 values in the low or high half of each lane's dword, as floats. vpmovdw keeps each
+// lane's low half, and vcvtph2ps converts every half exactly, as qtypes::load_half does (it also
+// quiets a signalling NaN, which the first multiply of chunk_partial quiets in the portable
+// kernel all the same).
+BG_AVX512_INLINE __m512 halves_of(__m512i dw, bool high_half) {
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(high_half ? _mm512_srli_epi32(dw, 16) : dw));
+}
+
+// Where a K-quant block's scales and FP16 super-scales are read from: the 16 bytes at kBase, which
+// hold the scales and, where they fit in the same 16 (Q3_K, Q4_K, Q5_K), the super-scales too;
+// else (Q2_K, Q6_K) the super-scales come from one dword gather at kDword.
+template <class T>
+constexpr int dmin_offset() {  // d's where there is no min
+    if constexpr (T::kHasMin) return T::kOffDmin;
+    else return T::kOffD;
+}
+template <class T>
+struct KScaleBytes {
+    static constexpr int kOffDmin = dmin_offset<T>();
+    static constexpr int kLo = std::min({T::kOffScales, T::kOffD, kOffDmin});
+    static constexpr int kHi = std::max({T::kOffScales + T::kScaleBytes, T::kOffD + 2, kOffDmin + 2});
+    static constexpr bool kOne = kHi - kLo <= 16;  // one 16-byte read has them all
+    static constexpr int kBase = std::min(kOne ? kLo : T::kOffScales, T::kBlockBytes - 16);
+    static constexpr int kDword = std::min(T::kOffD, T::kBlockBytes - 4);  // where not kOne: d (and dmin)
+    static_assert(kBase >= 0 && kBase <= T::kOffScales && T::kOffScales + T::kScaleBytes <= kBase + 16, "the scales in the 16");
+    static_assert(kOne || !T::kHasMin || kOffDmin == T::kOffD + 2, "dmin in d's dword");
+    static_assert(kOne ? (T::kOffD - kBase) % 2 == 0 : (T::kOffD - kDword) % 2 == 0, "a half a dword's half");
+};
 
 // One block's scales and mins of the sixteen rows, group by group (kSubK weights a group), as
 // the traits' sub_scale gives them: the product of two exact operands, rounded once.
@@ -296,22 +423,33 @@ struct KScales16 {
     static constexpr int kGroups = qtypes::SuperBlock<T>::kBlockWeights / T::kSubK;  // 8 or 16
     __m512 d[kGroups], m[kGroups];
 
-    // offs: lane i = i * the row stride (the gathers' indices from row 0).
+    // offs: lane i = i * the row stride (the gather's indices from row 0).
     BG_AVX512_INLINE void load(const Rows16& r, __m512i offs) {
-        constexpr int kDwords = (T::kScaleBytes + 3) / 4;
-        static_assert(T::kOffScales + 4 * kDwords <= T::kBlockBytes, "the gathers stay inside the block");
-        __m512i dw[kDwords];
-        for (int w = 0; w < kDwords; ++w) dw[w] = _mm512_i32gather_epi32(offs, r.p[0] + T::kOffScales + 4 * w, 1);
-        const __m512 vd = halves16(r, T::kOffD);
+        using B = KScaleBytes<T>;
+        __m512i dw[4];
+        bytes16_by_row(r, B::kBase, dw);
+        __m512 vd, vm = _mm512_setzero_ps();
+        if constexpr (B::kOne) {
+            vd = halves_of(dw[(T::kOffD - B::kBase) / 4], (T::kOffD - B::kBase) % 4 != 0);
+            if constexpr (T::kHasMin) vm = halves_of(dw[(B::kOffDmin - B::kBase) / 4], (B::kOffDmin - B::kBase) % 4 != 0);
+        } else {
+            const __m512i sup = _mm512_i32gather_epi32(offs, r.p[0] + B::kDword, 1);
+            vd = halves_of(sup, T::kOffD != B::kDword);
+            if constexpr (T::kHasMin) vm = halves_of(sup, true);
+        }
+        constexpr int kDelta = T::kOffScales - B::kBase;
 #pragma GCC unroll 16
-        for (int g = 0; g < kGroups; ++g) d[g] = mul16(vd, _mm512_cvtepi32_ps(scale_int16(dw, T::scale_int(g))));
+        for (int g = 0; g < kGroups; ++g) d[g] = mul16(vd, _mm512_cvtepi32_ps(scale_int16(dw, kDelta, T::scale_int(g))));
         if constexpr (T::kHasMin) {
-            const __m512 vm = halves16(r, T::kOffDmin);
 #pragma GCC unroll 16
-            for (int g = 0; g < kGroups; ++g) m[g] = mul16(vm, _mm512_cvtepi32_ps(scale_int16(dw, T::min_int(g))));
+            for (int g = 0; g < kGroups; ++g) m[g] = mul16(vm, _mm512_cvtepi32_ps(scale_int16(dw, kDelta, T::min_int(g))));
         }
     }
 };
+
+// How many blocks ahead of the one it computes the K-quant kernel asks for each row's bytes: one
+// block of sixteen rows takes about 0.1 us at one token, less than a read from memory takes.
+constexpr int64_t kPrefetchBlocks = 4;
 
 // Rows g .. g + 15 of a K-quant W at one token; y gets the lanes of `store` (lane i: row g + i).
 // Each chunk's partial is chunk_partial's (the AVX2 kernel's partial8, one lane a row), added to
@@ -325,25 +463,52 @@ BG_AVX512 void rows16_one_token_k(const Int8RowsArgs& a, int64_t g, __mmask16 st
     Rows16 r{{base, base + 4 * s, base + 8 * s, base + 12 * s}, s, 3 * s};
     const __m512i offs = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                             _mm512_set1_epi32(static_cast<int32_t>(s)));
+    const bool next_rows = g + 2 * kRows <= W.rows;  // sixteen more rows after these, to prefetch into
+    if (g == 0)  // the first rows' first blocks, which no earlier group prefetched
+        for (int64_t e = 0; e < std::min<int64_t>(kPrefetchBlocks, nblk); ++e)
+            for (int i = 0; i < kRows; ++i) prefetch_to_l2(r.row(i) + e * T::kBlockBytes, T::kBlockBytes);
     __m512 acc = _mm512_setzero_ps();
     KScales16<T> ks;
+    using Runs = KRuns<T>;
+    // A single field is taken in place and its sums shifted down after (see above).
+    constexpr bool kInPlace = T::kHighAt == 0;
     for (int64_t b = 0; b < nblk; ++b, r.advance(T::kBlockBytes)) {
-        if (b + 1 < nblk)  // the next block of each row (int8_rows.h says why)
-            for (int i = 0; i < kRows; ++i) prefetch_to_l2(r.row(i) + T::kBlockBytes, T::kBlockBytes);
+        // The sixteen rows' block kPrefetchBlocks ahead, counted on into the next sixteen rows'
+        // first blocks (int8_rows.h says why the K-quants prefetch at all).
+        if (b + kPrefetchBlocks < nblk) {
+            for (int i = 0; i < kRows; ++i) prefetch_to_l2(r.row(i) + kPrefetchBlocks * T::kBlockBytes, T::kBlockBytes);
+        } else if (next_rows) {
+            const int64_t at = (b + kPrefetchBlocks - nblk) * T::kBlockBytes + kRows * s;
+            for (int i = 0; i < kRows; ++i) prefetch_to_l2(r.row(i) - b * T::kBlockBytes + at, T::kBlockBytes);
+        }
         ks.load(r, offs);
+        __m512i run[Runs::kCount][8];  // run[x][u] lane i: row i's bytes 4u .. 4u + 3 of run x
+#pragma GCC unroll 8
+        for (int x = 0; x < Runs::kCount; ++x) run_by_row16(r, Runs::kList.offset[x], run[x]);
+#pragma GCC unroll 8
         for (int k = 0; k < 8; ++k) {
             const int64_t c = b * 8 + k;
             const int8_t* q = a.xq + c * 32;
-            const __m512i q2 = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
-            __m512i p[8];
+            const qtypes::ChunkPlanes p = T::chunk_planes(k);
+            const __m512i* lo = run[Runs::index_of(p.low.offset)];
+            const __m512i* hi = run[Runs::index_of(kInPlace ? p.low.offset : p.high.offset)];
+            const __m512i in_place = _mm512_set1_epi8(static_cast<char>(p.low.mask << p.low.shift));
+            __m512i h[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};  // lane i: row i, weights 0..15, 16..31
 #pragma GCC unroll 8
-            for (int i = 0; i < 8; ++i) {
-                const int j = i < 4 ? i : i + 4;  // rows j and j + 4, as in OneToken16<Q8_0>
-                p[i] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), k_codes2<T>(r, j, k), q2);
+            for (int u = 0; u < 8; ++u) {
+                __m512i codes;
+                if constexpr (kInPlace) codes = _mm512_and_si512(lo[u], in_place);
+                else codes = _mm512_or_si512(field_of(lo[u], p.low), field_at(hi[u], p.high, T::kHighAt));
+                // Operand order: the unsigned bytes (the codes) first, the signed (q's dword u) second.
+                int32_t q4;
+                std::memcpy(&q4, q + 4 * u, 4);  // one load, which the broadcast takes as its operand
+                h[u / 4] = _mm512_dpbusd_epi32(h[u / 4], codes, _mm512_set1_epi32(q4));
             }
-            const __m512i t0 = sum4x4(p[0], p[1], p[2], p[3]), t1 = sum4x4(p[4], p[5], p[6], p[7]);
-            __m512i h0 = _mm512_shuffle_i32x4(t0, t1, _MM_SHUFFLE(2, 0, 2, 0));  // lane i: row i, weights 0..15
-            __m512i h1 = _mm512_shuffle_i32x4(t0, t1, _MM_SHUFFLE(3, 1, 3, 1));  // 16..31
+            __m512i h0 = h[0], h1 = h[1];
+            if constexpr (kInPlace) {
+                h0 = _mm512_sra_epi32(h0, _mm_cvtsi32_si128(p.low.shift));
+                h1 = _mm512_sra_epi32(h1, _mm_cvtsi32_si128(p.low.shift));
+            }
             const int32_t s0 = a.xs[2 * c], s1 = a.xs[2 * c + 1];
             if constexpr (T::kCodeOffset != 0) {
                 h0 = _mm512_sub_epi32(h0, _mm512_set1_epi32(T::kCodeOffset * s0));
