@@ -212,7 +212,7 @@ TEST(Int8MatmulKernels, Avx512EqualsPortableBitForBit) {
     expect_kernel_equals_portable(cpu::CpuIsa::kAvx512);
 }
 
-// The AVX-512 kernel's own path, one token of MXFP4, Q8_0 or a K-quant, sixteen rows at a time:
+// The AVX-512 kernel's own path, one token of MXFP4, Q8_0, a K-quant or IQ2_XXS, sixteen rows at a time:
 // row counts under sixteen (handed to the AVX2 kernel), at sixteen, and with a short last group
 // (which takes the sixteen rows ending with it and stores its own), several widths, fresh inputs
 // each time, with and without the scale edges (MXFP4, Q8_0), three threads.
@@ -223,7 +223,7 @@ TEST(Int8MatmulKernels, Avx512OneTokenEqualsPortableBitForBit) {
     cpu::ThreadPool pool(3);
     cpu::Int8MatmulScratch scratch;
     for (const GgmlType t : {GgmlType::MXFP4, GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K,
-                             GgmlType::Q5_K, GgmlType::Q6_K})
+                             GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ2_XXS})
         for (const int64_t rows : {1, 7, 13, 16, 17, 29, 37, 61, 100})
             for (const int64_t cols : {32, 96, 256, 512, 2304, 2880})
                 for (const bool edges : {false, true}) {
@@ -248,7 +248,7 @@ TEST(Int8MatmulKernels, Avx512RowRangesWriteTheirRowsAlone) {
     if (!cpu::cpu_isa_usable(cpu::CpuIsa::kAvx512))
         GTEST_SKIP() << "this CPU or build has no AVX-512 (F, BW, VL, VNNI) kernel: not checked here";
     auto rng = bgtest::fresh_rng();
-    for (const GgmlType t : {GgmlType::MXFP4, GgmlType::Q8_0, GgmlType::Q4_K})
+    for (const GgmlType t : {GgmlType::MXFP4, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::IQ2_XXS})
         for (const int64_t M : {1, 3}) {
             const int64_t rows = 45, cols = 256, ldy = rows + 2;
             const bgtest::HostMat W = bgtest::random_mat(t, rows, cols, 5, rng);
