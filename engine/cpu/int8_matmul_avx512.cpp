@@ -447,9 +447,12 @@ struct KScales16 {
     }
 };
 
-// How many blocks ahead of the one it computes the K-quant kernel asks for each row's bytes: one
-// block of sixteen rows takes about 0.1 us at one token, less than a read from memory takes.
-constexpr int64_t kPrefetchBlocks = 4;
+// How many blocks ahead of the one it computes the K-quant and IQ2_XXS kernels ask for each row's
+// bytes: a block of sixteen rows takes 0.1-0.3 us at one token, about what a read from memory
+// takes, and the reads of sixteen rows wait in line. One thread of the development machine, W from
+// memory (bench_cpu BM_CpuRowsInt8): 1 -> 4 -> 8 blocks gave Q2_K 8.0 -> 11.8 -> 14.0 GB/s, Q4_K
+// 13.8 -> 18.9 -> 23.5; Q5_K and Q6_K gained from 1 to 4 only.
+constexpr int64_t kPrefetchBlocks = 8;
 
 // Rows g .. g + 15 of a K-quant W at one token; y gets the lanes of `store` (lane i: row g + i).
 // Each chunk's partial is chunk_partial's (the AVX2 kernel's partial8, one lane a row), added to
