@@ -454,37 +454,54 @@ struct KScales16 {
 // 13.8 -> 18.9 -> 23.5; Q5_K and Q6_K gained from 1 to 4 only.
 constexpr int64_t kPrefetchBlocks = 8;
 
+// The super-block kernels' walk over sixteen rows of W from row g: the rows, the gathers' offsets
+// from the first (lane i: i * the row stride), and the reads asked ahead of the blocks computed.
+template <int kBlockBytes>
+struct BlockWalk16 {
+    static constexpr int64_t block_bytes = kBlockBytes;
+    Rows16 r;
+    __m512i offs;
+    int64_t nblk;
+    bool next_rows;  // sixteen more rows after these, to prefetch into
+
+    BG_AVX512_INLINE BlockWalk16(const MatView& W, int64_t g, int64_t block_weights)
+        : nblk(W.cols / block_weights), next_rows(g + 2 * kRows <= W.rows) {
+        const int64_t s = static_cast<int64_t>(W.row_stride);
+        const uint8_t* base = W.data + static_cast<uint64_t>(g) * W.row_stride;
+        r = Rows16{{base, base + 4 * s, base + 8 * s, base + 12 * s}, s, 3 * s};
+        offs = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                  _mm512_set1_epi32(static_cast<int32_t>(s)));
+        if (g == 0)  // the first rows' first blocks, which no earlier group prefetched
+            for (int64_t e = 0; e < std::min<int64_t>(kPrefetchBlocks, nblk); ++e)
+                for (int i = 0; i < kRows; ++i) prefetch_to_l2(r.row(i) + e * block_bytes, kBlockBytes);
+    }
+    // On entering block b (r at it): the sixteen rows' block kPrefetchBlocks ahead, counted on
+    // into the next sixteen rows' first blocks (int8_rows.h says why these kernels prefetch at all).
+    BG_AVX512_INLINE void prefetch(int64_t b) const {
+        if (b + kPrefetchBlocks < nblk) {
+            for (int i = 0; i < kRows; ++i) prefetch_to_l2(r.row(i) + kPrefetchBlocks * block_bytes, kBlockBytes);
+        } else if (next_rows) {
+            const int64_t at = (b + kPrefetchBlocks - nblk) * block_bytes + kRows * r.s;
+            for (int i = 0; i < kRows; ++i) prefetch_to_l2(r.row(i) - b * block_bytes + at, kBlockBytes);
+        }
+    }
+};
+
 // Rows g .. g + 15 of a K-quant W at one token; y gets the lanes of `store` (lane i: row g + i).
 // Each chunk's partial is chunk_partial's (the AVX2 kernel's partial8, one lane a row), added to
 // the row's sum in chunk order.
 template <class T>
 BG_AVX512 void rows16_one_token_k(const Int8RowsArgs& a, int64_t g, __mmask16 store) {
-    const MatView& W = *a.W;
-    const int64_t nblk = W.cols / 256;
-    const int64_t s = static_cast<int64_t>(W.row_stride);
-    const uint8_t* base = W.data + static_cast<uint64_t>(g) * W.row_stride;
-    Rows16 r{{base, base + 4 * s, base + 8 * s, base + 12 * s}, s, 3 * s};
-    const __m512i offs = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                            _mm512_set1_epi32(static_cast<int32_t>(s)));
-    const bool next_rows = g + 2 * kRows <= W.rows;  // sixteen more rows after these, to prefetch into
-    if (g == 0)  // the first rows' first blocks, which no earlier group prefetched
-        for (int64_t e = 0; e < std::min<int64_t>(kPrefetchBlocks, nblk); ++e)
-            for (int i = 0; i < kRows; ++i) prefetch_to_l2(r.row(i) + e * T::kBlockBytes, T::kBlockBytes);
+    BlockWalk16<T::kBlockBytes> walk(*a.W, g, 256);
+    const Rows16& r = walk.r;
     __m512 acc = _mm512_setzero_ps();
     KScales16<T> ks;
     using Runs = KRuns<T>;
     // A single field is taken in place and its sums shifted down after (see above).
     constexpr bool kInPlace = T::kHighAt == 0;
-    for (int64_t b = 0; b < nblk; ++b, r.advance(T::kBlockBytes)) {
-        // The sixteen rows' block kPrefetchBlocks ahead, counted on into the next sixteen rows'
-        // first blocks (int8_rows.h says why the K-quants prefetch at all).
-        if (b + kPrefetchBlocks < nblk) {
-            for (int i = 0; i < kRows; ++i) prefetch_to_l2(r.row(i) + kPrefetchBlocks * T::kBlockBytes, T::kBlockBytes);
-        } else if (next_rows) {
-            const int64_t at = (b + kPrefetchBlocks - nblk) * T::kBlockBytes + kRows * s;
-            for (int i = 0; i < kRows; ++i) prefetch_to_l2(r.row(i) - b * T::kBlockBytes + at, T::kBlockBytes);
-        }
-        ks.load(r, offs);
+    for (int64_t b = 0; b < walk.nblk; ++b, walk.r.advance(T::kBlockBytes)) {
+        walk.prefetch(b);
+        ks.load(r, walk.offs);
         __m512i run[Runs::kCount][8];  // run[x][u] lane i: row i's bytes 4u .. 4u + 3 of run x
 #pragma GCC unroll 8
         for (int x = 0; x < Runs::kCount; ++x) run_by_row16(r, Runs::kList.offset[x], run[x]);
@@ -614,13 +631,8 @@ BG_AVX512_INLINE __m512i iq2_sign_bytes(__m512i w) {
 BG_AVX512 void rows16_one_token_iq2(const Int8RowsArgs& a, int64_t g, __mmask16 store) {
     using T = qtypes::Iq2_XXS;
     static_assert(T::kOffD == 0 && T::kOffGroups == 2 && T::kGroupBytes == 8 && T::kBlockBytes == 66, "the layout above");
-    const MatView& W = *a.W;
-    const int64_t nblk = W.cols / 256;
-    const int64_t s = static_cast<int64_t>(W.row_stride);
-    const uint8_t* base = W.data + static_cast<uint64_t>(g) * W.row_stride;
-    Rows16 r{{base, base + 4 * s, base + 8 * s, base + 12 * s}, s, 3 * s};
-    const __m512i offs = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                            _mm512_set1_epi32(static_cast<int32_t>(s)));
+    BlockWalk16<T::kBlockBytes> walk(*a.W, g, 256);
+    const Rows16& r = walk.r;
     __m512i table[8];
     for (int m = 0; m < 8; ++m) table[m] = _mm512_load_si512(kIq2Codes.code + 32 * m);
     // A field at bits 0..1 or 2..3 of a byte to the magnitude plus 43: 0 -> 8 + 43, 1 and 4 ->
@@ -635,18 +647,9 @@ BG_AVX512 void rows16_one_token_iq2(const Int8RowsArgs& a, int64_t g, __mmask16 
     // q in the weights' order: dword j of each 16: q[j], q[4 + j], q[8 + j], q[12 + j].
     const __m256i q_order = _mm256_broadcastsi128_si256(_mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
     __m512 acc = _mm512_setzero_ps();
-    if (g == 0)
-        for (int64_t e = 0; e < std::min<int64_t>(kPrefetchBlocks, nblk); ++e)
-            for (int i = 0; i < kRows; ++i) prefetch_to_l2(r.row(i) + e * T::kBlockBytes, T::kBlockBytes);
-    const bool next_rows = g + 2 * kRows <= W.rows;
-    for (int64_t b = 0; b < nblk; ++b, r.advance(T::kBlockBytes)) {
-        if (b + kPrefetchBlocks < nblk) {
-            for (int i = 0; i < kRows; ++i) prefetch_to_l2(r.row(i) + kPrefetchBlocks * T::kBlockBytes, T::kBlockBytes);
-        } else if (next_rows) {
-            const int64_t at = (b + kPrefetchBlocks - nblk) * T::kBlockBytes + kRows * s;
-            for (int i = 0; i < kRows; ++i) prefetch_to_l2(r.row(i) - b * T::kBlockBytes + at, T::kBlockBytes);
-        }
-        const __m512 vd = halves_of(_mm512_i32gather_epi32(offs, r.p[0] + T::kOffD, 1), false);
+    for (int64_t b = 0; b < walk.nblk; ++b, walk.r.advance(T::kBlockBytes)) {
+        walk.prefetch(b);
+        const __m512 vd = halves_of(_mm512_i32gather_epi32(walk.offs, r.p[0] + T::kOffD, 1), false);
         __m512i run[2][8];  // run[x][u]: group 4x + u / 2's indices (u even) or word (u odd), lane i row i
         run_by_row16(r, T::kOffGroups, run[0]);
         run_by_row16(r, T::kOffGroups + 32, run[1]);
