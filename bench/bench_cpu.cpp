@@ -15,7 +15,8 @@
 //  - beside it, for what separates that from the probe: the same expert as three matmul_int8
 //    calls (BM_CpuExpertInt8Steps, the engine's way before), whole experts one a thread with no
 //    split (BM_CpuExpertInt8PerThread: what the memory gives sixteen row kernels at once), and
-//    one empty parallel_for (BM_PoolRoundTrip: a start and join of the pool);
+//    one empty parallel_for (BM_PoolRoundTrip: a start and join of the pool), and the expert's
+//    job with its rows left out (BM_CpuExpertJobWithoutRows: what an expert costs beyond them);
 //  - one row kernel alone on one thread (BM_CpuRowsInt8), with W in the caches and from memory:
 //    the kernel's compute rate, and what memory leaves of it;
 //  - a BF16 expert (no integer path: the BF16 row kernels) at one token, per row kernel, with the
@@ -43,6 +44,7 @@
 #include <unistd.h>
 
 #include "cpu/bf16_expert.h"
+#include "cpu/expert_job.h"
 #include "cpu/int8_expert.h"
 #include "cpu/int8_matmul.h"
 #include "cpu/int8_rows.h"
@@ -292,6 +294,37 @@ void BM_PoolRoundTrip(benchmark::State& state) {
     state.counters["threads"] = pool.size();
 }
 BENCHMARK(BM_PoolRoundTrip)->UseRealTime();
+
+// A full-width expert's job at one token (cpu/expert_job.h) with every row left out: the team's
+// start and join, its three barriers (the integer path's two quantisations each end with one, and
+// the one between the phases), the 464 groups claimed one at a time and the SwiGLU. Beside the
+// fit of an expert's time over two types (about 51 us fixed on the H200's host), what the job's
+// skeleton costs; an upper bound for the claims, which members with no rows to compute contend
+// for back to back (the development machine: 9.7 us on one thread, 30 us on two).
+void BM_CpuExpertJobWithoutRows(benchmark::State& state) {
+    struct NoRows {
+        void before_up(const cpu::Team& team) const { team.barrier(); }
+        void up_rows(int64_t, int64_t) const {}
+        void before_down(const cpu::Team& team) const { team.barrier(); }
+        void down_rows(int64_t, int64_t) const {}
+    };
+    constexpr int64_t E = 5120, F = 2304;
+    ExpertIo io(E, F, 1);
+    cpu::ExpertJobShape shape;
+    shape.E = E, shape.F = F, shape.m = 1;
+    shape.up_group = shape.down_group = cpu::kAvx512Rows;
+    shape.limit = 10.0f, shape.gu = io.gu.data(), shape.h = io.h.data();
+    cpu::ThreadPool& pool = *g_bench.pool;
+    const int members = cpu::expert_job_members(pool, shape);
+    for (auto _ : state) {
+        cpu::run_expert_job(pool, members, shape, NoRows{});
+        benchmark::DoNotOptimize(io.h.data());
+    }
+    state.counters["members"] = members;
+    state.counters["us"] = benchmark::Counter(static_cast<double>(state.iterations()) * 1e-6,
+                                              benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_CpuExpertJobWithoutRows)->UseRealTime();
 
 // One decode step's sampling on the host (runtime/sampler.h): state.range(0) 0 greedy, 1 temperature
 // 0.8 with top-k 40, top-p 0.95 and min-p 0.05; fresh normal logits (sd 3) each of 64 steps, cycled.
