@@ -480,7 +480,7 @@ struct BlockWalk16 {
     BG_AVX512_INLINE void prefetch(int64_t b) const {
         if (b + kPrefetchBlocks < nblk) {
             for (int i = 0; i < kRows; ++i) prefetch_to_l2(r.row(i) + kPrefetchBlocks * block_bytes, kBlockBytes);
-        } else if (next_rows) {
+        } else if (next_rows && b + kPrefetchBlocks - nblk < nblk) {  // rows shorter than the distance: none
             const int64_t at = (b + kPrefetchBlocks - nblk) * block_bytes + kRows * r.s;
             for (int i = 0; i < kRows; ++i) prefetch_to_l2(r.row(i) - b * block_bytes + at, kBlockBytes);
         }
