@@ -458,7 +458,6 @@ constexpr int64_t kPrefetchBlocks = 8;
 // from the first (lane i: i * the row stride), and the reads asked ahead of the blocks computed.
 template <int kBlockBytes>
 struct BlockWalk16 {
-    static constexpr int64_t block_bytes = kBlockBytes;
     Rows16 r;
     __m512i offs;
     int64_t nblk;
@@ -473,18 +472,19 @@ struct BlockWalk16 {
                                   _mm512_set1_epi32(static_cast<int32_t>(s)));
         if (g == 0)  // the first rows' first blocks, which no earlier group prefetched
             for (int64_t e = 0; e < std::min<int64_t>(kPrefetchBlocks, nblk); ++e)
-                for (int i = 0; i < kRows; ++i) prefetch_to_l2(r.row(i) + e * block_bytes, kBlockBytes);
+                for (int i = 0; i < kRows; ++i) prefetch_to_l2(r.row(i) + e * kBlockBytes, kBlockBytes);
     }
     // On entering block b (r at it): the sixteen rows' block kPrefetchBlocks ahead, counted on
     // into the next sixteen rows' first blocks (int8_rows.h says why these kernels prefetch at all).
     BG_AVX512_INLINE void prefetch(int64_t b) const {
         if (b + kPrefetchBlocks < nblk) {
-            for (int i = 0; i < kRows; ++i) prefetch_to_l2(r.row(i) + kPrefetchBlocks * block_bytes, kBlockBytes);
+            for (int i = 0; i < kRows; ++i) prefetch_to_l2(r.row(i) + kPrefetchBlocks * kBlockBytes, kBlockBytes);
         } else if (next_rows && b + kPrefetchBlocks - nblk < nblk) {  // rows shorter than the distance: none
-            const int64_t at = (b + kPrefetchBlocks - nblk) * block_bytes + kRows * r.s;
-            for (int i = 0; i < kRows; ++i) prefetch_to_l2(r.row(i) - b * block_bytes + at, kBlockBytes);
+            const int64_t at = (b + kPrefetchBlocks - nblk) * kBlockBytes + kRows * r.s;
+            for (int i = 0; i < kRows; ++i) prefetch_to_l2(r.row(i) - b * kBlockBytes + at, kBlockBytes);
         }
     }
+    BG_AVX512_INLINE void advance() { r.advance(kBlockBytes); }  // on to the rows' next block
 };
 
 // Rows g .. g + 15 of a K-quant W at one token; y gets the lanes of `store` (lane i: row g + i).
@@ -499,7 +499,7 @@ BG_AVX512 void rows16_one_token_k(const Int8RowsArgs& a, int64_t g, __mmask16 st
     using Runs = KRuns<T>;
     // A single field is taken in place and its sums shifted down after (see above).
     constexpr bool kInPlace = T::kHighAt == 0;
-    for (int64_t b = 0; b < walk.nblk; ++b, walk.r.advance(T::kBlockBytes)) {
+    for (int64_t b = 0; b < walk.nblk; ++b, walk.advance()) {
         walk.prefetch(b);
         ks.load(r, walk.offs);
         __m512i run[Runs::kCount][8];  // run[x][u] lane i: row i's bytes 4u .. 4u + 3 of run x
@@ -647,7 +647,7 @@ BG_AVX512 void rows16_one_token_iq2(const Int8RowsArgs& a, int64_t g, __mmask16 
     // q in the weights' order: dword j of each 16: q[j], q[4 + j], q[8 + j], q[12 + j].
     const __m256i q_order = _mm256_broadcastsi128_si256(_mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
     __m512 acc = _mm512_setzero_ps();
-    for (int64_t b = 0; b < walk.nblk; ++b, walk.r.advance(T::kBlockBytes)) {
+    for (int64_t b = 0; b < walk.nblk; ++b, walk.advance()) {
         walk.prefetch(b);
         const __m512 vd = halves_of(_mm512_i32gather_epi32(walk.offs, r.p[0] + T::kOffD, 1), false);
         __m512i run[2][8];  // run[x][u]: group 4x + u / 2's indices (u even) or word (u odd), lane i row i
