@@ -454,6 +454,17 @@ struct KScales16 {
 // 13.8 -> 18.9 -> 23.5; Q5_K and Q6_K gained from 1 to 4 only.
 constexpr int64_t kPrefetchBlocks = 8;
 
+// Where a call's groups of sixteen rows come from: whether this group is the call's first (no
+// earlier group prefetched its first blocks) and whether the call goes on into the next sixteen
+// rows (which this group then prefetches). The prefetch stays inside the call: the expert job
+// (cpu/expert_job.h) hands its members one group a call, claimed in turn, so the rows after a
+// group are most often another core's, and a prefetch into them put the first 8 of Q4_K's 20
+// blocks a row into the wrong core's L2 (a full-width Q4_K expert on the H200's 16-core host:
+// 235 us before the prefetch went past the rows, 289 with it; bench_cpu of 0abe8e9 and c34636f).
+struct GroupInCall {
+    bool first, more;
+};
+
 // The super-block kernels' walk over sixteen rows of W from row g: the rows, the gathers' offsets
 // from the first (lane i: i * the row stride), and the reads asked ahead of the blocks computed.
 template <int kBlockBytes>
@@ -461,16 +472,16 @@ struct BlockWalk16 {
     Rows16 r;
     __m512i offs;
     int64_t nblk;
-    bool next_rows;  // sixteen more rows after these, to prefetch into
+    bool next_rows;  // sixteen more rows of this call after these, to prefetch into
 
-    BG_AVX512_INLINE BlockWalk16(const MatView& W, int64_t g, int64_t block_weights)
-        : nblk(W.cols / block_weights), next_rows(g + 2 * kRows <= W.rows) {
+    BG_AVX512_INLINE BlockWalk16(const MatView& W, int64_t g, int64_t block_weights, GroupInCall in_call)
+        : nblk(W.cols / block_weights), next_rows(in_call.more) {
         const int64_t s = static_cast<int64_t>(W.row_stride);
         const uint8_t* base = W.data + static_cast<uint64_t>(g) * W.row_stride;
         r = Rows16{{base, base + 4 * s, base + 8 * s, base + 12 * s}, s, 3 * s};
         offs = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                   _mm512_set1_epi32(static_cast<int32_t>(s)));
-        if (g == 0)  // the first rows' first blocks, which no earlier group prefetched
+        if (in_call.first)  // the call's first rows' first blocks, which no earlier group prefetched
             for (int64_t e = 0; e < std::min<int64_t>(kPrefetchBlocks, nblk); ++e)
                 for (int i = 0; i < kRows; ++i) prefetch_to_l2(r.row(i) + e * kBlockBytes, kBlockBytes);
     }
@@ -491,8 +502,8 @@ struct BlockWalk16 {
 // Each chunk's partial is chunk_partial's (the AVX2 kernel's partial8, one lane a row), added to
 // the row's sum in chunk order.
 template <class T>
-BG_AVX512 void rows16_one_token_k(const Int8RowsArgs& a, int64_t g, __mmask16 store) {
-    BlockWalk16<T::kBlockBytes> walk(*a.W, g, 256);
+BG_AVX512 void rows16_one_token_k(const Int8RowsArgs& a, int64_t g, __mmask16 store, GroupInCall in_call) {
+    BlockWalk16<T::kBlockBytes> walk(*a.W, g, 256, in_call);
     const Rows16& r = walk.r;
     __m512 acc = _mm512_setzero_ps();
     KScales16<T> ks;
@@ -628,10 +639,10 @@ BG_AVX512_INLINE __m512i iq2_sign_bytes(__m512i w) {
 // Rows g .. g + 15 of an IQ2_XXS W at one token; y gets the lanes of `store` (lane i: row g + i).
 // Each chunk's partial is chunk_partial's, added to the row's sum in chunk order, as the AVX2
 // kernel's are.
-BG_AVX512 void rows16_one_token_iq2(const Int8RowsArgs& a, int64_t g, __mmask16 store) {
+BG_AVX512 void rows16_one_token_iq2(const Int8RowsArgs& a, int64_t g, __mmask16 store, GroupInCall in_call) {
     using T = qtypes::Iq2_XXS;
     static_assert(T::kOffD == 0 && T::kOffGroups == 2 && T::kGroupBytes == 8 && T::kBlockBytes == 66, "the layout above");
-    BlockWalk16<T::kBlockBytes> walk(*a.W, g, 256);
+    BlockWalk16<T::kBlockBytes> walk(*a.W, g, 256, in_call);
     const Rows16& r = walk.r;
     __m512i table[8];
     for (int m = 0; m < 8; ++m) table[m] = _mm512_load_si512(kIq2Codes.code + 32 * m);
@@ -707,10 +718,12 @@ BG_AVX512 void rows16(const Int8RowsArgs& a, int64_t r0, int64_t r1) {
     }
     for (int64_t g = r0; g < r1; g += kRows) {
         const int n_rows = static_cast<int>(std::min<int64_t>(kRows, r1 - g));
+        // The group after this one, when the call has it, is always a whole one at g + 16.
+        const GroupInCall in_call{g == r0, g + 2 * kRows <= r1};
         auto one = [&](int64_t first, __mmask16 store) {
             if constexpr (OneToken16<T>::kDirect) rows16_one_token<T>(a, first, store);
-            else if constexpr (std::is_same_v<T, qtypes::Iq2_XXS>) rows16_one_token_iq2(a, first, store);
-            else rows16_one_token_k<T>(a, first, store);
+            else if constexpr (std::is_same_v<T, qtypes::Iq2_XXS>) rows16_one_token_iq2(a, first, store, in_call);
+            else rows16_one_token_k<T>(a, first, store, in_call);
         };
         if (n_rows == kRows) {
             one(g, 0xFFFF);
