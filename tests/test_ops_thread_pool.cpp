@@ -1,7 +1,8 @@
 // The CPU thread pool (engine/cpu/thread_pool.h): every index of every job is visited exactly
 // once, whatever the chunk counts of consecutive jobs, whether the workers are spinning or asleep
 // when a job comes, and for a job given right after construction; a team's members each run on a
-// thread of their own and see, after each barrier, everything every member wrote before it.
+// thread of their own and see, after each barrier, everything every member wrote before it;
+// stay_awake wakes sleeping workers and keeps them up for its window only.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -110,6 +111,36 @@ TEST(ThreadPool, EveryThreadTakesPart) {
     });
     for (size_t i = 0; i < ids.size(); ++i)
         for (size_t j = i + 1; j < ids.size(); ++j) EXPECT_NE(ids[i], ids[j]);
+}
+
+// Polls pred every millisecond for up to ten seconds (a loaded CI machine schedules threads late).
+template <class Pred>
+bool eventually(Pred pred) {
+    for (int i = 0; i < 10000; ++i) {
+        if (pred()) return true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return pred();
+}
+
+TEST(ThreadPool, StayAwakeWakesSleepersKeepsThemUpThenLetsThemSleep) {
+    bg::cpu::ThreadPool pool(4);
+    // Idle past the spin: the three workers sleep.
+    ASSERT_TRUE(eventually([&] { return pool.sleeping() == 3; }));
+    // Woken at once, and up for the whole window (their spin alone ends after kSpinUs).
+    pool.stay_awake(2'000'000);
+    ASSERT_TRUE(eventually([&] { return pool.sleeping() == 0; }));
+    std::this_thread::sleep_for(std::chrono::microseconds(5 * bg::cpu::ThreadPool::kSpinUs));
+    EXPECT_EQ(pool.sleeping(), 0);
+    run_and_check(pool, 1000, 1);
+    // After the window they sleep again, and a job still wakes them.
+    EXPECT_TRUE(eventually([&] { return pool.sleeping() == 3; }));
+    run_and_check(pool, 1000, 1);
+    // A shorter window never cuts a longer one short.
+    pool.stay_awake(2'000'000);
+    pool.stay_awake(1);
+    std::this_thread::sleep_for(std::chrono::microseconds(5 * bg::cpu::ThreadPool::kSpinUs));
+    EXPECT_TRUE(eventually([&] { return pool.sleeping() == 0; }));
 }
 
 }  // namespace

@@ -137,6 +137,10 @@ public:
     // ---- ordering
     // The host waits for every queued op; busy intervals recorded before it are then counted.
     virtual void sync() = 0;
+    // Work for these ops may come within `us` microseconds: ops that run on a thread pool keep its
+    // threads awake until then (ThreadPool::stay_awake), so a job then starts without waking
+    // them. A hint; ops on a device ignore it.
+    virtual void expect_work(int64_t us) { (void)us; }
     // Fences the host polls to learn that the ops queued before them have run (a routed expert's
     // slot may be released); kFences of them, reused round robin by the caller.
     static constexpr int kFences = 8;

@@ -28,6 +28,10 @@ constexpr uint64_t kMembersMask = (uint64_t(1) << kMembersBits) - 1;
 
 using Clock = std::chrono::steady_clock;
 
+int64_t now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
+
 // How long a barrier or the caller's join spins on its word before it sleeps on it. A healthy
 // team meets within a few microseconds; a member that lost its core for a time slice (another
 // thread woke on it) would keep every waiter spinning for milliseconds, and spinning waiters leave
@@ -140,20 +144,41 @@ void ThreadPool::run(int members, FunctionRef<void(const Team&)> fn) {
         &fn, members);
 }
 
+void ThreadPool::stay_awake(int64_t us) {
+    const int64_t until = now_ns() + us * 1000;
+    int64_t old = awake_until_ns_.load(std::memory_order_relaxed);
+    while (old < until && !awake_until_ns_.compare_exchange_weak(old, until)) {
+    }
+    // seq_cst, paired with a sleeping worker's as in start(): either it sees the new time before
+    // it sleeps, or this thread sees it among the sleepers and wakes it.
+    if (sleepers_.load() > 0) {
+        std::lock_guard<std::mutex> lk(mu_);
+        cv_.notify_all();
+    }
+}
+
 void ThreadPool::worker(int idx) {
     uint64_t seen = 0;  // the generation at construction: a job published before this thread runs is still new to it
     for (;;) {
         uint64_t s = state_.load(std::memory_order_acquire);
         if ((s >> kMembersBits) == seen) {
-            // Spin a while, then sleep until the next job (or the end).
-            const auto until = Clock::now() + std::chrono::microseconds(kSpinUs);
+            // Spin a while (or while stay_awake asks), then sleep until the next job, the end, or
+            // a stay_awake.
+            int64_t spin_until = now_ns() + kSpinUs * 1000;
             for (int i = 1; (s >> kMembersBits) == seen && !stop_.load(std::memory_order_relaxed); ++i) {
                 BG_CPU_RELAX();
-                if (i % 256 == 0 && Clock::now() > until) {
-                    std::unique_lock<std::mutex> lk(mu_);
-                    sleepers_.fetch_add(1);
-                    cv_.wait(lk, [&] { return (state_.load() >> kMembersBits) != seen || stop_.load(); });
-                    sleepers_.fetch_sub(1);
+                if (i % 256 == 0) {
+                    const int64_t now = now_ns();
+                    if (now > spin_until && now > awake_until_ns_.load(std::memory_order_relaxed)) {
+                        std::unique_lock<std::mutex> lk(mu_);
+                        sleepers_.fetch_add(1);
+                        cv_.wait(lk, [&] {
+                            return (state_.load() >> kMembersBits) != seen || stop_.load() ||
+                                   awake_until_ns_.load() > now_ns();
+                        });
+                        sleepers_.fetch_sub(1);
+                        spin_until = now_ns() + kSpinUs * 1000;
+                    }
                 }
                 s = state_.load(std::memory_order_acquire);
             }

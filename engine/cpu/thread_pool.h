@@ -7,7 +7,8 @@
 //    phases, such as a routed expert's gate and up rows, then its down rows, costs one start and
 //    one join instead of one per phase.
 //
-// Workers spin for kSpinUs after a job before they sleep, the caller spins for the team's end,
+// Workers spin for kSpinUs after a job (or until a stay_awake ends) before they sleep, the caller
+// spins for the team's end,
 // and barriers spin: a decode step hands the pool a few jobs each a few hundred microseconds
 // long, and on 16 cores a start and join through a mutex and condition variable cost about 35 us
 // each (bench_cpu's BM_PoolRoundTrip), a large part of such a job. A barrier or join that spins
@@ -69,6 +70,16 @@ public:
     // How long an idle worker spins for the next job before it sleeps.
     static constexpr int64_t kSpinUs = 200;
 
+    // Work is coming within `us` microseconds: idle workers spin rather than sleep until then, and
+    // sleeping ones are woken now, so the next jobs start on a team that is awake. A decode step
+    // hands the pool about one expert a layer, a layer's GPU work apart (more than kSpinUs), and a
+    // team woken from sleep took 1.8-2.3 ms an 18.8 MB expert where an awake one took 0.3 (the
+    // H200's host, hybrid decode of the slice, c34636f): each late member made the others sleep
+    // at a barrier, to be woken in turn. Lock-free when no worker sleeps.
+    void stay_awake(int64_t us);
+    // Workers asleep now (tests and metrics).
+    int sleeping() const { return sleepers_.load(std::memory_order_relaxed); }
+
 private:
     friend class Team;
     // The job as every member runs it: a function of (context, member index).
@@ -87,6 +98,8 @@ private:
     std::atomic<uint64_t> state_{0};
     std::atomic<int> pending_{0};   // members of the current job not yet done, the caller excluded
     std::atomic<int> sleepers_{0};  // workers that may be waiting on cv_
+    // Until when (steady clock, ns since its epoch) idle workers spin: stay_awake.
+    std::atomic<int64_t> awake_until_ns_{0};
     std::atomic<bool> stop_{false};
     std::atomic<bool> busy_{false};  // a job is running (re-entry is a bug)
     // The barrier of the current job's members: arrivals, and the phase the last arrival advances.

@@ -12,6 +12,9 @@ namespace bg::dsv41 {
 namespace {
 
 constexpr int kHc = 4;  // residual copies (validated at load)
+// How long the host ops' threads stay awake after a decode layer asks (Ops::expect_work): more
+// than a layer, so that they stay awake through a decode step, and fall asleep soon after it.
+constexpr int64_t kHostWorkAwakeUs = 5000;
 
 RopeParams rope_compressed(const HParams& hp) {
     RopeParams p;
@@ -583,6 +586,9 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
     // in the same copy-and-wait.
     const bool host_compute = host_ops_ && n_pos <= cfg_.host_expert_positions;
     if (host_compute) {
+        // The CPU's threads wake while the device finishes the layer's routing, and stay awake
+        // through the layer's experts (a decode layer takes 1-3 ms on the slice).
+        host_ops_->expect_work(kHostWorkAwakeUs);
         ops_->download(xf_host_, xf_ + pos0 * E_, n_pos * E_ * sizeof(float));
         ops_->download(host_gather_, gather_rows_, n_slots * sizeof(int32_t));
         ops_->download(host_scatter_, scatter_rows_, n_slots * sizeof(int32_t));
