@@ -1,5 +1,6 @@
 #!/bin/bash
 # The AVX-512 K-quant and IQ2_XXS kernels with their prefetch kept inside the call's rows (b5bbb1b)
+# and the expert job's guided claims (4de4cd3: runs of groups, one kernel call each)
 # against the engine before it (c34636f), on every core, as the expert job runs them: full-width
 # experts at one token, the two binaries alternated, two runs each (and MXFP4 and Q8_0, whose
 # kernel did not change, as a control).
