@@ -710,6 +710,8 @@ double Forward::time_expert_ms(const ExpertView& v, int64_t layer, int64_t m, in
     const ExpertMats mats{v.gate, v.up, v.down};
     double best = 1e30;
     for (int r = warm_up ? 0 : 1; r <= reps; ++r) {  // run 0 loads kernels and warms caches: not counted
+        // Timed as decode runs it (moe_half): on a team that is awake.
+        if (v.on_host && host_ops_) host_ops_->expect_work(kHostWorkAwakeUs);
         ops_->sync();
         const double t0 = now_ms();
         if (v.on_host) {
