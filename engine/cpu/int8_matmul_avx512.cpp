@@ -486,7 +486,8 @@ struct BlockWalk16 {
                 for (int i = 0; i < kRows; ++i) prefetch_to_l2(r.row(i) + e * kBlockBytes, kBlockBytes);
     }
     // On entering block b (r at it): the sixteen rows' block kPrefetchBlocks ahead, counted on
-    // into the next sixteen rows' first blocks (int8_rows.h says why these kernels prefetch at all).
+    // into the next sixteen rows' first blocks where this call computes them (int8_rows.h says why
+    // these kernels prefetch at all).
     BG_AVX512_INLINE void prefetch(int64_t b) const {
         if (b + kPrefetchBlocks < nblk) {
             for (int i = 0; i < kRows; ++i) prefetch_to_l2(r.row(i) + kPrefetchBlocks * kBlockBytes, kBlockBytes);
