@@ -224,6 +224,68 @@ std::vector<MatCase> mat_cases() {
 INSTANTIATE_TEST_SUITE_P(Cases, Int8MatmulGpu, ::testing::ValuesIn(mat_cases()),
                          [](const auto& info) { return mat_name(info.param); });
 
+// The grouped GEMV (int8_matmul_grouped, the attention's grouped output projection at decode):
+// every group's y bit for bit int8_matmul on its rows and its columns of x, in one launch; and
+// passes the GEMV does not take, a matmul a group, the same. Outputs outside the groups' columns
+// of y stay poisoned.
+TEST(Int8MatmulGroupedGpu, EachGroupEqualsItsOwnMatmulBitForBit) {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device: int8_matmul_grouped not tested";
+    struct Case {
+        GgmlType type;
+        int64_t groups, group_rows, cols, M;
+    };
+    // The full-scale o_a (8 groups of 1024 rows of 4096), small groups with the GEMV's several
+    // warps a row, and a K-quant; 3 tokens go through the MMA kernel a group.
+    const Case cases[] = {{GgmlType::Q8_0, 8, 1024, 4096, 1}, {GgmlType::Q8_0, 8, 1024, 4096, 2},
+                          {GgmlType::MXFP4, 4, 64, 512, 1},   {GgmlType::Q4_K, 3, 16, 2048, 2},
+                          {GgmlType::Q8_0, 2, 40, 256, 3}};
+    auto rng = fresh_rng();
+    for (const Case& c : cases) {
+        const int64_t rows = c.groups * c.group_rows, xcols = c.groups * c.cols;
+        const HostMat W = random_mat(c.type, rows, c.cols, 0, rng);
+        const int64_t ldx = xcols + 3, ldy = rows + 5;
+        const std::vector<float> x = bgtest::uniform(rng, c.M * ldx, -1.0f, 1.0f);
+        DevMat dW(W, 0);
+        Dev<float> dx(x);
+        Dev<float> dy(static_cast<size_t>(c.M * ldy)), dyg(static_cast<size_t>(c.M * ldy));
+        cuda::Int8Workspace ws(c.cols, 0);
+        BG_CUDA_CHECK(cudaMemset(dy.get(), 0xff, c.M * ldy * sizeof(float)));
+        BG_CUDA_CHECK(cudaMemset(dyg.get(), 0xff, c.M * ldy * sizeof(float)));
+        cuda::int8_matmul_grouped(ws, dW.view, c.groups, dx.get(), ldx, c.M, dy.get(), ldy, nullptr);
+        for (int64_t g = 0; g < c.groups; ++g) {
+            cuda::DeviceMat Wg = dW.view;
+            Wg.data += static_cast<uint64_t>(g * c.group_rows) * Wg.row_stride;
+            Wg.rows = c.group_rows;
+            cuda::int8_matmul(ws, Wg, dx.get() + g * c.cols, ldx, c.M, dyg.get() + g * c.group_rows, ldy, nullptr);
+        }
+        BG_CUDA_CHECK(cudaGetLastError());
+        BG_CUDA_CHECK(cudaDeviceSynchronize());
+        const std::vector<float> got = dy.download(), want = dyg.download();
+        for (int64_t t = 0; t < c.M; ++t)
+            for (int64_t r = 0; r < ldy; ++r) {
+                uint32_t a, b;
+                std::memcpy(&a, &got[t * ldy + r], 4);
+                std::memcpy(&b, &want[t * ldy + r], 4);
+                ASSERT_EQ(a, b) << type_name(c.type) << " groups " << c.groups << " M " << c.M << ": y[" << t << "]["
+                                << r << "]";
+                if (r >= rows) {
+                    ASSERT_EQ(a, 0xffffffffu) << "wrote past the groups' rows";
+                }
+            }
+        // And the values are a matmul's at all: group 0's first row against float64.
+        std::vector<int8_t> q(static_cast<size_t>(c.M * xcols));
+        std::vector<float> d(static_cast<size_t>(c.M * xcols / 32));
+        cpu::quantize_int8_rows(x.data(), ldx, c.M, xcols, q.data(), d.data());
+        double s = 0, mag = 0;
+        for (int64_t i = 0; i < c.cols; ++i) {
+            const double v = static_cast<double>(W.deq[i]) * q[i] * d[i / 32];
+            s += v;
+            mag += std::fabs(v);
+        }
+        EXPECT_NEAR(got[0], s, 1e-5 * mag) << type_name(c.type);
+    }
+}
+
 struct FfnCase {
     GgmlType gate_up, down;
     int64_t n_embd, n_ff, M;

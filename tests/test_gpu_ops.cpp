@@ -617,19 +617,29 @@ TEST_F(GpuTest, AttentionMatchesCpu) {
         a.scale = scale;
         a.out = d_out.get();
         a.ldo = ldo;
+        // Decode's row split: partials for every split tried, filled with garbage first so a run
+        // the merge reads but the split did not write shows.
+        const int64_t slots = n * nh * 64;
+        Dev<float> d_part(uniform(rng_, slots * (d + 2), -1e3f, 1e3f));
+        cuda::AttentionPartials part{d_part.get(), slots, d};
+        // 1: unsplit; 0: the launcher's choice with partials; then forced runs, some of them
+        // (more runs than rows) empty.
+        const int split_counts[] = {1, 0, 2, 5, 64};
         for (int g : groupings) {
             if (g > 0 && nh % g != 0) continue;
-            d_out.upload(std::vector<float>(want.size(), sentinel));
-            cuda::attention(a, stream_, g);
-            sync();
-            const std::vector<float> got = d_out.download();
-            // Rows are uniform in [-1, 1]: 1e-5 of the largest magnitude is 1e-5.
-            for (int64_t t = 0; t < n; ++t) {
-                for (int64_t i = 0; i < nh * d; ++i)
-                    ASSERT_NEAR(got[t * ldo + i], want[t * ldo + i], 1e-5f)
-                        << "d " << d << " window " << c.window << " pos " << c.pos[t] << " head " << i / d << " i "
-                        << i % d << " heads a block " << g;
-                for (int64_t i = nh * d; i < ldo; ++i) ASSERT_EQ(got[t * ldo + i], sentinel) << "wrote past the heads";
+            for (int sp : split_counts) {
+                d_out.upload(std::vector<float>(want.size(), sentinel));
+                cuda::attention(a, stream_, g, sp == 1 ? nullptr : &part, sp);
+                sync();
+                const std::vector<float> got = d_out.download();
+                // Rows are uniform in [-1, 1]: 1e-5 of the largest magnitude is 1e-5.
+                for (int64_t t = 0; t < n; ++t) {
+                    for (int64_t i = 0; i < nh * d; ++i)
+                        ASSERT_NEAR(got[t * ldo + i], want[t * ldo + i], 1e-5f)
+                            << "d " << d << " window " << c.window << " pos " << c.pos[t] << " head " << i / d << " i "
+                            << i % d << " heads a block " << g << " splits " << sp;
+                    for (int64_t i = nh * d; i < ldo; ++i) ASSERT_EQ(got[t * ldo + i], sentinel) << "wrote past the heads";
+                }
             }
         }
     }
@@ -721,6 +731,9 @@ TEST_F(GpuTest, IndexerMatchesCpuTopK) {
         {8, 64, 2, 64, 700, {0, 1, 2, 129, 130, 300, 599, 699}},
         {8, 32, 4, 8, 300, {2, 3, 7, 37, 250}},
         {32, 128, 1, 512, 3100, {510, 511, 512, 1999, 3000}},  // full-scale heads and top-k
+        // Decode's few tokens (a row a warp): one token past top_k rows, and two tokens.
+        {32, 128, 1, 512, 3100, {2047}},
+        {8, 32, 2, 16, 300, {5, 299}},
     };
     for (const IndexerCase& c : cases) {
         const int64_t n = static_cast<int64_t>(c.pos.size()), nh = c.n_head, hd = c.head_dim;

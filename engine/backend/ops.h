@@ -74,6 +74,7 @@ struct OpsLimits {
     size_t timeline_capacity = 0;  // kernel-timeline intervals
     int64_t max_tok = 0;           // tokens in one call
     int64_t n_head = 0;            // attention heads
+    int64_t head_dim = 0;          // attention head dimension
     int64_t max_att_rows = 0;      // rows one query attends: the window and the compressed top-k
     int64_t n_expert = 0;          // router width
     // Routed experts (Ops::expert_ffn): most tokens in one call, and the expert's widths.
@@ -93,11 +94,21 @@ inline uint64_t expert_work_bytes(const OpsLimits& lim) {
            sizeof(float);
 }
 
+// (token, head, split) triples of decode attention's row split the CUDA ops hold partial
+// softmaxes for (cuda::AttentionPartials): one token's 64 heads in 32 runs each.
+constexpr int64_t kAttentionPartialSlots = 2048;
+inline uint64_t attention_partial_bytes(const OpsLimits& lim) {
+    return lim.n_head > 0 && lim.head_dim > 0
+               ? static_cast<uint64_t>(kAttentionPartialSlots) * static_cast<uint64_t>(lim.head_dim + 2) * sizeof(float)
+               : 0;
+}
+
 // The CUDA ops' own device memory once reserve(lim) ran (engine/cuda/cuda_ops.cu allocates
-// exactly this): the fused kernels' workspace, the FP32 dequantisation scratch and, where some
-// expert runs unfused, its scratch. Here so `betelgeuse plan` knows it without a device.
+// exactly this): the fused kernels' workspace, the FP32 dequantisation scratch, decode
+// attention's partials and, where some expert runs unfused, its scratch. Here so
+// `betelgeuse plan` knows it without a device.
 inline uint64_t cuda_ops_device_bytes(const OpsLimits& lim) {
-    uint64_t b = 0;
+    uint64_t b = attention_partial_bytes(lim);
     if (lim.matmul.int8_max_cols > 0) b += int8_workspace_bytes(lim.matmul.int8_max_cols, lim.matmul.int8_max_ff);
     if (lim.matmul.quant_max_cols > 0) b += quant_workspace_bytes(lim.matmul.quant_max_cols, lim.matmul.quant_max_ff);
     b += lim.matmul.dequant_bytes;
@@ -156,6 +167,15 @@ public:
 
     // ---- the model's ops
     virtual void matmul(const MatView& W, const float* x, int64_t ldx, int64_t n_tok, float* y, int64_t ldy) = 0;
+    // W's rows in `groups` equal groups of R = W.rows / groups: group g is matmul of its rows by
+    // columns [g * W.cols, (g + 1) * W.cols) of x into columns [g * R, (g + 1) * R) of y (the
+    // attention's grouped low-rank output). Here a matmul a group; the CUDA ops run decode's in
+    // one launch.
+    virtual void matmul_grouped(const MatView& W, int64_t groups, const float* x, int64_t ldx, int64_t n_tok, float* y,
+                                int64_t ldy) {
+        const int64_t R = W.rows / groups;
+        for (int64_t g = 0; g < groups; ++g) matmul(W.slice_rows(g * R, R), x + g * W.cols, ldx, n_tok, y + g * R, ldy);
+    }
     virtual void dequantize(GgmlType t, const uint8_t* src, float* dst, int64_t n) = 0;
     // rows FP8-E4M3 rows, each packed as dim value bytes then dim/32 E8M0 scale bytes
     // (tensor/fp8_rows.h), to rows x dim floats, as fp8::dequantize_packed_rows.

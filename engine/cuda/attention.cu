@@ -17,8 +17,12 @@ constexpr int kAttnThreads = 256;
 constexpr int kAttnMaxGroup = 8;       // heads a block at most
 constexpr int64_t kAttnBlocksWanted = 256;  // fewer heads a block until the grid has this many
 constexpr int kIdxWarps = 8;
-constexpr int kIdxRowsPerWarp = 8;
-constexpr int kIdxRowsPerBlock = kIdxWarps * kIdxRowsPerWarp;
+// Rows a warp scores, one after another: 8 where many tokens fill the grid; at decode's few
+// tokens 1, so the visible rows spread over as many blocks (8 a warp ran the slice's decode
+// token at 18-24 us with 1-2 blocks on an H200).
+constexpr int kIdxRowsPerWarpMany = 8;
+constexpr int kIdxRowsPerWarpFew = 1;
+constexpr int64_t kIdxFewTokens = 4;
 constexpr int kTopkThreads = 512;
 constexpr size_t kDefaultSmem = 48 * 1024;
 
@@ -141,11 +145,147 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttentionArgs a
     }
 }
 
-// Scores: grid (row tiles, tokens); each warp scores rows of the tile, one at a time, with lane
-// l taking heads l, l+32, ... over the whole head dimension. Dynamic shared memory: q of the
-// token [n_head][head_dim+1] (the pad puts the lanes' rows in distinct banks), w [n_head], one
-// key row per warp [kIdxWarps][head_dim].
-__global__ void index_scores_kernel(IndexerArgs a) {
+// Decode's attention, its rows split: with a block a (token, head group), one token's 8 groups
+// of 8 heads (or 64 blocks of a head) leave most SMs idle and each block walks up to 640 rows
+// alone (33-72 us a layer at one token on an H200, on every decode layer's critical path). Here
+// block (pair, s) takes the s-th of `splits` equal runs of the pair's rows and writes, for each of
+// its G heads, the run's largest logit m, sum of exp(logit - m) l, and unnormalised output o
+// (part[(t * n_head + h) * splits + s] = {o[d], m, l}); attention_combine_kernel merges the runs
+// with the sink. An empty run writes m = -inf, l = 0. Dynamic shared memory as attention_kernel's,
+// for run_max rows.
+template <int G>
+__global__ void __launch_bounds__(kAttnThreads) attention_split_kernel(AttentionArgs a, int64_t run_max, int splits,
+                                                                       float* part) {
+    extern __shared__ float attn_smem[];
+    const int64_t d = a.d;
+    float* qs = attn_smem;
+    float* logit = qs + G * d;
+    int32_t* src = reinterpret_cast<int32_t*>(logit + G * run_max);
+    const int64_t groups = a.n_head / G;
+    const int64_t pair = blockIdx.x / splits, s = blockIdx.x % splits;
+    const int64_t t = pair / groups, h0 = (pair % groups) * G;
+    const int64_t p = a.pos[t];
+    const int64_t j0 = p - a.window + 1 > 0 ? p - a.window + 1 : 0;
+    const int64_t n_win = p - j0 + 1 > 0 ? p - j0 + 1 : 0;
+    int64_t n_sel = 0;
+    if (a.comp) {
+        n_sel = a.sel_n[p];
+        n_sel = n_sel < 0 ? 0 : (n_sel > a.top_k ? a.top_k : n_sel);
+    }
+    const int64_t n_rows = n_win + n_sel;
+    const int64_t run = (n_rows + splits - 1) / splits;
+    const int64_t r0 = s * run < n_rows ? s * run : n_rows;
+    const int64_t nr = (r0 + run < n_rows ? r0 + run : n_rows) - r0;  // <= run_max
+    const int64_t slot = (t * a.n_head + h0) * splits + s;            // head h0 + g at slot + g * splits
+    if (nr <= 0) {
+        if (threadIdx.x < G) {
+            part[(slot + threadIdx.x * splits) * (d + 2) + d] = -INFINITY;
+            part[(slot + threadIdx.x * splits) * (d + 2) + d + 1] = 0.0f;
+        }
+        return;  // uniform over the block
+    }
+
+    const float* q = a.q + t * a.ldq + h0 * d;
+    for (int64_t i = threadIdx.x; i < G * d; i += blockDim.x) qs[i] = q[i];
+    for (int64_t j = threadIdx.x; j < nr; j += blockDim.x) {
+        const int64_t r = r0 + j;
+        src[j] = r < n_win ? static_cast<int32_t>(j0 + r) : -(a.sel[p * a.top_k + (r - n_win)] + 1);
+    }
+    __syncthreads();
+    auto row_of = [&](int64_t j) {
+        const int32_t r = src[j];
+        return r >= 0 ? a.kv + r * d : a.comp + static_cast<int64_t>(-r - 1) * d;
+    };
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    for (int64_t j = warp; j < nr; j += n_warps) {
+        const float* row = row_of(j);
+        float sg[G];
+#pragma unroll
+        for (int g = 0; g < G; ++g) sg[g] = 0.0f;
+#pragma unroll 4
+        for (int64_t i = lane; i < d; i += 32) {
+            const float v = row[i];
+#pragma unroll
+            for (int g = 0; g < G; ++g) sg[g] += qs[g * d + i] * v;
+        }
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+            sg[g] = warp_sum(sg[g]);
+            if (lane == 0) logit[g * run_max + j] = a.scale * sg[g];
+        }
+    }
+    __syncthreads();
+
+    // The run's softmax terms, a warp a head: exp(logit - m) in place of the logits.
+    for (int g = warp; g < G; g += n_warps) {
+        float* lg = logit + g * run_max;
+        float mx = -INFINITY;
+        for (int64_t j = lane; j < nr; j += 32) mx = fmaxf(mx, lg[j]);
+        mx = warp_max(mx);
+        float sum = 0.0f;
+        for (int64_t j = lane; j < nr; j += 32) {
+            const float e = expf(lg[j] - mx);
+            lg[j] = e;
+            sum += e;
+        }
+        sum = warp_sum(sum);
+        if (lane == 0) {
+            part[(slot + g * splits) * (d + 2) + d] = mx;
+            part[(slot + g * splits) * (d + 2) + d + 1] = sum;
+        }
+    }
+    __syncthreads();
+
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+        float acc[G];
+#pragma unroll
+        for (int g = 0; g < G; ++g) acc[g] = 0.0f;
+#pragma unroll 8
+        for (int64_t j = 0; j < nr; ++j) {
+            const float v = row_of(j)[i];
+#pragma unroll
+            for (int g = 0; g < G; ++g) acc[g] = mul_add(logit[g * run_max + j], v, acc[g]);
+        }
+#pragma unroll
+        for (int g = 0; g < G; ++g) part[(slot + g * splits) * (d + 2) + i] = acc[g];
+    }
+}
+
+// out[t][h] = sum over runs of exp(m_s - M) o_s / (exp(sink - M) + sum of exp(m_s - M) l_s),
+// M the largest of the sink and the runs' m: the softmax of attention_kernel, regrouped. A block
+// a (token, head); runs with l = 0 are empty and skipped.
+__global__ void attention_combine_kernel(AttentionArgs a, int splits, const float* part) {
+    const int64_t d = a.d;
+    const int64_t t = blockIdx.x / a.n_head, h = blockIdx.x % a.n_head;
+    const float* ph = part + (t * a.n_head + h) * splits * (d + 2);
+    const float sink = a.sinks[h];
+    float mx = sink;
+    for (int s = 0; s < splits; ++s)
+        if (ph[s * (d + 2) + d + 1] > 0.0f) mx = fmaxf(mx, ph[s * (d + 2) + d]);
+    float den = expf(sink - mx);
+    for (int s = 0; s < splits; ++s) {
+        const float l = ph[s * (d + 2) + d + 1];
+        if (l > 0.0f) den += expf(ph[s * (d + 2) + d] - mx) * l;
+    }
+    const float inv = 1.0f / den;
+    float* out = a.out + t * a.ldo + h * d;
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+        float acc = 0.0f;
+        for (int s = 0; s < splits; ++s) {
+            const float l = ph[s * (d + 2) + d + 1];
+            if (l > 0.0f) acc = mul_add(expf(ph[s * (d + 2) + d] - mx), ph[s * (d + 2) + i], acc);
+        }
+        out[i] = acc * inv;
+    }
+}
+
+// Scores: grid (row tiles of kIdxWarps * rows_per_warp rows, tokens); each warp scores rows of
+// the tile, one at a time, with lane l taking heads l, l+32, ... over the whole head dimension
+// (four partial sums, so the shared-memory loads of a dot product overlap). Dynamic shared
+// memory: q of the token [n_head][head_dim+1] (the pad puts the lanes' rows in distinct banks),
+// w [n_head], one key row per warp [kIdxWarps][head_dim].
+__global__ void index_scores_kernel(IndexerArgs a, int rows_per_warp) {
     extern __shared__ float idx_smem[];
     const int64_t nh = a.n_head, hd = a.head_dim, qstride = hd + 1;
     float* qs = idx_smem;
@@ -154,7 +294,7 @@ __global__ void index_scores_kernel(IndexerArgs a) {
     const int64_t t = blockIdx.y;
     const int64_t visible = (static_cast<int64_t>(a.pos[t]) + 1) / a.ratio;
     if (visible > a.ld_scores) __trap();  // score buffer too short: a caller bug, never silent
-    const int64_t b_first = static_cast<int64_t>(blockIdx.x) * kIdxRowsPerBlock;
+    const int64_t b_first = static_cast<int64_t>(blockIdx.x) * kIdxWarps * rows_per_warp;
     if (b_first >= visible) return;  // uniform over the block, before any barrier
 
     for (int64_t i = threadIdx.x; i < nh * hd; i += blockDim.x) qs[(i / hd) * qstride + i % hd] = a.q[t * nh * hd + i];
@@ -163,7 +303,7 @@ __global__ void index_scores_kernel(IndexerArgs a) {
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     float* kb = kbuf + warp * hd;
-    for (int r = 0; r < kIdxRowsPerWarp; ++r) {
+    for (int r = 0; r < rows_per_warp; ++r) {
         const int64_t b = b_first + warp + static_cast<int64_t>(r) * kIdxWarps;
         if (b >= visible) break;  // uniform over the warp
         __syncwarp();             // the previous row's reads of kb are done
@@ -172,8 +312,13 @@ __global__ void index_scores_kernel(IndexerArgs a) {
         float s = 0.0f;
         for (int64_t h = lane; h < nh; h += 32) {
             const float* qh = qs + h * qstride;
-            float dot = 0.0f;
-            for (int64_t c = 0; c < hd; ++c) dot += qh[c] * kb[c];
+            float d4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            int64_t c = 0;
+            for (; c + 4 <= hd; c += 4)
+#pragma unroll
+                for (int u = 0; u < 4; ++u) d4[u] = fmaf(qh[c + u], kb[c + u], d4[u]);
+            for (; c < hd; ++c) d4[0] = fmaf(qh[c], kb[c], d4[0]);
+            const float dot = (d4[0] + d4[1]) + (d4[2] + d4[3]);
             s += ws[h] * (dot < 0.0f ? 0.0f : dot);
         }
         s = warp_sum(s);
@@ -338,14 +483,68 @@ void launch_attention(const AttentionArgs& a, cudaStream_t stream) {
     BG_CUDA_CHECK_LAUNCH();
 }
 
+// The split's shared memory: q of G heads, their logits and the sources of run_max rows.
+size_t attention_split_smem(const AttentionArgs& a, int group, int64_t run_max) {
+    return static_cast<size_t>(group * (a.d + run_max)) * sizeof(float) + static_cast<size_t>(run_max) * sizeof(int32_t);
+}
+
+template <int G>
+void launch_attention_split(const AttentionArgs& a, int splits, float* part, cudaStream_t stream) {
+    const int64_t run_max = (attention_rows(a) + splits - 1) / splits;
+    const size_t smem = attention_split_smem(a, G, run_max);
+    allow_dynamic_smem(attention_split_kernel<G>, smem, "attention (split rows)");
+    attention_split_kernel<G><<<static_cast<unsigned>(a.n_tok * a.n_head / G * splits), kAttnThreads, smem, stream>>>(
+        a, run_max, splits, part);
+    BG_CUDA_CHECK_LAUNCH();
+    attention_combine_kernel<<<static_cast<unsigned>(a.n_tok * a.n_head), 128, 0, stream>>>(a, splits, part);
+    BG_CUDA_CHECK_LAUNCH();
+}
+
+// Runs a block is split into at most, and rows a run at least on the launcher's choice: shorter
+// runs are mostly the block's set-up.
+constexpr int kAttnMaxSplits = 64;
+constexpr int64_t kAttnMinRunRows = 16;
+
 }  // namespace
 
-void attention(const AttentionArgs& a, cudaStream_t stream, int heads_per_block) {
+void attention(const AttentionArgs& a, cudaStream_t stream, int heads_per_block, const AttentionPartials* partials,
+               int splits) {
     if (a.n_tok <= 0 || a.n_head <= 0) return;
     BG_CHECK(a.d > 0 && a.q && a.kv && a.sinks && a.pos && a.out);
     BG_CHECK(a.ldq >= a.n_head * a.d && a.ldo >= a.n_head * a.d);
     BG_CHECK(!a.comp || (a.sel && a.sel_n && a.top_k > 0));
     BG_CHECK(a.n_tok * a.n_head <= INT_MAX);
+    BG_CHECK(splits >= 0 && splits <= kAttnMaxSplits);
+    BG_CHECK_MSG(splits <= 1 || partials, "attention: a row split needs partials");
+    if (partials && splits != 1) {
+        BG_CHECK(partials->data && partials->d >= a.d);
+        // The most heads a block (they share their rows) that divide the heads and fit the
+        // default shared memory with runs of kAttnMinRunRows.
+        int g = heads_per_block;
+        if (g == 0) {
+            g = kAttnMaxGroup;
+            while (g > 1 && (a.n_head % g != 0 || attention_split_smem(a, g, kAttnMinRunRows) > kDefaultSmem - 2048)) g /= 2;
+        }
+        const int64_t pairs = a.n_tok * a.n_head / g;
+        int64_t n = splits;
+        if (n == 0) {
+            n = std::min<int64_t>((kAttnBlocksWanted + pairs - 1) / pairs, attention_rows(a) / kAttnMinRunRows);
+            n = std::min<int64_t>({n, kAttnMaxSplits, partials->slots / (a.n_tok * a.n_head)});
+        }
+        if (n >= 2) {
+            BG_CHECK_MSG(a.n_tok * a.n_head * n <= partials->slots, "attention: partials too small for the split");
+            BG_CHECK_MSG((g == 1 || g == 2 || g == 4 || g == 8) && a.n_head % g == 0,
+                         "attention: 1, 2, 4 or 8 heads a block, dividing the heads");
+            const int sp = static_cast<int>(n);
+            switch (g) {
+                case 8: launch_attention_split<8>(a, sp, partials->data, stream); break;
+                case 4: launch_attention_split<4>(a, sp, partials->data, stream); break;
+                case 2: launch_attention_split<2>(a, sp, partials->data, stream); break;
+                default: launch_attention_split<1>(a, sp, partials->data, stream); break;
+            }
+            return;
+        }
+    }
     int g = heads_per_block;
     if (g == 0) {
         // The most heads a block that still leave kAttnBlocksWanted blocks and stay within the
@@ -370,12 +569,14 @@ void indexer(const IndexerArgs& a, cudaStream_t stream) {
     BG_CHECK(a.n_head > 0 && a.head_dim > 0 && a.ratio >= 1 && a.top_k >= 1 && a.ld_scores >= 1);
     BG_CHECK(a.q && a.w && a.keys && a.pos && a.scores && a.sel && a.sel_n);
     BG_CHECK(a.n_tok <= 65535 && a.n_tok <= INT_MAX);
-    const int64_t tiles = (a.ld_scores + kIdxRowsPerBlock - 1) / kIdxRowsPerBlock;
+    const int rows_per_warp = a.n_tok <= kIdxFewTokens ? kIdxRowsPerWarpFew : kIdxRowsPerWarpMany;
+    const int64_t tile_rows = int64_t{kIdxWarps} * rows_per_warp;
+    const int64_t tiles = (a.ld_scores + tile_rows - 1) / tile_rows;
     BG_CHECK(tiles <= INT_MAX);
     const size_t smem = static_cast<size_t>(a.n_head * (a.head_dim + 1) + a.n_head + kIdxWarps * a.head_dim) * sizeof(float);
     allow_dynamic_smem(index_scores_kernel, smem, "indexer scores");
     index_scores_kernel<<<dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(a.n_tok)), kIdxWarps * 32, smem,
-                          stream>>>(a);
+                          stream>>>(a, rows_per_warp);
     BG_CUDA_CHECK_LAUNCH();
 
     int64_t cap = 1;

@@ -83,6 +83,11 @@ public:
             mm_ = std::make_unique<MatmulContext>(mn.dequant_bytes);
             own_bytes_ += mm_->scratch_bytes();
         }
+        if (const uint64_t pb = attention_partial_bytes(lim); pb > 0) {
+            att_part_.data = own_floats(static_cast<int64_t>(pb / sizeof(float)));
+            att_part_.slots = kAttentionPartialSlots;
+            att_part_.d = lim.head_dim;
+        }
         if (lim.experts_unfused) {
             for (float** p : {&xg_, &eo_}) *p = own_floats(expert_work_floats_x(lim));
             for (float** p : {&g_, &up_, &h_}) *p = own_floats(expert_work_floats_ff(lim));
@@ -169,6 +174,16 @@ public:
                      "cuda ops: a matrix to dequantise that reserve() was not told of");
         cuda::matmul(*mm_, W, x, ldx, n_tok, y, ldy, stream_);
     }
+    void matmul_grouped(const MatView& W, int64_t groups, const float* x, int64_t ldx, int64_t n_tok, float* y,
+                        int64_t ldy) override {
+        if (lim_.matmul.int8_takes(W.type, W.cols) && groups > 1) {
+            BG_CHECK_MSG(i8ws_ && W.cols <= i8ws_->max_cols(), "cuda ops: an integer-path matrix wider than reserve() was told of");
+            BG_CHECK(W.rows % groups == 0);
+            int8_matmul_grouped(*i8ws_, W, groups, x, ldx, n_tok, y, ldy, stream_);
+            return;
+        }
+        Ops::matmul_grouped(W, groups, x, ldx, n_tok, y, ldy);
+    }
     void expert_ffn(const ExpertMats& e, const float* x, int64_t ldx, const int32_t* rows, int64_t m, float limit,
                     SwigluClamp form, float* out, const int32_t* out_rows) override {
         const int64_t E = e.gate.cols, F = e.gate.rows;
@@ -242,7 +257,9 @@ public:
                        float* out) override {
         cuda::compress_pool(kv, score, d, ratio, b0, n_blocks, out, stream_);
     }
-    void attention(const AttentionArgs& a) override { cuda::attention(a, stream_); }
+    void attention(const AttentionArgs& a) override {
+        cuda::attention(a, stream_, 0, att_part_.data ? &att_part_ : nullptr);
+    }
     void indexer(const IndexerArgs& a) override { cuda::indexer(a, stream_); }
     void route(RoutingPolicy policy, const float* logits, const float* bias, const uint8_t* resident, const uint8_t* hot,
                int64_t n_tok, int64_t n_expert, int k, RouteWeighting wt, int32_t* ids, float* weights) override {
@@ -283,6 +300,7 @@ private:
     std::vector<void*> own_;
     uint64_t own_bytes_ = 0;
     float *xg_ = nullptr, *g_ = nullptr, *up_ = nullptr, *h_ = nullptr, *eo_ = nullptr;  // unfused experts
+    AttentionPartials att_part_;  // decode attention's row split (none where lim has no heads)
     std::vector<void*> allocations_;
     cudaEvent_t fences_[kFences] = {};
     std::vector<cudaEvent_t> events_;  // busy pairs, created by reserve

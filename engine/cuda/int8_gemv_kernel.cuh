@@ -64,6 +64,10 @@ struct GemvParams {
     const int8_t* xq;      // fragment order for one n-tile: [nkb][32 lanes][8 bytes]
     const float* xd;       // [nkb][8] block scales
     const float2* xs;      // [nkb][8] scale * sum of q per 16-half (types with a min)
+    // Grouped rows (0: none): rows [g * group_rows, (g + 1) * group_rows) take the activations'
+    // g-th run of nkb chunks (a CTA's rows lie in one group); the attention's grouped output
+    // projection as one launch.
+    int group_rows;
     int epilogue;          // Epilogue (int8_matmul_kernel.cuh)
     // kStore: y[(out_rows ? out_rows[j] : j) * ldy + r]
     float* y;
@@ -124,6 +128,16 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvParams p) {
     // This warp's spans: grp, grp + wpr, ...
     const int mine = active && grp < nspan ? (nspan - grp + wpr - 1) / wpr : 0;
 
+    const int8_t* xq = p.xq;
+    const float* xd = p.xd;
+    const float2* xs = p.xs;
+    if (p.group_rows > 0) {
+        const int64_t g = static_cast<int64_t>(blockIdx.x) * (kGemvWarps / wpr) / p.group_rows;
+        xq += g * nkb * kTileTok * 32;
+        xd += g * nkb * kTileTok;
+        xs += g * nkb * kTileTok;
+    }
+
     int8_t* aq = reinterpret_cast<int8_t*>(smem);
     float* ad = reinterpret_cast<float*>(smem + int64_t{nkb} * NTOK * 32);
     float2* as = reinterpret_cast<float2*>(smem + int64_t{nkb} * NTOK * 32 + (int64_t{nkb} * NTOK * 4 + 15) / 16 * 16);
@@ -149,13 +163,13 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvParams p) {
     // The activations, compact: chunk c, token j's 32 bytes from the fragment order's c*256 + j*32.
     for (int g = threadIdx.x; g < nkb * NTOK * 2; g += kGemvWarps * 32) {
         const int c = g / (2 * NTOK), j = (g >> 1) % NTOK, h = g & 1;
-        cp_async16(aq + static_cast<int64_t>(g) * 16, p.xq + static_cast<int64_t>(c) * 256 + j * 32 + h * 16);
+        cp_async16(aq + static_cast<int64_t>(g) * 16, xq + static_cast<int64_t>(c) * kTileTok * 32 + j * 32 + h * 16);
     }
     cp_async_commit();
     for (int i = threadIdx.x; i < nkb * NTOK; i += kGemvWarps * 32) {
         const int c = i / NTOK, j = i % NTOK;
-        ad[i] = __ldg(p.xd + static_cast<int64_t>(c) * kTileTok + j);
-        if constexpr (T::kHasMin) as[i] = __ldg(p.xs + static_cast<int64_t>(c) * kTileTok + j);
+        ad[i] = __ldg(xd + static_cast<int64_t>(c) * kTileTok + j);
+        if constexpr (T::kHasMin) as[i] = __ldg(xs + static_cast<int64_t>(c) * kTileTok + j);
     }
 #pragma unroll
     for (int i = 0; i < kGemvStages - 1; ++i) {

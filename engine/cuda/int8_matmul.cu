@@ -264,6 +264,36 @@ void int8_matmul(Int8Workspace& ws, const DeviceMat& W, const float* x, int64_t 
     }
 }
 
+void int8_matmul_grouped(Int8Workspace& ws, const DeviceMat& W, int64_t groups, const float* x, int64_t ldx,
+                         int64_t n_tok, float* y, int64_t ldy, cudaStream_t stream) {
+    BG_CHECK(groups >= 1 && W.rows % groups == 0);
+    const int64_t group_rows = W.rows / groups;
+    if (!gemv_pass(ws, n_tok) || groups == 1) {
+        for (int64_t g = 0; g < groups; ++g) {
+            DeviceMat Wg = W;
+            Wg.data = W.data + static_cast<uint64_t>(g * group_rows) * W.row_stride;
+            Wg.rows = group_rows;
+            int8_matmul(ws, Wg, x + g * W.cols, ldx, n_tok, y + g * group_rows, ldy, stream);
+        }
+        return;
+    }
+    check_int8_weights(W, ws.max_cols());
+    const int64_t cols = groups * W.cols;
+    // The GEMV's activations of one token take kTileTok columns of the workspace a chunk, so x's
+    // whole width fits where it is at most kMaxTiles times the widest matrix.
+    BG_CHECK_MSG(cols <= ws.max_cols() * int8mm::kMaxTiles, "int8_matmul_grouped: groups wider than the workspace");
+    BG_CHECK(n_tok <= 1 || (ldx >= cols && ldy >= W.rows));
+    if (W.rows == 0 || n_tok <= 0) return;
+    const int m = static_cast<int>(n_tok);
+    quantize_x(ws, x, ldx, nullptr, m, cols, stream, false);
+    int8mm::GemvParams p =
+        gemv_params(ws, W.data, W.row_stride, nullptr, static_cast<int>(W.rows), W.cols, m, ws.xq(), ws.xd(), ws.xs());
+    BG_CHECK_MSG(group_rows % (int8mm::kGemvWarps / p.wpr) == 0, "int8_matmul_grouped: a CTA's rows span two groups");
+    p.group_rows = static_cast<int>(group_rows);
+    store_epilogue(p, y, std::max<int64_t>(ldy, W.rows), nullptr);
+    launch_gemv(W.type, p, 1, stream);
+}
+
 void int8_expert_ffn(Int8Workspace& ws, const ExpertMats& e, const float* x, int64_t ldx, const int32_t* rows,
                      int64_t n_tok, float limit, bg::SwigluClamp form, float* y, int64_t ldy, const int32_t* out_rows,
                      cudaStream_t stream) {

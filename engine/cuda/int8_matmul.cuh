@@ -106,6 +106,13 @@ private:
 void int8_matmul(Int8Workspace& ws, const DeviceMat& W, const float* x, int64_t ldx, int64_t n_tok, float* y,
                  int64_t ldy, cudaStream_t stream);
 
+// Ops::matmul_grouped through int8 activations: W's rows in `groups` equal groups, group g
+// multiplying columns [g * W.cols, (g + 1) * W.cols) of x into columns [g * rows/groups, ...) of
+// y. A GEMV pass (n_tok <= ws.gemv_tokens()) quantises x once and runs every group in one launch;
+// larger passes run int8_matmul a group. Each group's y is bit for bit int8_matmul's on its rows.
+void int8_matmul_grouped(Int8Workspace& ws, const DeviceMat& W, int64_t groups, const float* x, int64_t ldx,
+                         int64_t n_tok, float* y, int64_t ldy, cudaStream_t stream);
+
 // cuda::expert_ffn's contract (quant_matmul.cuh) through int8 activations: x (gathered by rows)
 // and h = SwiGLU(gate . x, up . x) are each quantised to int8 blocks once. Gate, up and down may
 // have different int8 types.

@@ -105,8 +105,17 @@ void engram_gate_add(const float* kv, const float* wk, const float* wq, int64_t 
 void compress_pool(const float* kv, const float* score, int64_t d, int64_t ratio, int64_t b0,
                    int64_t n_blocks, float* out, cudaStream_t stream);
 // heads_per_block: 1, 2, 4 or 8 heads of a token per block (they share their rows); 0 chooses
-// (tests pin each).
-void attention(const AttentionArgs& a, cudaStream_t stream, int heads_per_block = 0);
+// (tests pin each). partials: device memory for decode's row split (attention.cu), where the
+// (token, head) pairs are too few to fill the GPU: each pair's rows go to `splits` blocks whose
+// partial softmax a second kernel merges. splits 0: the launcher splits where partials are given
+// and the grid would be small; 1: never; n >= 2: n blocks a pair (partials must hold them).
+struct AttentionPartials {
+    float* data = nullptr;  // [slots][d + 2]
+    int64_t slots = 0;      // (token, head, split) triples it holds
+    int64_t d = 0;          // largest head dimension
+};
+void attention(const AttentionArgs& a, cudaStream_t stream, int heads_per_block = 0,
+               const AttentionPartials* partials = nullptr, int splits = 0);
 // ld_scores too small traps a kernel.
 void indexer(const IndexerArgs& a, cudaStream_t stream);
 // Where fewer than k experts are resident, the missing ranks get id -1 and weight 0 (the host's

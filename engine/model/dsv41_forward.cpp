@@ -496,8 +496,8 @@ void Forward::attention(int64_t l, int64_t p0, int64_t n) {
     ops_->rope(att_, qd, n, pos, nh, hd, rp, true);  // undo the query position's rotation
     // Grouped low-rank output: group g maps its heads' outputs to o_lora values.
     const int64_t groups = hp_.o_groups, gin = qd / groups, orank = hp_.o_lora_rank;
-    for (int64_t g = 0; g < groups; ++g)
-        ops_->matmul(w.o_a.slice_rows(g * orank, orank), att_ + g * gin, qd, n, oa_ + g * orank, groups * orank);
+    BG_CHECK(w.o_a.cols == gin && w.o_a.rows == groups * orank);
+    ops_->matmul_grouped(w.o_a, groups, att_, qd, n, oa_, groups * orank);
     ops_->matmul(w.o_b, oa_, groups * orank, n, y_, E_);
 }
 

@@ -94,6 +94,7 @@ ForwardLayout ForwardLayout::of(const HParams& hp, const std::vector<LayerRoles>
     f.ops.timeline_capacity = timeline_capacity(L, ne);
     f.ops.max_tok = mu;
     f.ops.n_head = hp.n_head;
+    f.ops.head_dim = hp.head_dim;
     f.ops.max_att_rows = hp.sliding_window + hp.idx_top_k;
     f.ops.n_expert = ne;
     f.ops.expert_max_tok = chunk;

@@ -166,10 +166,12 @@ MemoryPlan plan_memory(const ModelShape& shape, const RunConfig& cfg, bool cuda,
         for (const auto& [on, what] : {std::pair<bool, const char*>{mn.int8_max_cols > 0, "integer kernels"},
                                        {mn.quant_max_cols > 0, "fused kernels"}})
             if (on) kinds += (kinds.empty() ? "" : ", ") + std::string(what);
+        const uint64_t attention_partials = attention_partial_bytes(fl.ops);  // part of the ops' own
         add(MemoryTier::kVram,
             "matmul workspace (" + (kinds.empty() ? std::string("cuBLAS only") : kinds) + ")" +
                 (mn.dequant_bytes > 0 ? " and dequantisation scratch" : ""),
-            f.device_matmul);
+            f.device_matmul - attention_partials);
+        add(MemoryTier::kVram, "decode attention's row-split partials", attention_partials);
         add(MemoryTier::kHost, "forward buffers and kernel timeline", f.host);
         p.forward_device_bytes = f.device_dense + f.device_caches + f.device_work + f.device_matmul;
         p.forward_host_bytes = f.host;
