@@ -55,6 +55,8 @@
 #   slice-timeline  Nsight Systems GPU trace of the 64-token cold+warm run: gaps, launches, streams -> measurements/slice/timeline/ (BG_TIMELINE_UBATCH: units other than 16)
 #   slice-decode-timeline  CUPTI trace of 32 decode tokens (all resident experts in VRAM; --decode-experts gpu) -> measurements/slice/decode-timeline/
 #   slice-ubatch    engine: the warm pass with launches of 16, 32 and 64 tokens (--launch-tokens; dense weights read once a launch) -> measurements/slice/ubatch/, on all SMs and on 28 (--sm-limit)
+#   slice-decode-ab  engine: two builds alternated on one machine (BG_STAGE_BASE=path at staging puts the other as
+#                   betelgeuse.base), slice decode hybrid and all-in-VRAM -> measurements/slice/decode-ab/
 #   slice-fidelity  engine: resident-only and pinned-top1 against exact, 64 and 500 tokens -> measurements/slice/
 # The slice as llama-quantize's Q2_K preset makes it (scenarios/models/slice-q2_k.json, about 26 GB;
 # drop-models first where the MXFP4 slice is there: both do not fit the 64 GiB disk with room):
@@ -328,14 +330,16 @@ for part in "$@"; do
         note "slice-decode-timeline: no libbg_cupti_trace.so in $stage (build it where CUPTI exists, or scripts/device-build.sh there)"
         status=1; continue
       fi
-      for cfg in vram gpu; do
+      # BG_TIMELINE_CFGS: vram, gpu and hybrid (the decode scenario's budgets, --decode-experts hybrid).
+      for cfg in ${BG_TIMELINE_CFGS:-vram gpu}; do
+        where=gpu; [ $cfg = hybrid ] && where=hybrid
         if [ $cfg = vram ]; then budget=(--slots 20 --hot 20 --vram-budget 8000 --host-budget 2875)
         else budget=(--slots 20 --hot 5 --transient-slots 12 --lru-slots 0 --host-budget 2875 --vram-budget 3068); fi
         note "CUPTI timeline: slice decode, $cfg"
         CUDA_INJECTION64_PATH=$stage/libbg_cupti_trace.so LD_LIBRARY_PATH=$stage:${LD_LIBRARY_PATH:-} \
           BG_CUPTI_TRACE_OUT="$dir/trace-$cfg.csv" "$bin" run --backend cuda --model models/slice.gguf \
           --file scenarios/prompts/64-tokens.txt --passes 2 --gen 32 --ignore-eos --routing resident-only \
-          --prefill layer-major --ubatch 16 --promote "${budget[@]}" --threads 0 --decode-experts gpu ${BG_TIMELINE_ARGS:-} \
+          --prefill layer-major --ubatch 16 --promote "${budget[@]}" --threads 0 --decode-experts $where ${BG_TIMELINE_ARGS:-} \
           --metrics-json "$dir/metrics-$cfg.json" > "$dir/run-$cfg.log" 2>&1 || status=1
         grep -E "^pass" "$dir/run-$cfg.log" | tee -a "$log"
         decode_trace_summary slice-decode-timeline "$dir" "$cfg"
@@ -403,6 +407,32 @@ for part in "$@"; do
           --metrics-json "$dir/$where-$th.json" > "$dir/$where-$th.log" 2>&1 || status=1
         grep -E "^decode" "$dir/$where-$th.log" | tee -a "$log"
         python3 -c "import json,sys; m=json.load(open(sys.argv[1])); d=m['decode']; h=d['host_experts']; print(sys.argv[2], 'threads', m['engine']['threads'], 'decode %.1f tok/s' % d['decode_tok_s'], 'gpu_busy_ms', round(d['gpu_busy_ms'] or -1, 1), {k: (round(v, 3) if isinstance(v, float) else v) for k, v in h.items() if not k.startswith('rates')}, 'L0 start', h['rates_by_layer'][:1], 'L0 end', h['rates_by_layer_at_end'][:1])" "$dir/$where-$th.json" "$cfg" 2>&1 | tee -a "$log"
+      done
+      ;;
+    slice-decode-ab)
+      # Two engines on one machine, alternated: $stage/betelgeuse.base (staged beside the new one,
+      # scripts/device-stage-base.sh) and $stage/betelgeuse, slice decode as slice-decode-threads
+      # runs it (resident-only, S 20 / H 5, one warm pass, 32 tokens) in hybrid and, every
+      # resident expert in VRAM, the GPU's own chain; BG_AB_REPS rounds (2).
+      slice_model
+      [ -x "$stage/betelgeuse.base" ] || { note "slice-decode-ab: no $stage/betelgeuse.base"; status=1; continue; }
+      new_id=$("$bin" version 2>/dev/null | awk '/commit/ {print $2; exit}')
+      base_id=$("$stage/betelgeuse.base" version 2>/dev/null | awk '/commit/ {print $2; exit}')
+      dir="$root/measurements/slice/decode-ab/${base_id:-base}-vs-${new_id:-new}"; mkdir -p "$dir"
+      nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$dir/machine.txt"
+      for rep in $(seq 1 "${BG_AB_REPS:-2}"); do
+        for which in base new; do
+          b=$bin; [ $which = base ] && b=$stage/betelgeuse.base
+          for cfg in hybrid vram; do
+            if [ $cfg = vram ]; then budget=(--slots 20 --hot 20 --vram-budget 8000 --host-budget 2875 --decode-experts gpu)
+            else budget=(--slots 20 --hot 5 --transient-slots 12 --host-budget 2875 --vram-budget 3068 --decode-experts hybrid); fi
+            note "slice decode A/B: $which $cfg round $rep"
+            "$b" run --backend cuda --model models/slice.gguf --file scenarios/prompts/64-tokens.txt --passes 2 --gen 32 \
+              --ignore-eos --routing resident-only --prefill layer-major --ubatch 16 --promote "${budget[@]}" --threads 0 \
+              --metrics-json "$dir/$which-$cfg-$rep.json" > "$dir/$which-$cfg-$rep.log" 2>&1 || status=1
+            grep -E "^decode" "$dir/$which-$cfg-$rep.log" | sed "s/^/$which $cfg $rep: /" | tee -a "$log"
+          done
+        done
       done
       ;;
     slice-fidelity)

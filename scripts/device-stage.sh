@@ -42,6 +42,9 @@ for bin in "$build/betelgeuse-harness" "$build/bench/bench_io" "$build/bench/ben
   [ -x "$bin" ] || continue
   ldd "$bin" | awk '/libcgroup|libbenchmark/ {print $3}' | while read -r lib; do cp "$lib" "$stage/"; done
 done
+# BG_STAGE_BASE: an engine binary built from another commit, staged as betelgeuse.base for the
+# device part slice-decode-ab (two engines alternated on one machine).
+if [ -n "${BG_STAGE_BASE:-}" ]; then cp "$BG_STAGE_BASE" "$stage/betelgeuse.base"; fi
 grep -qx "/$stage/" .git/info/exclude 2>/dev/null || echo "/$stage/" >> .git/info/exclude
 # Every GPU binary links the whole engine, so each holds the same kernels (about 20 MB; 200 MB in
 # all, more than the device tool's 64 MiB carry). One xz stream with a dictionary larger than a
