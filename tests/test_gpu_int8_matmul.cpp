@@ -25,6 +25,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -283,6 +284,69 @@ TEST(Int8MatmulGroupedGpu, EachGroupEqualsItsOwnMatmulBitForBit) {
             mag += std::fabs(v);
         }
         EXPECT_NEAR(got[0], s, 1e-5 * mag) << type_name(c.type);
+    }
+}
+
+// Several matrices of one input (int8_matmul_many, the attention's projections of x at decode):
+// each y bit for bit int8_matmul's, whether its matrix shared a launch with others of its type
+// (runs of up to eight), ran alone (rows not whole CTAs, a type of its own), or went through the
+// MMA kernel (3 tokens); nothing written past a matrix's rows.
+TEST(Int8MatmulManyGpu, EachMatrixEqualsItsOwnMatmulBitForBit) {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device: int8_matmul_many not tested";
+    struct Mat {
+        GgmlType type;
+        int64_t rows;
+    };
+    const int64_t cols = 5120;
+    // The slice's compressed layer (q_a, kv, compressor kv and gate, indexer weights), then mixed
+    // types and odd rows, then ten matrices (two runs).
+    const std::vector<std::vector<Mat>> sets = {
+        {{GgmlType::Q8_0, 1280}, {GgmlType::Q8_0, 512}, {GgmlType::Q8_0, 512}, {GgmlType::Q8_0, 512}, {GgmlType::Q8_0, 32}},
+        {{GgmlType::Q8_0, 64}, {GgmlType::MXFP4, 96}, {GgmlType::MXFP4, 37}, {GgmlType::Q8_0, 24}, {GgmlType::Q6_K, 40}},
+        std::vector<Mat>(10, Mat{GgmlType::Q8_0, 16}),
+    };
+    auto rng = fresh_rng();
+    for (int64_t M : {1, 2, 3}) {
+        for (const auto& set : sets) {
+            const int n = static_cast<int>(set.size());
+            std::vector<HostMat> hw;
+            std::vector<std::unique_ptr<DevMat>> dw;
+            std::vector<cuda::DeviceMat> views;
+            for (const Mat& m : set) {
+                hw.push_back(random_mat(m.type, m.rows, cols, 0, rng));
+                dw.push_back(std::make_unique<DevMat>(hw.back(), 0));
+                views.push_back(dw.back()->view);
+            }
+            const int64_t ldx = cols + 3;
+            const std::vector<float> x = bgtest::uniform(rng, M * ldx, -1.0f, 1.0f);
+            Dev<float> dx(x);
+            std::vector<std::unique_ptr<Dev<float>>> got, want;
+            std::vector<float*> yg;
+            std::vector<int64_t> ld;
+            for (const Mat& m : set) {
+                ld.push_back(m.rows + 5);
+                got.push_back(std::make_unique<Dev<float>>(static_cast<size_t>(M * ld.back())));
+                want.push_back(std::make_unique<Dev<float>>(static_cast<size_t>(M * ld.back())));
+                BG_CUDA_CHECK(cudaMemset(got.back()->get(), 0xff, M * ld.back() * sizeof(float)));
+                BG_CUDA_CHECK(cudaMemset(want.back()->get(), 0xff, M * ld.back() * sizeof(float)));
+                yg.push_back(got.back()->get());
+            }
+            cuda::Int8Workspace ws(cols, 0);
+            cuda::int8_matmul_many(ws, views.data(), n, dx.get(), ldx, M, yg.data(), ld.data(), nullptr);
+            for (int i = 0; i < n; ++i) cuda::int8_matmul(ws, views[i], dx.get(), ldx, M, want[i]->get(), ld[i], nullptr);
+            BG_CUDA_CHECK(cudaGetLastError());
+            BG_CUDA_CHECK(cudaDeviceSynchronize());
+            for (int i = 0; i < n; ++i) {
+                const std::vector<float> a = got[i]->download(), b = want[i]->download();
+                ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
+                    << "M " << M << " matrix " << i << " (" << type_name(set[i].type) << ", " << set[i].rows << " rows)";
+                for (int64_t t = 0; t < M; ++t) {
+                    uint32_t bits;
+                    std::memcpy(&bits, &a[t * ld[i] + set[i].rows], 4);
+                    ASSERT_EQ(bits, 0xffffffffu) << "wrote past matrix " << i << "'s rows";
+                }
+            }
+        }
     }
 }
 

@@ -167,6 +167,13 @@ public:
 
     // ---- the model's ops
     virtual void matmul(const MatView& W, const float* x, int64_t ldx, int64_t n_tok, float* y, int64_t ldy) = 0;
+    // matmul of each of n matrices of x's width by the same x, into its own y[i] (ldy[i] apart):
+    // one activation pass for several projections of one input. Here a matmul each; the CUDA ops
+    // run decode's in one launch where the types allow.
+    virtual void matmul_many(const MatView* W, int n, const float* x, int64_t ldx, int64_t n_tok, float* const* y,
+                             const int64_t* ldy) {
+        for (int i = 0; i < n; ++i) matmul(W[i], x, ldx, n_tok, y[i], ldy[i]);
+    }
     // W's rows in `groups` equal groups of R = W.rows / groups: group g is matmul of its rows by
     // columns [g * W.cols, (g + 1) * W.cols) of x into columns [g * R, (g + 1) * R) of y (the
     // attention's grouped low-rank output). Here a matmul a group; the CUDA ops run decode's in

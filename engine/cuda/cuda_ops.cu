@@ -174,6 +174,17 @@ public:
                      "cuda ops: a matrix to dequantise that reserve() was not told of");
         cuda::matmul(*mm_, W, x, ldx, n_tok, y, ldy, stream_);
     }
+    void matmul_many(const MatView* W, int n, const float* x, int64_t ldx, int64_t n_tok, float* const* y,
+                     const int64_t* ldy) override {
+        bool int8 = n >= 2 && n <= 16;
+        for (int i = 0; i < n && int8; ++i) int8 = lim_.matmul.int8_takes(W[i].type, W[i].cols) && W[i].cols == W[0].cols;
+        if (!int8) {
+            Ops::matmul_many(W, n, x, ldx, n_tok, y, ldy);
+            return;
+        }
+        BG_CHECK_MSG(i8ws_ && W[0].cols <= i8ws_->max_cols(), "cuda ops: an integer-path matrix wider than reserve() was told of");
+        int8_matmul_many(*i8ws_, W, n, x, ldx, n_tok, y, ldy, stream_);
+    }
     void matmul_grouped(const MatView& W, int64_t groups, const float* x, int64_t ldx, int64_t n_tok, float* y,
                         int64_t ldy) override {
         if (lim_.matmul.int8_takes(W.type, W.cols) && groups > 1) {

@@ -54,6 +54,16 @@ constexpr int kGemvWarps = 8;        // warps of a CTA
 constexpr int kGemvSpanChunks = 32;  // 32-weight chunks of a span: one a lane; whole super-blocks too
 constexpr int kGemvStages = 2;       // spans of a warp in flight
 
+constexpr int kGemvMaxSegs = 8;  // segments of one launch (GemvParams::seg)
+
+struct GemvSeg {
+    const uint8_t* w;   // the segment's matrix, row 0
+    uint64_t stride;    // bytes between its rows
+    float* y;           // its output: y[j * ldy + row]
+    int64_t ldy;
+    int x_chunk;        // its first activation chunk
+};
+
 struct GemvParams {
     const uint8_t* w[2];   // the matrix (gate), and up when two
     uint64_t stride[2];    // bytes between rows
@@ -64,10 +74,13 @@ struct GemvParams {
     const int8_t* xq;      // fragment order for one n-tile: [nkb][32 lanes][8 bytes]
     const float* xd;       // [nkb][8] block scales
     const float2* xs;      // [nkb][8] scale * sum of q per 16-half (types with a min)
-    // Grouped rows (0: none): rows [g * group_rows, (g + 1) * group_rows) take the activations'
-    // g-th run of nkb chunks (a CTA's rows lie in one group); the attention's grouped output
-    // projection as one launch.
-    int group_rows;
+    // Segments (n_seg 0: none, the one matrix above): rows [seg_row0[s], seg_row0[s + 1]) are
+    // rows of segment s's own matrix (its row 0 at seg_row0[s]) times the activations from chunk
+    // seg[s].x_chunk, stored to its own y; a CTA's rows lie in one segment (MATS 1, kStore). Several
+    // matrices of one input as one launch (matmul_many), or the groups of a grouped projection.
+    int n_seg;
+    int seg_row0[kGemvMaxSegs + 1];
+    GemvSeg seg[kGemvMaxSegs];
     int epilogue;          // Epilogue (int8_matmul_kernel.cuh)
     // kStore: y[(out_rows ? out_rows[j] : j) * ldy + r]
     float* y;
@@ -122,21 +135,32 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvParams p) {
     const int wpr = p.wpr, grp = warp % wpr;
     const int r = blockIdx.x * (kGemvWarps / wpr) + warp / wpr;
     const bool active = r < p.rows;  // warp-uniform
+    // This CTA's segment: its matrix, output and activations; rr is the row within its matrix.
+    const uint8_t* w0 = p.w[0];
+    uint64_t stride0 = p.stride[0];
+    float* y = p.y;
+    int64_t ldy = p.ldy;
+    int rr = r, x_chunk = 0;
+    if (p.n_seg > 0) {
+        const int cta_row0 = blockIdx.x * (kGemvWarps / wpr);
+        int sg = 0;
+        while (sg + 1 < p.n_seg && cta_row0 >= p.seg_row0[sg + 1]) ++sg;
+        w0 = p.seg[sg].w;
+        stride0 = p.seg[sg].stride;
+        y = p.seg[sg].y;
+        ldy = p.seg[sg].ldy;
+        x_chunk = p.seg[sg].x_chunk;
+        rr = r - p.seg_row0[sg];
+    }
     const int nkb = p.nkb;
     const int nblk = nkb / chunks_per_block<T>();
     const int nspan = (nkb + kGemvSpanChunks - 1) / kGemvSpanChunks;
     // This warp's spans: grp, grp + wpr, ...
     const int mine = active && grp < nspan ? (nspan - grp + wpr - 1) / wpr : 0;
 
-    const int8_t* xq = p.xq;
-    const float* xd = p.xd;
-    const float2* xs = p.xs;
-    if (p.group_rows > 0) {
-        const int64_t g = static_cast<int64_t>(blockIdx.x) * (kGemvWarps / wpr) / p.group_rows;
-        xq += g * nkb * kTileTok * 32;
-        xd += g * nkb * kTileTok;
-        xs += g * nkb * kTileTok;
-    }
+    const int8_t* xq = p.xq + static_cast<int64_t>(x_chunk) * kTileTok * 32;
+    const float* xd = p.xd + static_cast<int64_t>(x_chunk) * kTileTok;
+    const float2* xs = p.xs + static_cast<int64_t>(x_chunk) * kTileTok;
 
     int8_t* aq = reinterpret_cast<int8_t*>(smem);
     float* ad = reinterpret_cast<float*>(smem + int64_t{nkb} * NTOK * 32);
@@ -145,7 +169,9 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvParams p) {
 
     const uint8_t* row[MATS];
 #pragma unroll
-    for (int m = 0; m < MATS; ++m) row[m] = p.w[m] + static_cast<uint64_t>(active ? r : 0) * p.stride[m];
+    for (int m = 0; m < MATS; ++m)
+        row[m] = m == 0 ? w0 + static_cast<uint64_t>(active ? rr : 0) * stride0
+                        : p.w[m] + static_cast<uint64_t>(active ? r : 0) * p.stride[m];
     // Copies span number i of this warp (span grp + i * wpr) into its window i % kGemvStages.
     auto issue = [&](int i) {
         const int sp = grp + i * wpr;
@@ -281,7 +307,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvParams p) {
         for (int j = 0; j < NTOK; ++j)
             if (j < p.m && lane == j) {
                 const int64_t o = p.out_rows ? p.out_rows[j] : j;
-                p.y[o * p.ldy + r] = acc[0][j];
+                y[o * ldy + rr] = acc[0][j];
             }
         return;
     }

@@ -264,6 +264,66 @@ void int8_matmul(Int8Workspace& ws, const DeviceMat& W, const float* x, int64_t 
     }
 }
 
+namespace {
+
+// One matrix (or a part of one) of a segmented GEMV: rows of cols columns at w, times the
+// activations from chunk x_chunk, into y.
+struct GemvTarget {
+    GgmlType type;
+    const uint8_t* w;
+    uint64_t stride;
+    int rows;
+    float* y;
+    int64_t ldy;
+    int x_chunk;
+};
+
+// GEMVs of targets of one width (cols) whose activations (m tokens) are already quantised in
+// the workspace: runs of up to kGemvMaxSegs targets of one type in one launch where each
+// target's rows are whole CTAs of it, else a launch a target.
+void launch_gemv_targets(Int8Workspace& ws, const GemvTarget* t, int n, int64_t cols, int m, cudaStream_t stream) {
+    for (int i = 0; i < n;) {
+        int j = i + 1;
+        while (j < n && j - i < int8mm::kGemvMaxSegs && t[j].type == t[i].type) ++j;
+        int total = 0;
+        for (int k = i; k < j; ++k) total += t[k].rows;
+        int8mm::GemvParams p = gemv_params(ws, t[i].w, t[i].stride, nullptr, total, cols, m, ws.xq(), ws.xd(), ws.xs());
+        const int cta_rows = int8mm::kGemvWarps / p.wpr;
+        bool whole = j - i > 1;
+        for (int k = i; k < j; ++k) whole = whole && t[k].rows % cta_rows == 0;
+        if (whole) {
+            store_epilogue(p, t[i].y, t[i].ldy, nullptr);
+            p.n_seg = j - i;
+            int row0 = 0;
+            for (int k = i; k < j; ++k) {
+                p.seg_row0[k - i] = row0;
+                p.seg[k - i] = {t[k].w, t[k].stride, t[k].y, t[k].ldy, t[k].x_chunk};
+                row0 += t[k].rows;
+            }
+            p.seg_row0[j - i] = row0;
+            launch_gemv(t[i].type, p, 1, stream);
+            i = j;
+            continue;
+        }
+        // One target: its own launch on the shared activations.
+        const int64_t off = static_cast<int64_t>(t[i].x_chunk);
+        p = gemv_params(ws, t[i].w, t[i].stride, nullptr, t[i].rows, cols, m, ws.xq() + off * kTileTok * 32,
+                        ws.xd() + off * kTileTok, ws.xs() + off * kTileTok);
+        store_epilogue(p, t[i].y, t[i].ldy, nullptr);
+        launch_gemv(t[i].type, p, 1, stream);
+        ++i;
+    }
+}
+
+// The GEMV's activations of one token take kTileTok columns of the workspace a chunk, so x's
+// whole width fits where it is at most kMaxTiles times the widest matrix.
+void check_gemv_width(const Int8Workspace& ws, int64_t cols) {
+    BG_CHECK_MSG(cols % 32 == 0 && cols <= ws.max_cols() * int8mm::kMaxTiles,
+                 "int8 GEMV: activations wider than the workspace");
+}
+
+}  // namespace
+
 void int8_matmul_grouped(Int8Workspace& ws, const DeviceMat& W, int64_t groups, const float* x, int64_t ldx,
                          int64_t n_tok, float* y, int64_t ldy, cudaStream_t stream) {
     BG_CHECK(groups >= 1 && W.rows % groups == 0);
@@ -279,19 +339,43 @@ void int8_matmul_grouped(Int8Workspace& ws, const DeviceMat& W, int64_t groups, 
     }
     check_int8_weights(W, ws.max_cols());
     const int64_t cols = groups * W.cols;
-    // The GEMV's activations of one token take kTileTok columns of the workspace a chunk, so x's
-    // whole width fits where it is at most kMaxTiles times the widest matrix.
-    BG_CHECK_MSG(cols <= ws.max_cols() * int8mm::kMaxTiles, "int8_matmul_grouped: groups wider than the workspace");
+    check_gemv_width(ws, cols);
     BG_CHECK(n_tok <= 1 || (ldx >= cols && ldy >= W.rows));
+    BG_CHECK(groups <= 64);
     if (W.rows == 0 || n_tok <= 0) return;
     const int m = static_cast<int>(n_tok);
     quantize_x(ws, x, ldx, nullptr, m, cols, stream, false);
-    int8mm::GemvParams p =
-        gemv_params(ws, W.data, W.row_stride, nullptr, static_cast<int>(W.rows), W.cols, m, ws.xq(), ws.xd(), ws.xs());
-    BG_CHECK_MSG(group_rows % (int8mm::kGemvWarps / p.wpr) == 0, "int8_matmul_grouped: a CTA's rows span two groups");
-    p.group_rows = static_cast<int>(group_rows);
-    store_epilogue(p, y, std::max<int64_t>(ldy, W.rows), nullptr);
-    launch_gemv(W.type, p, 1, stream);
+    GemvTarget t[64];
+    for (int64_t g = 0; g < groups; ++g)
+        t[g] = {W.type, W.data + static_cast<uint64_t>(g * group_rows) * W.row_stride, W.row_stride,
+                static_cast<int>(group_rows), y + g * group_rows, std::max<int64_t>(ldy, W.rows),
+                static_cast<int>(g * W.cols / 32)};
+    launch_gemv_targets(ws, t, static_cast<int>(groups), W.cols, m, stream);
+}
+
+void int8_matmul_many(Int8Workspace& ws, const DeviceMat* W, int n, const float* x, int64_t ldx, int64_t n_tok,
+                      float* const* y, const int64_t* ldy, cudaStream_t stream) {
+    BG_CHECK(n >= 1 && n <= 16);
+    for (int i = 0; i < n; ++i) BG_CHECK_MSG(W[i].cols == W[0].cols, "int8_matmul_many: matrices of one width");
+    if (!gemv_pass(ws, n_tok) || n == 1) {
+        for (int i = 0; i < n; ++i) int8_matmul(ws, W[i], x, ldx, n_tok, y[i], ldy[i], stream);
+        return;
+    }
+    for (int i = 0; i < n; ++i) {
+        check_int8_weights(W[i], ws.max_cols());
+        BG_CHECK(n_tok <= 1 || ldy[i] >= W[i].rows);
+    }
+    BG_CHECK(n_tok <= 1 || ldx >= W[0].cols);
+    if (n_tok <= 0) return;
+    const int m = static_cast<int>(n_tok);
+    quantize_x(ws, x, ldx, nullptr, m, W[0].cols, stream, false);
+    GemvTarget t[16];
+    int nt = 0;
+    for (int i = 0; i < n; ++i)
+        if (W[i].rows > 0)
+            t[nt++] = {W[i].type, W[i].data, W[i].row_stride, static_cast<int>(W[i].rows), y[i],
+                       std::max<int64_t>(ldy[i], W[i].rows), 0};
+    launch_gemv_targets(ws, t, nt, W[0].cols, m, stream);
 }
 
 void int8_expert_ffn(Int8Workspace& ws, const ExpertMats& e, const float* x, int64_t ldx, const int32_t* rows,

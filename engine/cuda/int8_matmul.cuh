@@ -113,6 +113,12 @@ void int8_matmul(Int8Workspace& ws, const DeviceMat& W, const float* x, int64_t 
 void int8_matmul_grouped(Int8Workspace& ws, const DeviceMat& W, int64_t groups, const float* x, int64_t ldx,
                          int64_t n_tok, float* y, int64_t ldy, cudaStream_t stream);
 
+// Ops::matmul_many through int8 activations: n matrices of one width times the same x, each into
+// its own y. A GEMV pass quantises x once and runs the matrices of one type in one launch (up to
+// eight); larger passes run int8_matmul a matrix. Each y is bit for bit int8_matmul's.
+void int8_matmul_many(Int8Workspace& ws, const DeviceMat* W, int n, const float* x, int64_t ldx, int64_t n_tok,
+                      float* const* y, const int64_t* ldy, cudaStream_t stream);
+
 // cuda::expert_ffn's contract (quant_matmul.cuh) through int8 activations: x (gathered by rows)
 // and h = SwiGLU(gate . x, up . x) are each quantised to int8 blocks once. Gate, up and down may
 // have different int8 types.

@@ -407,8 +407,7 @@ void Forward::blocks(int64_t l, int64_t p0, int64_t n) {
     const RopeParams rp = rope_compressed(hp_);
     if (ro.kv_source) {
         const int64_t r = hp_.compress_ratios[l];
-        ops_->matmul(w.comp_kv, x_, E_, n, comp_in_[l] + p0 * hd, hd);
-        if (ro.gated) ops_->matmul(w.comp_gate, x_, E_, n, comp_score_[l] + p0 * hd, hd);
+        // comp_kv (and comp_gate) of x_ ran with the layer's other projections of it (attention()).
         // Block b = p / r completes at its last token: blocks [b0, b1) complete here.
         const int64_t b0 = (p0 + r) / r - 1, b1 = (p0 + n) / r;
         if (b1 > b0) {
@@ -441,11 +440,29 @@ void Forward::attention(int64_t l, int64_t p0, int64_t n) {
     const int32_t* pos = iota_ + p0;
     const RopeParams rp = rope_for_layer(hp_, l);
 
-    ops_->matmul(w.q_a, x_, E_, n, qa_, ql);
+    // Every projection of x_ in one call (one activation pass; at decode one launch where the
+    // types allow): the query's low rank, the KV row, the compressor's KV and gate, the indexer's
+    // head weights.
+    MatView proj[5];
+    float* proj_out[5];
+    int64_t proj_ld[5];
+    int n_proj = 0;
+    auto project = [&](const MatView& W, float* y, int64_t ldy) {
+        proj[n_proj] = W;
+        proj_out[n_proj] = y;
+        proj_ld[n_proj++] = ldy;
+    };
+    project(w.q_a, qa_, ql);
+    project(w.kv, kvb_, hd);
+    if (ro.kv_source) {
+        project(w.comp_kv, comp_in_[l] + p0 * hd, hd);
+        if (ro.gated) project(w.comp_gate, comp_score_[l] + p0 * hd, hd);
+    }
+    if (ro.index_source) project(w.idx_proj, iw_, hp_.idx_n_head);
+    ops_->matmul_many(proj, n_proj, x_, E_, n, proj_out, proj_ld);
     ops_->rmsnorm(qa_, w.q_a_norm, ql, n, hp_.rms_eps, qa_);
     ops_->matmul(w.q_b, qa_, ql, n, q_, qd);
     ops_->rope(q_, qd, n, pos, nh, hd, rp, false);
-    ops_->matmul(w.kv, x_, E_, n, kvb_, hd);
     float* kv_rows = kv_cache_[l] + p0 * hd;
     ops_->rmsnorm(kvb_, w.kv_a_norm, hd, n, hp_.rms_eps, kv_rows);
     ops_->rope(kv_rows, hd, n, pos, 1, hd, rp, false);
@@ -454,7 +471,6 @@ void Forward::attention(int64_t l, int64_t p0, int64_t n) {
         const int64_t ih = hp_.idx_n_head, id = hp_.idx_head_dim;
         ops_->matmul(w.idx_q_b, qa_, ql, n, iq_, ih * id);
         ops_->rope(iq_, ih * id, n, pos, ih, id, rope_compressed(hp_), false);
-        ops_->matmul(w.idx_proj, x_, E_, n, iw_, ih);
         ops_->scale(iw_, n * ih, 1.0f / std::sqrt(static_cast<float>(id * ih)));
         IndexerArgs a;
         a.q = iq_;
