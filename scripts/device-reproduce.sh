@@ -413,7 +413,7 @@ for part in "$@"; do
       # Two engines on one machine, alternated: $stage/betelgeuse.base (staged beside the new one,
       # scripts/device-stage-base.sh) and $stage/betelgeuse, slice decode as slice-decode-threads
       # runs it (resident-only, S 20 / H 5, one warm pass, 32 tokens) in hybrid and, every
-      # resident expert in VRAM, the GPU's own chain; BG_AB_REPS rounds (2).
+      # resident expert in VRAM, the GPU's own chain on all SMs and on 28 (BG_AB_CFGS); BG_AB_REPS rounds (2).
       slice_model
       [ -x "$stage/betelgeuse.base" ] || { note "slice-decode-ab: no $stage/betelgeuse.base"; status=1; continue; }
       new_id=$("$bin" version 2>/dev/null | awk '/commit/ {print $2; exit}')
@@ -423,9 +423,12 @@ for part in "$@"; do
       for rep in $(seq 1 "${BG_AB_REPS:-2}"); do
         for which in base new; do
           b=$bin; [ $which = base ] && b=$stage/betelgeuse.base
-          for cfg in hybrid vram; do
-            if [ $cfg = vram ]; then budget=(--slots 20 --hot 20 --vram-budget 8000 --host-budget 2875 --decode-experts gpu)
-            else budget=(--slots 20 --hot 5 --transient-slots 12 --host-budget 2875 --vram-budget 3068 --decode-experts hybrid); fi
+          for cfg in ${BG_AB_CFGS:-hybrid vram vram-sm28}; do  # vram-sm28: the RTX 3060's 28 SMs (--sm-limit)
+            case $cfg in
+              vram) budget=(--slots 20 --hot 20 --vram-budget 8000 --host-budget 2875 --decode-experts gpu) ;;
+              vram-sm28) budget=(--slots 20 --hot 20 --vram-budget 8000 --host-budget 2875 --decode-experts gpu --sm-limit 28) ;;
+              *) budget=(--slots 20 --hot 5 --transient-slots 12 --host-budget 2875 --vram-budget 3068 --decode-experts hybrid) ;;
+            esac
             note "slice decode A/B: $which $cfg round $rep"
             "$b" run --backend cuda --model models/slice.gguf --file scenarios/prompts/64-tokens.txt --passes 2 --gen 32 \
               --ignore-eos --routing resident-only --prefill layer-major --ubatch 16 --promote "${budget[@]}" --threads 0 \
