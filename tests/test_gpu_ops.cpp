@@ -862,8 +862,10 @@ TEST_F(GpuTest, RouterMatchesRouteForEveryPolicy) {
         int64_t n_resident;
         bool norm;  // expert_weights_norm
     };
+    // Up to 512 experts the router walks them in registers (2-16 a lane); more go through shared
+    // memory (600); more than 32 ranks (40 of 512) read their p again at the end.
     for (const Case c : {Case{384, 6, 1.5f, 20, true}, Case{70, 1, 1.0f, 9, true}, Case{45, 8, 2.5f, 8, true},
-                         Case{384, 6, 1.5f, 20, false}}) {
+                         Case{384, 6, 1.5f, 20, false}, Case{600, 6, 1.5f, 20, true}, Case{512, 40, 1.0f, 60, true}}) {
         for (RoutingPolicy policy : {RoutingPolicy::kExact, RoutingPolicy::kPinnedTop1, RoutingPolicy::kResidentOnly,
                                      RoutingPolicy::kHotPool}) {
             // Hot-pool under every case of its definition: no hot expert, fewer than k - 1, exactly

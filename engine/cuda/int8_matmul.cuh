@@ -109,13 +109,15 @@ void int8_matmul(Int8Workspace& ws, const DeviceMat& W, const float* x, int64_t 
 // Ops::matmul_grouped through int8 activations: W's rows in `groups` equal groups, group g
 // multiplying columns [g * W.cols, (g + 1) * W.cols) of x into columns [g * rows/groups, ...) of
 // y. A GEMV pass (n_tok <= ws.gemv_tokens()) quantises x once and runs every group in one launch;
-// larger passes run int8_matmul a group. Each group's y is bit for bit int8_matmul's on its rows.
+// larger passes run int8_matmul a group. Each group's y is int8_matmul's on its rows up to the order
+// of the FP32 sums across a row's warps (the launch's rows set its warps a row).
 void int8_matmul_grouped(Int8Workspace& ws, const DeviceMat& W, int64_t groups, const float* x, int64_t ldx,
                          int64_t n_tok, float* y, int64_t ldy, cudaStream_t stream);
 
 // Ops::matmul_many through int8 activations: n matrices of one width times the same x, each into
 // its own y. A GEMV pass quantises x once and runs the matrices of one type in one launch (up to
-// eight); larger passes run int8_matmul a matrix. Each y is bit for bit int8_matmul's.
+// eight); larger passes run int8_matmul a matrix. Each y is int8_matmul's up to the order of the
+// FP32 sums across a row's warps.
 void int8_matmul_many(Int8Workspace& ws, const DeviceMat* W, int n, const float* x, int64_t ldx, int64_t n_tok,
                       float* const* y, const int64_t* ldy, cudaStream_t stream);
 

@@ -93,6 +93,111 @@ __global__ void route_kernel(int policy, const float* logits, const float* bias,
     }
 }
 
+// The same walk with each lane's experts (lane + 32 i, i < PL) in registers: keys, p and the
+// eligibility and taken bits, so a rank's scan is PL register compares and the butterfly. With
+// them in shared memory each rank still waited on PL dependent loads (18 us a decode layer at
+// 384 experts on an H200). Experts past n_expert are marked taken. Dynamic shared memory: the
+// chosen ids [k].
+template <int PL>
+__global__ void route_reg_kernel(int policy, const float* logits, const float* bias, const uint8_t* resident,
+                                 const uint8_t* hot, int64_t n_expert, int k, int norm, float scale, int32_t* ids,
+                                 float* weights) {
+    static_assert(PL >= 1 && PL <= 32, "a bit an expert of a lane");
+    extern __shared__ int32_t route_chosen[];  // [k]
+    __shared__ float chosen_p[32];             // p of the first 32 ranks (more read p again below)
+    const int64_t t = blockIdx.x;
+    const int lane = threadIdx.x;
+    const float* lg = logits + t * n_expert;
+    float p[PL], key[PL];
+    uint32_t res_bits = 0, hot_bits = 0, taken = 0;
+#pragma unroll
+    for (int i = 0; i < PL; ++i) {
+        const int64_t e = lane + 32 * static_cast<int64_t>(i);
+        if (e < n_expert) {
+            const float x = __ldg(lg + e);
+            p[i] = sqrtf(fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x))));  // sqrt(softplus)
+            key[i] = p[i] + (bias ? __ldg(bias + e) : 0.0f);
+            if (resident && resident[e]) res_bits |= 1u << i;
+            if (hot && hot[e]) hot_bits |= 1u << i;
+        } else {
+            p[i] = 0.0f;
+            key[i] = -INFINITY;
+            taken |= 1u << i;
+        }
+    }
+    int n_found = 0;
+    float sum = 0.0f;
+    bool hot_left = true;
+    for (int j = 0; j < k; ++j) {
+        int need = kAny;
+        if (policy == static_cast<int>(RoutingPolicy::kResidentOnly) ||
+            (policy == static_cast<int>(RoutingPolicy::kPinnedTop1) && j > 0))
+            need = kResident;
+        if (policy == static_cast<int>(RoutingPolicy::kHotPool)) need = j > 0 && hot_left ? kHot : kResident;
+        float bk = 0.0f;
+        int be = -1;
+        for (;;) {
+            const uint32_t ok = ~taken & (need == kAny ? 0xFFFFFFFFu : need == kResident ? res_bits : hot_bits);
+            bk = 0.0f;
+            be = -1;
+#pragma unroll
+            for (int i = 0; i < PL; ++i)
+                if (((ok >> i) & 1u) && (be < 0 || key[i] > bk)) {  // ids rise with i: ">" keeps the lower id
+                    bk = key[i];
+                    be = lane + 32 * i;
+                }
+            for (int o = 16; o > 0; o >>= 1) {
+                const float ok2 = __shfl_xor_sync(0xffffffffu, bk, o);
+                const int oe = __shfl_xor_sync(0xffffffffu, be, o);
+                if (oe >= 0 && (be < 0 || ok2 > bk || (ok2 == bk && oe < be))) {
+                    bk = ok2;
+                    be = oe;
+                }
+            }
+            if (be >= 0 || need != kHot) break;
+            hot_left = false;
+            need = kResident;
+        }
+        if (be < 0) break;
+        // The winner's owner marks it taken and hands its p to the warp.
+        float pv = 0.0f;
+#pragma unroll
+        for (int i = 0; i < PL; ++i)
+            if ((be & 31) == lane && (be >> 5) == i) {
+                pv = p[i];
+                taken |= 1u << i;
+            }
+        pv = __shfl_sync(0xffffffffu, pv, be & 31);
+        if (lane == 0) {
+            route_chosen[j] = be;
+            if (j < 32) chosen_p[j] = pv;
+        }
+        sum += pv;
+        ++n_found;
+    }
+    __syncwarp();
+    const float f = norm ? scale / fmaxf(sum, 6.1035e-5f) : scale;  // RouteWeighting::factor
+    for (int j = lane; j < k; j += 32) {
+        const bool found = j < n_found;
+        float pj = 0.0f;
+        if (found) {
+            const int e = route_chosen[j];
+            const float x = lg[e];
+            pj = j < 32 ? chosen_p[j] : sqrtf(fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x))));
+        }
+        ids[t * k + j] = found ? route_chosen[j] : -1;
+        weights[t * k + j] = found ? pj * f : 0.0f;
+    }
+}
+
+template <int PL>
+void launch_route_reg(int policy, const float* logits, const float* bias, const uint8_t* resident, const uint8_t* hot,
+                      int64_t n_tok, int64_t n_expert, int k, RouteWeighting wt, int32_t* ids, float* weights,
+                      cudaStream_t stream) {
+    route_reg_kernel<PL><<<static_cast<unsigned>(n_tok), 32, static_cast<size_t>(k) * sizeof(int32_t), stream>>>(
+        policy, logits, bias, resident, hot, n_expert, k, wt.norm ? 1 : 0, wt.scale, ids, weights);
+}
+
 }  // namespace
 
 void route(RoutingPolicy policy, const float* logits, const float* bias, const uint8_t* resident, const uint8_t* hot,
@@ -102,6 +207,18 @@ void route(RoutingPolicy policy, const float* logits, const float* bias, const u
     BG_CHECK(policy != RoutingPolicy::kHotPool || hot != nullptr);
     if (n_tok <= 0) return;
     BG_CHECK(n_tok <= INT_MAX);
+    // Up to 512 experts (32 a lane at most 16): the register walk.
+    const int pol = static_cast<int>(policy);
+    if (n_expert <= 512 && static_cast<size_t>(k) * sizeof(int32_t) <= 48 * 1024) {
+        const int64_t per_lane = (n_expert + 31) / 32;
+        if (per_lane <= 2) launch_route_reg<2>(pol, logits, bias, resident, hot, n_tok, n_expert, k, wt, ids, weights, stream);
+        else if (per_lane <= 4) launch_route_reg<4>(pol, logits, bias, resident, hot, n_tok, n_expert, k, wt, ids, weights, stream);
+        else if (per_lane <= 8) launch_route_reg<8>(pol, logits, bias, resident, hot, n_tok, n_expert, k, wt, ids, weights, stream);
+        else if (per_lane <= 12) launch_route_reg<12>(pol, logits, bias, resident, hot, n_tok, n_expert, k, wt, ids, weights, stream);
+        else launch_route_reg<16>(pol, logits, bias, resident, hot, n_tok, n_expert, k, wt, ids, weights, stream);
+        BG_CUDA_CHECK_LAUNCH();
+        return;
+    }
     const size_t smem = (2 * static_cast<size_t>(n_expert) + static_cast<size_t>(k)) * 4 + 2 * static_cast<size_t>(n_expert);
     BG_CHECK_MSG(smem <= 48 * 1024, "router: too many experts for one block's shared memory");
     route_kernel<<<static_cast<unsigned>(n_tok), 32, smem, stream>>>(static_cast<int>(policy), logits, bias, resident,
