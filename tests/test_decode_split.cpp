@@ -68,6 +68,29 @@ TEST(DecodeSplit, HybridEndsBothPathsTogether) {
     EXPECT_EQ(c, 4);
 }
 
+// The probe (kCpuProbeEveryLayers): where the rates give the CPU none, it takes the expert with
+// the fewest tokens (the first of them); where they give it some, the probe changes nothing; the
+// other modes ignore it.
+TEST(DecodeSplit, ACpuProbeTakesOneExpertOnlyWhereTheRatesGiveTheCpuNone) {
+    bg::HostPathRates slow = h200_like();
+    slow.cpu_ms_one = 10;
+    const std::vector<int32_t> tokens = {2, 1, 3, 1};
+    std::vector<uint8_t> on_cpu(tokens.size()), want(tokens.size());
+    std::vector<int32_t> order(tokens.size());
+    EXPECT_EQ(bg::split_host_experts(DecodeExperts::kHybrid, slow, tokens.data(), 4, on_cpu.data(), order.data(), false), 0);
+    EXPECT_EQ(on_cpu, (std::vector<uint8_t>{0, 0, 0, 0}));
+    EXPECT_EQ(bg::split_host_experts(DecodeExperts::kHybrid, slow, tokens.data(), 4, on_cpu.data(), order.data(), true), 1);
+    EXPECT_EQ(on_cpu, (std::vector<uint8_t>{0, 1, 0, 0})) << "the first of the fewest-token experts";
+    for (bool probe : {false, true}) {
+        EXPECT_EQ(bg::split_host_experts(DecodeExperts::kHybrid, h200_like(), tokens.data(), 4, on_cpu.data(),
+                                         order.data(), probe), 2);
+        EXPECT_EQ(on_cpu, (std::vector<uint8_t>{0, 1, 0, 1})) << "probe " << probe;
+        EXPECT_EQ(bg::split_host_experts(DecodeExperts::kGpu, slow, tokens.data(), 4, on_cpu.data(), order.data(), probe), 0);
+        EXPECT_EQ(bg::split_host_experts(DecodeExperts::kCpu, slow, tokens.data(), 4, on_cpu.data(), order.data(), probe), 4);
+    }
+    EXPECT_EQ(bg::split_host_experts(DecodeExperts::kHybrid, slow, tokens.data(), 0, on_cpu.data(), order.data(), true), 0);
+}
+
 TEST(DecodeSplit, FewestTokensGoToTheCpuAndTheChoiceIsPure) {
     // The CPU's cost grows with tokens: the two single-token experts (positions 1 and 3) go.
     const std::vector<int32_t> tokens = {3, 1, 2, 1};
@@ -123,6 +146,10 @@ TEST(DecodeSplit, SameTokensOnEveryPathAndEachHostByteTakesOnePath) {
             EXPECT_EQ(cpu + pcie, host + disk) << "a host or disk expert byte is copied or computed in place, once";
             EXPECT_GT(host, 0u) << "no host-resident expert in decode: no test";
             EXPECT_EQ(d["host_experts"]["cpu_bytes"], x["cpu_bytes"]);
+            EXPECT_LE(x["cpu_probes"].get<uint64_t>(), x["cpu_experts"].get<uint64_t>());
+            if (mode != DecodeExperts::kHybrid) {
+                EXPECT_EQ(x["cpu_probes"].get<uint64_t>(), 0u);
+            }
             // Every expert the store copied is one it found in host memory or read from disk and
             // did not hand to the CPU; each copy is a whole expert (the tiny model's experts are
             // all one size).

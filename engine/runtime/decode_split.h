@@ -55,8 +55,19 @@ struct HostPathRates {
 //   list), c minimising max(CPU time, copy time + one GPU kernel): the compute thread computes
 //   CPU experts while the copies land, and the GPU kernel of each copied expert is short, so the
 //   layer ends when the slower of the two paths does. Ties choose the smaller c.
+//   probe_cpu (hybrid): where the rates give the CPU none, it takes the expert with the fewest
+//   tokens anyway, so a CPU rate that is too slow gets measured again (below).
 // `order` is n entries of caller scratch (nothing is allocated). A pure function of its inputs.
 int64_t split_host_experts(DecodeExperts mode, const HostPathRates& r, const int32_t* tokens, int64_t n,
-                           uint8_t* on_cpu, int32_t* order);
+                           uint8_t* on_cpu, int32_t* order, bool probe_cpu = false);
+
+// Decode layers in a row whose split gave the CPU none after which the next gives it one
+// (TieredExpertStore): the CPU's rate is learnt only from the experts it computes, so one slow
+// start-up figure would otherwise keep it idle for the whole run. On the H200 machine of
+// 2026-12-05 14:40 the start-up figure read 5.1 ms for an expert the CPU computes in about 0.3,
+// twice, and those runs copied every host expert (89.6 and 119.6 tok/s where the others of the
+// machine gave 118-125 and, the hour before, 173.7). At one probe in 32 layers a CPU that is
+// really that slow costs one slow expert in 32 layers.
+constexpr int64_t kCpuProbeEveryLayers = 32;
 
 }  // namespace bg

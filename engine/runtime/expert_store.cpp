@@ -52,6 +52,7 @@ StoreCounters StoreCounters::operator-(const StoreCounters& o) const {
     d.speculative_unused -= o.speculative_unused;
     d.pool_allocations -= o.pool_allocations;
     d.cpu_experts -= o.cpu_experts;
+    d.cpu_probes -= o.cpu_probes;
     d.cpu_bytes -= o.cpu_bytes;
     return d;  // max_reads_one_expert_pass is per pass already
 }
@@ -80,6 +81,7 @@ nlohmann::json StoreCounters::to_json() const {
             {"speculative_copies", speculative_copies},
             {"speculative_unused", speculative_unused},
             {"cpu_experts", cpu_experts},
+            {"cpu_probes", cpu_probes},
             {"cpu_bytes", cpu_bytes},
             {"max_reads_one_expert_pass", max_reads_one_expert_pass}};
 }
@@ -253,11 +255,20 @@ void TieredExpertStore::begin_layer(int64_t layer, const int32_t* experts, const
             split_items_[n_host] = static_cast<int32_t>(j);
             split_tokens_[n_host++] = it.tokens;
         }
-        split_host_experts(host_mode_, rates_[layer], split_tokens_.data(), n_host, split_on_cpu_.data(), split_order_.data());
+        int64_t& idle = cpu_idle_layers_[static_cast<size_t>(layer)];
+        const bool probe = host_mode_ == DecodeExperts::kHybrid && n_host > 0 && idle + 1 >= kCpuProbeEveryLayers;
+        const int64_t by_rates = split_host_experts(host_mode_, rates_[layer], split_tokens_.data(), n_host,
+                                                    split_on_cpu_.data(), split_order_.data());
+        if (by_rates == 0 && probe)
+            split_host_experts(host_mode_, rates_[layer], split_tokens_.data(), n_host, split_on_cpu_.data(),
+                               split_order_.data(), true);
+        if (n_host > 0) idle = by_rates > 0 || probe ? 0 : idle + 1;
         for (int64_t i = 0; i < n_host; ++i) {
             if (!split_on_cpu_[i]) continue;
             Item& it = items_[split_items_[i]];
             it.on_cpu = true;
+            it.cpu_probe = by_rates == 0;
+            c_.cpu_probes += by_rates == 0 ? 1 : 0;
             it.stage = Stage::kReady;
             ++c_.cpu_experts;
             c_.cpu_bytes += m_.expert_bytes_each(layer);
@@ -323,8 +334,10 @@ void TieredExpertStore::release(int32_t expert) {
         BG_CHECK(it.stage == Stage::kDelivered);
         it.stage = Stage::kDone;
         if (it.on_cpu && it.tokens == 1) {
+            // A probe's figure replaces the rate: the rate it corrects was never refined since.
             double& r = rates_[static_cast<size_t>(layer_)].cpu_ms_one;
-            r += kRateWeight * ((now_ms() - it.handed_ms) - r);
+            const double took = now_ms() - it.handed_ms;
+            r = it.cpu_probe ? took : r + kRateWeight * (took - r);
         }
         if (it.transient >= 0) pool_->give_transient(it.transient);
         it.transient = -1;
@@ -622,6 +635,7 @@ void TieredExpertStore::set_host_compute(DecodeExperts mode, const std::vector<H
     host_mode_ = mode;
     rates_ = rates;
     rates_at_start_ = rates;
+    cpu_idle_layers_.assign(static_cast<size_t>(L_), 0);
 }
 
 TieredExpertStore::HostPathProbe TieredExpertStore::probe_host_path(int64_t layer) {

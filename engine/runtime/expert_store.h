@@ -82,6 +82,7 @@ struct StoreCounters {
     uint64_t speculative_copies = 0;  // host-slot experts copied before routing named them
     uint64_t speculative_unused = 0;  // of those, experts routing then did not use (PCIe bytes spent for nothing)
     uint64_t cpu_experts = 0;        // host-resident experts computed by the CPU in place (no copy)
+    uint64_t cpu_probes = 0;         // of those, given to it to measure its rate again (kCpuProbeEveryLayers)
     uint64_t cpu_bytes = 0;          // their bytes
     uint64_t max_reads_one_expert_pass = 0;  // most disk reads of one (layer, expert) in a pass
     uint64_t pool_allocations = 0;   // start-up allocations; never grows afterwards
@@ -191,6 +192,7 @@ private:
         bool to_hot = false;        // a hot-home expert read from disk: staging -> hot slot
         bool unused = false;        // copied on prepare_layer's hint, and routing did not name it: never delivered
         bool on_cpu = false;        // computed by the caller's CPU from host_src (no copy)
+        bool cpu_probe = false;     // on_cpu only because the CPU had none for kCpuProbeEveryLayers layers
         double handed_ms = 0;       // when next_ready handed an on_cpu item out (now_ms)
         int32_t staging = -1, transient = -1;
         const uint8_t* host_src = nullptr;  // host slot or staging holding the bytes
@@ -242,6 +244,7 @@ private:
     DecodeExperts host_mode_ = DecodeExperts::kGpu;
     std::vector<HostPathRates> rates_;           // [layer], refined as the run goes
     std::vector<HostPathRates> rates_at_start_;  // [layer], as set_host_compute gave them
+    std::vector<int64_t> cpu_idle_layers_;       // [layer] decode layers in a row the split gave the CPU none
     std::vector<int32_t> split_items_, split_tokens_, split_order_;  // [n_expert] begin_layer's host split
     std::vector<uint8_t> split_on_cpu_;                              // [n_expert]
     StoreCounters c_;
