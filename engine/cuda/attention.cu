@@ -49,6 +49,71 @@ __device__ float block_reduce(float v, float* red) {
     return red[32];
 }
 
+// The rows the query at position p sees: window rows j0 .. j0 + n_win - 1, then n - n_win
+// selected compressed rows.
+struct QueryRows {
+    int64_t j0, n_win, n;
+};
+__device__ __forceinline__ QueryRows query_rows(const AttentionArgs& a, int64_t p) {
+    QueryRows r;
+    r.j0 = p - a.window + 1 > 0 ? p - a.window + 1 : 0;
+    r.n_win = p - r.j0 + 1 > 0 ? p - r.j0 + 1 : 0;
+    int64_t n_sel = 0;
+    if (a.comp) {
+        n_sel = a.sel_n[p];
+        n_sel = n_sel < 0 ? 0 : (n_sel > a.top_k ? a.top_k : n_sel);
+    }
+    r.n = r.n_win + n_sel;
+    return r;
+}
+// Row j of those rows as a source: >= 0 a window row, < 0 compressed row -(s+1).
+__device__ __forceinline__ int32_t row_source(const AttentionArgs& a, int64_t p, const QueryRows& q, int64_t j) {
+    return j < q.n_win ? static_cast<int32_t>(q.j0 + j) : -(a.sel[p * a.top_k + (j - q.n_win)] + 1);
+}
+__device__ __forceinline__ const float* row_at(const AttentionArgs& a, int32_t src) {
+    return src >= 0 ? a.kv + src * a.d : a.comp + static_cast<int64_t>(-src - 1) * a.d;
+}
+// One warp over lg[0 .. n): mx = the largest of mx0 and them, each replaced by exp(lg - mx);
+// returns (mx, the sum of those terms), on every lane.
+__device__ __forceinline__ float2 warp_exp_terms(float* lg, int64_t n, float mx0) {
+    const int lane = threadIdx.x & 31;
+    float mx = mx0;
+    for (int64_t j = lane; j < n; j += 32) mx = fmaxf(mx, lg[j]);
+    mx = warp_max(mx);
+    float sum = 0.0f;
+    for (int64_t j = lane; j < n; j += 32) {
+        const float e = expf(lg[j] - mx);
+        lg[j] = e;
+        sum += e;
+    }
+    return make_float2(mx, warp_sum(sum));
+}
+// Logits of the rows whose sources are src[0 .. n) for the G heads of qs ([G][d]), a warp a row,
+// each of its values used for the G heads: logit[g * ld + j].
+template <int G>
+__device__ void head_logits(const AttentionArgs& a, const float* qs, const int32_t* src, int64_t n, float* logit,
+                            int64_t ld) {
+    const int64_t d = a.d;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    for (int64_t j = warp; j < n; j += n_warps) {
+        const float* row = row_at(a, src[j]);
+        float s[G];
+#pragma unroll
+        for (int g = 0; g < G; ++g) s[g] = 0.0f;
+#pragma unroll 4
+        for (int64_t i = lane; i < d; i += 32) {
+            const float v = row[i];
+#pragma unroll
+            for (int g = 0; g < G; ++g) s[g] += qs[g * d + i] * v;
+        }
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+            s[g] = warp_sum(s[g]);
+            if (lane == 0) logit[g * ld + j] = a.scale * s[g];
+        }
+    }
+}
+
 // One block per (token, group of G heads). The heads share their rows (one KV head), so a
 // block reads each row once for G heads: with one block a head (G = 1, the first version) the
 // slice's 64-token pass spent 0.9 ms a layer here on 24 SMs, every block re-reading the same rows
@@ -66,62 +131,25 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttentionArgs a
     const int64_t groups = a.n_head / G;
     const int64_t t = blockIdx.x / groups, h0 = (blockIdx.x % groups) * G;
     const int64_t p = a.pos[t];
-    const int64_t j0 = p - a.window + 1 > 0 ? p - a.window + 1 : 0;
-    const int64_t n_win = p - j0 + 1 > 0 ? p - j0 + 1 : 0;
-    int64_t n_sel = 0;
-    if (a.comp) {
-        n_sel = a.sel_n[p];
-        n_sel = n_sel < 0 ? 0 : (n_sel > a.top_k ? a.top_k : n_sel);
-    }
-    const int64_t n_rows = n_win + n_sel;
+    const QueryRows qr = query_rows(a, p);
+    const int64_t n_rows = qr.n;
 
     const float* q = a.q + t * a.ldq + h0 * d;  // the group's heads are adjacent
     for (int64_t i = threadIdx.x; i < G * d; i += blockDim.x) qs[i] = q[i];
-    for (int64_t j = threadIdx.x; j < n_rows; j += blockDim.x)
-        src[j] = j < n_win ? static_cast<int32_t>(j0 + j) : -(a.sel[p * a.top_k + (j - n_win)] + 1);
+    for (int64_t j = threadIdx.x; j < n_rows; j += blockDim.x) src[j] = row_source(a, p, qr, j);
     __syncthreads();
-    auto row_of = [&](int64_t j) {
-        const int32_t r = src[j];
-        return r >= 0 ? a.kv + r * d : a.comp + static_cast<int64_t>(-r - 1) * d;
-    };
+    auto row_of = [&](int64_t j) { return row_at(a, src[j]); };
 
-    // Logits: a warp a row, each of its values used for the G heads.
+    head_logits<G>(a, qs, src, n_rows, logit, max_rows);
+    __syncthreads();
+
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
-    for (int64_t j = warp; j < n_rows; j += n_warps) {
-        const float* row = row_of(j);
-        float s[G];
-#pragma unroll
-        for (int g = 0; g < G; ++g) s[g] = 0.0f;
-#pragma unroll 4
-        for (int64_t i = lane; i < d; i += 32) {
-            const float v = row[i];
-#pragma unroll
-            for (int g = 0; g < G; ++g) s[g] += qs[g * d + i] * v;
-        }
-#pragma unroll
-        for (int g = 0; g < G; ++g) {
-            s[g] = warp_sum(s[g]);
-            if (lane == 0) logit[g * max_rows + j] = a.scale * s[g];
-        }
-    }
-    __syncthreads();
-
     // Softmax, a warp a head. The sink joins the max so exp(sink - mx) cannot overflow either, as
     // on the CPU.
     for (int g = warp; g < G; g += n_warps) {
-        float* lg = logit + g * max_rows;
         const float sink = a.sinks[h0 + g];
-        float mx = sink;
-        for (int64_t j = lane; j < n_rows; j += 32) mx = fmaxf(mx, lg[j]);
-        mx = warp_max(mx);
-        float sum = 0.0f;
-        for (int64_t j = lane; j < n_rows; j += 32) {
-            const float e = expf(lg[j] - mx);
-            lg[j] = e;
-            sum += e;
-        }
-        sum = warp_sum(sum);
-        if (lane == 0) inv_s[g] = 1.0f / (expf(sink - mx) + sum);
+        const float2 ms = warp_exp_terms(logit + g * max_rows, n_rows, sink);
+        if (lane == 0) inv_s[g] = 1.0f / (expf(sink - ms.x) + ms.y);
     }
     __syncthreads();
 
@@ -166,14 +194,8 @@ __global__ void __launch_bounds__(kAttnThreads) attention_split_kernel(Attention
     const int64_t pair = blockIdx.x / splits, s = blockIdx.x % splits;
     const int64_t t = pair / groups, h0 = (pair % groups) * G;
     const int64_t p = a.pos[t];
-    const int64_t j0 = p - a.window + 1 > 0 ? p - a.window + 1 : 0;
-    const int64_t n_win = p - j0 + 1 > 0 ? p - j0 + 1 : 0;
-    int64_t n_sel = 0;
-    if (a.comp) {
-        n_sel = a.sel_n[p];
-        n_sel = n_sel < 0 ? 0 : (n_sel > a.top_k ? a.top_k : n_sel);
-    }
-    const int64_t n_rows = n_win + n_sel;
+    const QueryRows qr = query_rows(a, p);
+    const int64_t n_rows = qr.n;
     const int64_t run = (n_rows + splits - 1) / splits;
     const int64_t r0 = s * run < n_rows ? s * run : n_rows;
     const int64_t nr = (r0 + run < n_rows ? r0 + run : n_rows) - r0;  // <= run_max
@@ -188,52 +210,21 @@ __global__ void __launch_bounds__(kAttnThreads) attention_split_kernel(Attention
 
     const float* q = a.q + t * a.ldq + h0 * d;
     for (int64_t i = threadIdx.x; i < G * d; i += blockDim.x) qs[i] = q[i];
-    for (int64_t j = threadIdx.x; j < nr; j += blockDim.x) {
-        const int64_t r = r0 + j;
-        src[j] = r < n_win ? static_cast<int32_t>(j0 + r) : -(a.sel[p * a.top_k + (r - n_win)] + 1);
-    }
+    for (int64_t j = threadIdx.x; j < nr; j += blockDim.x) src[j] = row_source(a, p, qr, r0 + j);
     __syncthreads();
-    auto row_of = [&](int64_t j) {
-        const int32_t r = src[j];
-        return r >= 0 ? a.kv + r * d : a.comp + static_cast<int64_t>(-r - 1) * d;
-    };
+    auto row_of = [&](int64_t j) { return row_at(a, src[j]); };
+
+    head_logits<G>(a, qs, src, nr, logit, run_max);
+    __syncthreads();
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
-    for (int64_t j = warp; j < nr; j += n_warps) {
-        const float* row = row_of(j);
-        float sg[G];
-#pragma unroll
-        for (int g = 0; g < G; ++g) sg[g] = 0.0f;
-#pragma unroll 4
-        for (int64_t i = lane; i < d; i += 32) {
-            const float v = row[i];
-#pragma unroll
-            for (int g = 0; g < G; ++g) sg[g] += qs[g * d + i] * v;
-        }
-#pragma unroll
-        for (int g = 0; g < G; ++g) {
-            sg[g] = warp_sum(sg[g]);
-            if (lane == 0) logit[g * run_max + j] = a.scale * sg[g];
-        }
-    }
-    __syncthreads();
 
     // The run's softmax terms, a warp a head: exp(logit - m) in place of the logits.
     for (int g = warp; g < G; g += n_warps) {
-        float* lg = logit + g * run_max;
-        float mx = -INFINITY;
-        for (int64_t j = lane; j < nr; j += 32) mx = fmaxf(mx, lg[j]);
-        mx = warp_max(mx);
-        float sum = 0.0f;
-        for (int64_t j = lane; j < nr; j += 32) {
-            const float e = expf(lg[j] - mx);
-            lg[j] = e;
-            sum += e;
-        }
-        sum = warp_sum(sum);
+        const float2 ms = warp_exp_terms(logit + g * run_max, nr, -INFINITY);
         if (lane == 0) {
-            part[(slot + g * splits) * (d + 2) + d] = mx;
-            part[(slot + g * splits) * (d + 2) + d + 1] = sum;
+            part[(slot + g * splits) * (d + 2) + d] = ms.x;
+            part[(slot + g * splits) * (d + 2) + d + 1] = ms.y;
         }
     }
     __syncthreads();

@@ -16,6 +16,28 @@ namespace {
 // Which experts a rank may take: any, the resident ones, or the hot ones (hot-pool).
 enum Eligible : int { kAny = 0, kResident = 1, kHot = 2 };
 
+// Which experts rank j may take under the policy (hot_left: hot-pool has a hot expert untaken).
+__device__ __forceinline__ int rank_need(int policy, int j, bool hot_left) {
+    if (policy == static_cast<int>(RoutingPolicy::kHotPool)) return j > 0 && hot_left ? kHot : kResident;
+    if (policy == static_cast<int>(RoutingPolicy::kResidentOnly) ||
+        (policy == static_cast<int>(RoutingPolicy::kPinnedTop1) && j > 0))
+        return kResident;
+    return kAny;
+}
+
+// The warp's best (key bk, expert be; be < 0: none) under the total order (key descending, id
+// ascending). The butterfly leaves every lane with the same winner, so the warp decides alike.
+__device__ __forceinline__ void warp_best(float& bk, int& be) {
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ok = __shfl_xor_sync(0xffffffffu, bk, o);
+        const int oe = __shfl_xor_sync(0xffffffffu, be, o);
+        if (oe >= 0 && (be < 0 || ok > bk || (ok == bk && oe < be))) {
+            bk = ok;
+            be = oe;
+        }
+    }
+}
+
 // One warp per token. Each rank is one arg-max over the experts still eligible under the total
 // order (p + bias descending, id ascending); taking ranks one by one in that order is what
 // bg::route's walk down the exact ranking does, for every policy. Hot-pool's ranks 2.. take hot
@@ -49,11 +71,7 @@ __global__ void route_kernel(int policy, const float* logits, const float* bias,
     float sum = 0.0f;
     bool hot_left = true;  // hot-pool: some hot expert may still be untaken
     for (int j = 0; j < k; ++j) {
-        int need = kAny;
-        if (policy == static_cast<int>(RoutingPolicy::kResidentOnly) ||
-            (policy == static_cast<int>(RoutingPolicy::kPinnedTop1) && j > 0))
-            need = kResident;
-        if (policy == static_cast<int>(RoutingPolicy::kHotPool)) need = j > 0 && hot_left ? kHot : kResident;
+        int need = rank_need(policy, j, hot_left);
         float bk = 0.0f;
         int be = -1;  // -1: none yet
         for (;;) {
@@ -64,15 +82,7 @@ __global__ void route_kernel(int policy, const float* logits, const float* bias,
                     be = static_cast<int>(e);
                 }
             }
-            // The butterfly leaves every lane with the same winner, so the warp decides alike.
-            for (int o = 16; o > 0; o >>= 1) {
-                const float ok = __shfl_xor_sync(0xffffffffu, bk, o);
-                const int oe = __shfl_xor_sync(0xffffffffu, be, o);
-                if (oe >= 0 && (be < 0 || ok > bk || (ok == bk && oe < be))) {
-                    bk = ok;
-                    be = oe;
-                }
-            }
+            warp_best(bk, be);
             if (be >= 0 || need != kHot) break;
             hot_left = false;  // every hot expert is taken: this rank and the rest among the resident ones
             need = kResident;
@@ -129,11 +139,7 @@ __global__ void route_reg_kernel(int policy, const float* logits, const float* b
     float sum = 0.0f;
     bool hot_left = true;
     for (int j = 0; j < k; ++j) {
-        int need = kAny;
-        if (policy == static_cast<int>(RoutingPolicy::kResidentOnly) ||
-            (policy == static_cast<int>(RoutingPolicy::kPinnedTop1) && j > 0))
-            need = kResident;
-        if (policy == static_cast<int>(RoutingPolicy::kHotPool)) need = j > 0 && hot_left ? kHot : kResident;
+        int need = rank_need(policy, j, hot_left);
         float bk = 0.0f;
         int be = -1;
         for (;;) {
@@ -146,14 +152,7 @@ __global__ void route_reg_kernel(int policy, const float* logits, const float* b
                     bk = key[i];
                     be = lane + 32 * i;
                 }
-            for (int o = 16; o > 0; o >>= 1) {
-                const float ok2 = __shfl_xor_sync(0xffffffffu, bk, o);
-                const int oe = __shfl_xor_sync(0xffffffffu, be, o);
-                if (oe >= 0 && (be < 0 || ok2 > bk || (ok2 == bk && oe < be))) {
-                    bk = ok2;
-                    be = oe;
-                }
-            }
+            warp_best(bk, be);
             if (be >= 0 || need != kHot) break;
             hot_left = false;
             need = kResident;
