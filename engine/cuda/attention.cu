@@ -495,7 +495,8 @@ void launch_attention(const AttentionArgs& a, cudaStream_t stream) {
 
 // The split's shared memory: q of G heads, their logits and the sources of run_max rows.
 size_t attention_split_smem(const AttentionArgs& a, int group, int64_t run_max) {
-    return static_cast<size_t>(group * (a.d + run_max)) * sizeof(float) + static_cast<size_t>(run_max) * sizeof(int32_t);
+    return static_cast<size_t>(group * (a.d + run_max)) * sizeof(float) +
+           static_cast<size_t>(run_max) * sizeof(int32_t);
 }
 
 template <int G>
@@ -536,7 +537,9 @@ void attention(const AttentionArgs& a, cudaStream_t stream, int heads_per_block,
         int g = heads_per_block;
         if (g == 0) {
             g = kAttnMaxGroup;
-            while (g > 1 && (a.n_head % g != 0 || attention_split_smem(a, g, kAttnMinRunRows) > kDefaultSmem - 2048)) g /= 2;
+            while (g > 1 &&
+                   (a.n_head % g != 0 || attention_split_smem(a, g, kAttnMinRunRows) > kDefaultSmem - 2048))
+                g /= 2;
         }
         const int64_t pairs = a.n_tok * a.n_head / g;
         int64_t n = splits;

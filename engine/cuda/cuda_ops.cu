@@ -177,7 +177,8 @@ public:
     void matmul_many(const MatView* W, int n, const float* x, int64_t ldx, int64_t n_tok, float* const* y,
                      const int64_t* ldy) override {
         bool int8 = n >= 2 && n <= 16;
-        for (int i = 0; i < n && int8; ++i) int8 = lim_.matmul.int8_takes(W[i].type, W[i].cols) && W[i].cols == W[0].cols;
+        for (int i = 0; i < n && int8; ++i)
+            int8 = lim_.matmul.int8_takes(W[i].type, W[i].cols) && W[i].cols == W[0].cols;
         if (!int8) {
             Ops::matmul_many(W, n, x, ldx, n_tok, y, ldy);
             return;

@@ -4,6 +4,7 @@
 #include <climits>
 #include <cmath>
 #include <cstddef>
+#include <type_traits>
 
 #include "cuda/check.cuh"
 #include "cuda/ops.cuh"
@@ -210,15 +211,20 @@ void route(RoutingPolicy policy, const float* logits, const float* bias, const u
     const int pol = static_cast<int>(policy);
     if (n_expert <= 512 && static_cast<size_t>(k) * sizeof(int32_t) <= 48 * 1024) {
         const int64_t per_lane = (n_expert + 31) / 32;
-        if (per_lane <= 2) launch_route_reg<2>(pol, logits, bias, resident, hot, n_tok, n_expert, k, wt, ids, weights, stream);
-        else if (per_lane <= 4) launch_route_reg<4>(pol, logits, bias, resident, hot, n_tok, n_expert, k, wt, ids, weights, stream);
-        else if (per_lane <= 8) launch_route_reg<8>(pol, logits, bias, resident, hot, n_tok, n_expert, k, wt, ids, weights, stream);
-        else if (per_lane <= 12) launch_route_reg<12>(pol, logits, bias, resident, hot, n_tok, n_expert, k, wt, ids, weights, stream);
-        else launch_route_reg<16>(pol, logits, bias, resident, hot, n_tok, n_expert, k, wt, ids, weights, stream);
+        auto launch = [&](auto pl) {
+            launch_route_reg<decltype(pl)::value>(pol, logits, bias, resident, hot, n_tok, n_expert, k, wt, ids,
+                                                  weights, stream);
+        };
+        if (per_lane <= 2) launch(std::integral_constant<int, 2>{});
+        else if (per_lane <= 4) launch(std::integral_constant<int, 4>{});
+        else if (per_lane <= 8) launch(std::integral_constant<int, 8>{});
+        else if (per_lane <= 12) launch(std::integral_constant<int, 12>{});
+        else launch(std::integral_constant<int, 16>{});
         BG_CUDA_CHECK_LAUNCH();
         return;
     }
-    const size_t smem = (2 * static_cast<size_t>(n_expert) + static_cast<size_t>(k)) * 4 + 2 * static_cast<size_t>(n_expert);
+    const size_t smem =
+        (2 * static_cast<size_t>(n_expert) + static_cast<size_t>(k)) * 4 + 2 * static_cast<size_t>(n_expert);
     BG_CHECK_MSG(smem <= 48 * 1024, "router: too many experts for one block's shared memory");
     route_kernel<<<static_cast<unsigned>(n_tok), 32, smem, stream>>>(static_cast<int>(policy), logits, bias, resident,
                                                                      hot, n_expert, k, wt.norm ? 1 : 0, wt.scale, ids,
