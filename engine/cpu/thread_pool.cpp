@@ -3,14 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "cpu/cpu_relax.h"
 #include "util/check.h"
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define BG_CPU_RELAX() _mm_pause()
-#else
-#define BG_CPU_RELAX() std::this_thread::yield()
-#endif
 
 namespace bg::cpu {
 

@@ -225,6 +225,11 @@ Forward::Forward(const Model& m, std::unique_ptr<Ops> ops, ExpertProvider& exper
         // Packed row j of the CPU's outputs is row j of eo_host_.
         for (int64_t i = 0; i < f.host_pack; ++i) host_pack_[i] = static_cast<int32_t>(i);
         host_ops_->reserve(lay_.host_ops);
+        const int64_t jobs = cfg_.host_expert_positions * hp_.n_expert_used;  // distinct experts of a call, at most
+        host_jobs_.resize(static_cast<size_t>(jobs));
+        // Where the device's ops run on this host's thread pool too (the CPU backend), the CPU's
+        // experts stay on this thread: two teams cannot share the pool at once.
+        if (!ops_->memory_is_host()) host_thread_ = std::make_unique<cpu::JobThread>(jobs);
     }
     // Layer 0's attention collapses with a one-hot on copy 0.
     for (int64_t i = 0; i < mu; ++i) onehot_[i * kHc] = 1.0f;
@@ -245,6 +250,7 @@ Forward::Forward(const Model& m, std::unique_ptr<Ops> ops, ExpertProvider& exper
 }
 
 Forward::~Forward() {
+    if (host_thread_) host_thread_->wait_idle();  // a call that threw may have left CPU experts running
     ops_->sync();
     for (void* p : host_allocations_) ops_->free_host(p);
 }
@@ -605,6 +611,7 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
         // The CPU's threads wake while the device finishes the layer's routing, and stay awake
         // through the layer's experts (a decode layer takes 1-3 ms on the slice).
         host_ops_->expect_work(kHostWorkAwakeUs);
+        if (host_thread_) host_thread_->stay_awake(kHostWorkAwakeUs);
         ops_->download(xf_host_, xf_ + pos0 * E_, n_pos * E_ * sizeof(float));
         ops_->download(host_gather_, gather_rows_, n_slots * sizeof(int32_t));
         ops_->download(host_scatter_, scatter_rows_, n_slots * sizeof(int32_t));
@@ -647,33 +654,46 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
     // the attention halves did (the runner's grouping).
     const int64_t launch = cfg_.launch_tokens();
     const bool shared_first = units_in_launch(units, n_units, launch) == n_units;
+    // Each expert once, for all its tokens, in the order the provider delivers them. While the
+    // host waits for the next expert, the device works through the queued ones. Announced before
+    // the shared expert's launches: the provider's copies start the sooner (its first copy began
+    // about 100 us after the routing in ecf687b's hybrid trace).
+    experts_.begin_layer(l, used_experts_, used_tokens_, n_used, host_compute);
     if (shared_first) {
         ops_->busy_begin();
         shared_expert(pos0, n_pos);
         ops_->busy_end();
     }
 
-    // Each expert once, for all its tokens, in the order the provider delivers them. While the
-    // host waits for the next expert, the device works through the queued ones.
-    experts_.begin_layer(l, used_experts_, used_tokens_, n_used, host_compute);
     const int64_t lag = std::min<int64_t>(Ops::kFences, experts_.max_unreleased());
     int64_t n_packed = 0;  // routing slots the CPU computed, packed in eo_host_
+    int64_t n_host_jobs = 0;
+    // Should the provider throw (a failed read), the CPU's experts still running end before the
+    // exception leaves: they write this call's buffers and release to the provider.
+    struct HostJobsEnd {
+        cpu::JobThread* t;
+        ~HostJobsEnd() {
+            if (t) t->wait_idle();
+        }
+    } host_jobs_end{host_thread_.get()};
     for (int64_t got = 0; got < n_used; ++got) {
         release_finished(lag);
         ExpertView v;
         const int32_t e = experts_.next_ready(&v);
         const int64_t s0 = by_expert_start_[e], m_total = by_expert_start_[e + 1] - s0;
         if (v.on_host) {
-            // On the CPU, from the host slot, while the device works through what is queued.
+            // On the CPU, from the host slot, on the host thread (released there as it ends),
+            // while this thread goes on issuing the device's experts (here on the CPU backend).
             BG_CHECK(host_compute && m_total <= cfg_.host_expert_positions);
-            const double t0 = now_ms();
-            host_ops_->expert_ffn({v.gate, v.up, v.down}, xf_host_, E_, host_gather_ + s0, m_total, hp_.swiglu_limit[l],
-                                  cfg_.swiglu_form, eo_host_, host_pack_ + n_packed);
+            BG_CHECK(n_host_jobs < static_cast<int64_t>(host_jobs_.size()));
+            host_jobs_[static_cast<size_t>(n_host_jobs)] = {{v.gate, v.up, v.down}, s0, m_total, n_packed,
+                                                            hp_.swiglu_limit[l], e};
             for (int64_t j = 0; j < m_total; ++j) host_dest_[n_packed + j] = host_scatter_[s0 + j];
             n_packed += m_total;
-            experts_.release(e);
-            host_expert_ms_ += now_ms() - t0;
-            ++host_experts_;
+            if (host_thread_)
+                host_thread_->submit(run_host_expert, this, n_host_jobs++);
+            else
+                run_host_expert(this, n_host_jobs++);
             continue;
         }
         ops_->busy_begin();
@@ -694,6 +714,7 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
         release_finished(lag > 0 ? lag - 1 : 0);
     }
 
+    if (host_thread_ && n_host_jobs > 0) host_thread_->wait_idle();
     if (n_packed > 0) {
         // The CPU's rows join the device's: uploaded packed, then scattered to their own rows of
         // eo. The host buffers are rewritten only after the next layer's sync.
@@ -719,6 +740,17 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
     // attention queues behind it on the stream.
     release_finished(0);
     experts_.end_layer();
+}
+
+void Forward::run_host_expert(void* self, int64_t job) {
+    auto* f = static_cast<Forward*>(self);
+    const HostExpertJob& j = f->host_jobs_[static_cast<size_t>(job)];
+    const double t0 = now_ms();
+    f->host_ops_->expert_ffn(j.mats, f->xf_host_, f->E_, f->host_gather_ + j.s0, j.m, j.limit, f->cfg_.swiglu_form,
+                             f->eo_host_, f->host_pack_ + j.pack_at);
+    f->experts_.release(j.expert);
+    f->host_expert_ms_ += now_ms() - t0;
+    ++f->host_experts_;
 }
 
 double Forward::time_expert_ms(const ExpertView& v, int64_t layer, int64_t m, int reps, bool warm_up) {

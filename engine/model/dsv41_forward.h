@@ -17,6 +17,7 @@
 #include "backend/ops.h"
 #include "model/dsv41_model.h"
 #include "model/forward_layout.h"
+#include "cpu/job_thread.h"
 #include "model/layer_forward.h"
 #include "model/providers.h"
 
@@ -175,8 +176,23 @@ private:
     float *xf_host_ = nullptr, *eo_host_ = nullptr, *eo_up_ = nullptr;
     int32_t *host_gather_ = nullptr, *host_scatter_ = nullptr, *host_pack_ = nullptr, *host_dest_ = nullptr,
             *up_rows_ = nullptr;
-    double host_expert_ms_ = 0;
+    double host_expert_ms_ = 0;   // written by host_thread_'s jobs, read between calls
     uint64_t host_experts_ = 0;
+    // A call's CPU experts, computed in turn on host_thread_ while this thread issues the device's
+    // (a copied expert's kernel need not wait for a CPU expert): one job per distinct expert,
+    // [host_expert_positions * k], reused each call; empty without host ops. host_thread_ is null
+    // also on the CPU backend, whose device ops share the host ops' thread pool: the jobs run
+    // inline there.
+    struct HostExpertJob {
+        ExpertMats mats;
+        int64_t s0 = 0, m = 0;  // its routing slots by_expert_start_[e] .. + m
+        int64_t pack_at = 0;    // its output rows: eo_host_ rows pack_at .. + m
+        float limit = 0;        // the layer's SwiGLU clamp
+        int32_t expert = 0;
+    };
+    static void run_host_expert(void* self, int64_t job);
+    std::vector<HostExpertJob> host_jobs_;
+    std::unique_ptr<cpu::JobThread> host_thread_;
     // Experts whose ops are queued but whose slots are not yet released: a ring of (expert,
     // fence recorded after its ops), so the host can ask for the next expert while the device
     // still works on earlier ones.

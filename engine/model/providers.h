@@ -31,7 +31,9 @@ public:
     // many tokens each serves. Each is then returned exactly once by next_ready, in whatever
     // order its bytes become present. With host_compute the caller can compute an expert on the
     // CPU from host memory (it holds the tokens' activations there), and the provider may return
-    // host-resident experts so (ExpertView::on_host) instead of copying them.
+    // host-resident experts so (ExpertView::on_host) instead of copying them. The caller computes
+    // those one after another on a thread of its own and releases each from there as it ends:
+    // a provider that returns them takes release from that thread too.
     virtual void begin_layer(int64_t layer, const int32_t* experts, const int32_t* tokens, int64_t n,
                              bool host_compute) = 0;
     // Blocks until an announced expert not yet returned is present; its view stays valid until

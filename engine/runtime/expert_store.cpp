@@ -202,6 +202,7 @@ void TieredExpertStore::begin_layer(int64_t layer, const int32_t* experts, const
     layer_ = layer;
     if (!prepared) n_items_ = done_ = 0;
     delivered_ = requested_ = 0;
+    cpu_free_ms_ = 0;
     n_deliver_ = n;
     const uint64_t stamp = homes_->begin_lru_layer(layer, experts, n);
     for (int64_t i = 0; i < n; ++i) {
@@ -333,11 +334,14 @@ void TieredExpertStore::release(int32_t expert) {
         Item& it = items_[item_of_[expert]];
         BG_CHECK(it.stage == Stage::kDelivered);
         it.stage = Stage::kDone;
-        if (it.on_cpu && it.tokens == 1) {
+        if (it.on_cpu) {
+            // The caller hands its CPU experts to one thread that computes them in turn (all are
+            // ready at once): each started when it was handed out or when the one before ended.
+            const double now = now_ms(), took = now - std::max(it.handed_ms, cpu_free_ms_);
+            cpu_free_ms_ = now;
             // A probe's figure replaces the rate: the rate it corrects was never refined since.
             double& r = rates_[static_cast<size_t>(layer_)].cpu_ms_one;
-            const double took = now_ms() - it.handed_ms;
-            r = it.cpu_probe ? took : r + kRateWeight * (took - r);
+            if (it.tokens == 1) r = it.cpu_probe ? took : r + kRateWeight * (took - r);
         }
         if (it.transient >= 0) pool_->give_transient(it.transient);
         it.transient = -1;

@@ -245,6 +245,9 @@ private:
     std::vector<HostPathRates> rates_;           // [layer], refined as the run goes
     std::vector<HostPathRates> rates_at_start_;  // [layer], as set_host_compute gave them
     std::vector<int64_t> cpu_idle_layers_;       // [layer] decode layers in a row the split gave the CPU none
+    // When the layer's last on_cpu item was released (now_ms; 0 before the first): the caller
+    // computes its CPU experts one after another, each from the later of its hand-out and this.
+    double cpu_free_ms_ = 0;
     std::vector<int32_t> split_items_, split_tokens_, split_order_;  // [n_expert] begin_layer's host split
     std::vector<uint8_t> split_on_cpu_;                              // [n_expert]
     StoreCounters c_;
