@@ -167,6 +167,7 @@ TEST(DecodeSplit, SameTokensOnEveryPathAndEachHostByteTakesOnePath) {
                     EXPECT_GT(r["cpu_ms_one"].get<double>(), 0.0);
                     EXPECT_GT(r["copy_ms"].get<double>(), 0.0);
                     EXPECT_GT(r["gpu_ms"].get<double>(), 0.0);
+                    EXPECT_GT(r["gpu_in_place_ms"].get<double>(), 0.0);
                 }
             }
             if (mode == DecodeExperts::kCpu) {

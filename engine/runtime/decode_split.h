@@ -45,6 +45,10 @@ struct HostPathRates {
     double cpu_ms_per_token = 0;  // each further token
     double copy_ms = 0;           // its bytes from a host slot into a transient slot
     double gpu_ms = 0;            // the GPU computing it for one token, from device memory
+    // The GPU computing it for one token reading its weights from the host slot, over PCIe (the
+    // slots are pinned, which a kernel can read in place): recorded beside the copy's path, which
+    // the split uses, to see whether skipping the copy would pay.
+    double gpu_in_place_ms = 0;
     double cpu_ms(int64_t tokens) const { return cpu_ms_one + static_cast<double>(tokens - 1) * cpu_ms_per_token; }
     nlohmann::json to_json() const;
 };

@@ -241,13 +241,23 @@ void Session::measure_host_paths() {
         // Decode steps have one token (host_expert_positions); more would each cost about as
         // much again at these widths, where the CPU kernel is compute-bound.
         r.cpu_ms_per_token = r.cpu_ms_one;
+        // The device reading the host slots in place, each expert once in turn as above (a second
+        // read of one could find its bytes in the host's caches); the median.
+        std::vector<double> in_place_ms;
+        for (size_t i = 0; i <= p.host.size(); ++i) {
+            ExpertView v = p.host[i % p.host.size()];
+            v.on_host = false;
+            in_place_ms.push_back(fwd_->time_expert_ms(v, l, 1, 1, false));  // its kernel was loaded above
+        }
+        std::sort(in_place_ms.begin(), in_place_ms.end());
+        r.gpu_in_place_ms = in_place_ms[in_place_ms.size() / 2];
     }
     store_->set_host_compute(cfg_.decode_experts, rates);
     const HostPathRates& r = rates.front();
     std::fprintf(stderr,
                  "decode experts: %s; per host-resident expert of layer 0 at one token: the CPU %.3f ms in place, or a "
-                 "copy %.3f ms and the device %.3f ms\n",
-                 enum_name(cfg_.decode_experts), r.cpu_ms_one, r.copy_ms, r.gpu_ms);
+                 "copy %.3f ms and the device %.3f ms (the device reading it in place: %.3f ms)\n",
+                 enum_name(cfg_.decode_experts), r.cpu_ms_one, r.copy_ms, r.gpu_ms, r.gpu_in_place_ms);
 }
 
 void Session::promote() {
