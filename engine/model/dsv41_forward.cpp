@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "util/check.h"
 #include "util/file_io.h"
@@ -676,6 +677,7 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
             if (t) t->wait_idle();
         }
     } host_jobs_end{host_thread_.get()};
+    host_error_ = nullptr;  // a call that threw may have left one
     for (int64_t got = 0; got < n_used; ++got) {
         release_finished(lag);
         ExpertView v;
@@ -715,6 +717,7 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
     }
 
     if (host_thread_ && n_host_jobs > 0) host_thread_->wait_idle();
+    if (host_error_) std::rethrow_exception(std::exchange(host_error_, nullptr));
     if (n_packed > 0) {
         // The CPU's rows join the device's: uploaded packed, then scattered to their own rows of
         // eo. The host buffers are rewritten only after the next layer's sync.
@@ -746,8 +749,12 @@ void Forward::run_host_expert(void* self, int64_t job) {
     auto* f = static_cast<Forward*>(self);
     const HostExpertJob& j = f->host_jobs_[static_cast<size_t>(job)];
     const double t0 = now_ms();
-    f->host_ops_->expert_ffn(j.mats, f->xf_host_, f->E_, f->host_gather_ + j.s0, j.m, j.limit, f->cfg_.swiglu_form,
-                             f->eo_host_, f->host_pack_ + j.pack_at);
+    try {
+        f->host_ops_->expert_ffn(j.mats, f->xf_host_, f->E_, f->host_gather_ + j.s0, j.m, j.limit,
+                                 f->cfg_.swiglu_form, f->eo_host_, f->host_pack_ + j.pack_at);
+    } catch (...) {
+        if (!f->host_error_) f->host_error_ = std::current_exception();
+    }
     f->experts_.release(j.expert);
     f->host_expert_ms_ += now_ms() - t0;
     ++f->host_experts_;

@@ -11,13 +11,14 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <vector>
 
 #include "backend/ops.h"
+#include "cpu/job_thread.h"
 #include "model/dsv41_model.h"
 #include "model/forward_layout.h"
-#include "cpu/job_thread.h"
 #include "model/layer_forward.h"
 #include "model/providers.h"
 
@@ -192,6 +193,9 @@ private:
     };
     static void run_host_expert(void* self, int64_t job);
     std::vector<HostExpertJob> host_jobs_;
+    // What a job threw (jobs run on host_thread_, which must not throw): rethrown by the call
+    // that handed it, after its jobs have ended.
+    std::exception_ptr host_error_;
     std::unique_ptr<cpu::JobThread> host_thread_;
     // Experts whose ops are queued but whose slots are not yet released: a ring of (expert,
     // fence recorded after its ops), so the host can ask for the next expert while the device
