@@ -684,8 +684,8 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
         const int32_t e = experts_.next_ready(&v);
         const int64_t s0 = by_expert_start_[e], m_total = by_expert_start_[e + 1] - s0;
         if (v.on_host) {
-            // On the CPU, from the host slot, on the host thread (released there as it ends),
-            // while this thread goes on issuing the device's experts (here on the CPU backend).
+            // On the CPU, from the host slot: on the host thread (released there as it ends)
+            // while this thread goes on issuing the device's experts; here on the CPU backend.
             BG_CHECK(host_compute && m_total <= cfg_.host_expert_positions);
             BG_CHECK(n_host_jobs < static_cast<int64_t>(host_jobs_.size()));
             host_jobs_[static_cast<size_t>(n_host_jobs)] = {{v.gate, v.up, v.down}, s0, m_total, n_packed,

@@ -14,7 +14,11 @@ DecodeExperts resolve_decode_experts(DecodeExperts mode, bool on_gpu) {
 }
 
 nlohmann::json HostPathRates::to_json() const {
-    return {{"cpu_ms_one", cpu_ms_one}, {"cpu_ms_per_token", cpu_ms_per_token}, {"copy_ms", copy_ms}, {"gpu_ms", gpu_ms}, {"gpu_in_place_ms", gpu_in_place_ms}};
+    return {{"cpu_ms_one", cpu_ms_one},
+            {"cpu_ms_per_token", cpu_ms_per_token},
+            {"copy_ms", copy_ms},
+            {"gpu_ms", gpu_ms},
+            {"gpu_in_place_ms", gpu_in_place_ms}};
 }
 
 int64_t split_host_experts(DecodeExperts mode, const HostPathRates& r, const int32_t* tokens, int64_t n,
