@@ -1,19 +1,11 @@
 #include "cpu/job_thread.h"
 
-#include <chrono>
-
-#include "cpu/cpu_relax.h"
+#include "cpu/spin_wait.h"
 #include "util/check.h"
 
 namespace bg::cpu {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-int64_t now_ns() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
-}
 
 // How long wait_idle spins before it sleeps: a job of the decode step ends within a few hundred
 // microseconds of the wait, and a sleeping waiter is woken tens of microseconds late.
@@ -53,21 +45,13 @@ void JobThread::submit(Fn fn, void* ctx, int64_t arg) {
 }
 
 void JobThread::wait_idle() {
-    const uint64_t target = submitted_.load(std::memory_order_relaxed);
-    const auto until = Clock::now() + std::chrono::microseconds(kIdleSpinUs);
-    for (int i = 1;; ++i) {
-        const uint64_t f = finished_.load(std::memory_order_acquire);
-        if (f == target) return;
-        BG_CPU_RELAX();
-        if (i % 256 == 0 && Clock::now() > until) finished_.wait(f, std::memory_order_acquire);
-    }
+    const uint64_t target = submitted_.load(std::memory_order_relaxed);  // only this thread writes it
+    for (uint64_t f; (f = finished_.load(std::memory_order_acquire)) != target;)
+        spin_then_wait(finished_, f, kIdleSpinUs);
 }
 
 void JobThread::stay_awake(int64_t us) {
-    const int64_t until = now_ns() + us * 1000;
-    int64_t old = awake_until_ns_.load(std::memory_order_relaxed);
-    while (old < until && !awake_until_ns_.compare_exchange_weak(old, until)) {
-    }
+    raise_deadline(awake_until_ns_, now_ns() + us * 1000);
     if (sleeping_.load()) {  // seq_cst, paired as in submit
         wake_.fetch_add(1);
         wake_.notify_one();

@@ -31,7 +31,6 @@ public:
     JobThread(const JobThread&) = delete;
     JobThread& operator=(const JobThread&) = delete;
 
-    int64_t capacity() const { return static_cast<int64_t>(ring_.size()); }
     // Queues fn(ctx, arg) after the jobs handed before. The queue must have room (a caller that
     // hands more than `capacity` between waits is a bug). Called from one thread only.
     void submit(Fn fn, void* ctx, int64_t arg);

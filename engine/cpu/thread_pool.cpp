@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "cpu/cpu_relax.h"
+#include "cpu/spin_wait.h"
 #include "util/check.h"
 
 namespace bg::cpu {
@@ -20,31 +20,11 @@ inline void chunk_bounds(int64_t n, int parts, int i, int64_t* b, int64_t* e) {
 constexpr uint64_t kMembersBits = 16;
 constexpr uint64_t kMembersMask = (uint64_t(1) << kMembersBits) - 1;
 
-using Clock = std::chrono::steady_clock;
-
-int64_t now_ns() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
-}
-
 // How long a barrier or the caller's join spins on its word before it sleeps on it. A healthy
 // team meets within a few microseconds; a member that lost its core for a time slice (another
 // thread woke on it) would keep every waiter spinning for milliseconds, and spinning waiters leave
 // the scheduler no idle core to move it to: sleeping ones do.
 constexpr int64_t kWaitSpinUs = 50;
-
-// Returns once `word` no longer holds `old`: spins kWaitSpinUs, then sleeps on it (its writer
-// calls notify_all after the store).
-template <class T>
-void spin_then_wait(const std::atomic<T>& word, T old) {
-    const auto until = Clock::now() + std::chrono::microseconds(kWaitSpinUs);
-    for (int i = 1; word.load(std::memory_order_acquire) == old; ++i) {
-        BG_CPU_RELAX();
-        if (i % 256 == 0 && Clock::now() > until) {
-            while (word.load(std::memory_order_acquire) == old) word.wait(old, std::memory_order_acquire);
-            return;
-        }
-    }
-}
 
 }  // namespace
 
@@ -91,7 +71,7 @@ void ThreadPool::start(JobFn fn, const void* ctx, int members) {
         cv_.notify_all();
     }
     fn(ctx, this, 0, members);
-    for (int p; (p = pending_.load(std::memory_order_acquire)) != 0;) spin_then_wait(pending_, p);
+    for (int p; (p = pending_.load(std::memory_order_acquire)) != 0;) spin_then_wait(pending_, p, kWaitSpinUs);
     job_fn_ = nullptr;
     job_ctx_ = nullptr;
     busy_.store(false, std::memory_order_release);
@@ -107,7 +87,7 @@ void ThreadPool::barrier_wait() {
         barrier_phase_.notify_all();
         return;
     }
-    spin_then_wait(barrier_phase_, phase);
+    spin_then_wait(barrier_phase_, phase, kWaitSpinUs);
 }
 
 void ThreadPool::parallel_for(int64_t n, FunctionRef<void(int64_t, int64_t)> fn, int64_t min_chunk) {
@@ -139,10 +119,7 @@ void ThreadPool::run(int members, FunctionRef<void(const Team&)> fn) {
 }
 
 void ThreadPool::stay_awake(int64_t us) {
-    const int64_t until = now_ns() + us * 1000;
-    int64_t old = awake_until_ns_.load(std::memory_order_relaxed);
-    while (old < until && !awake_until_ns_.compare_exchange_weak(old, until)) {
-    }
+    raise_deadline(awake_until_ns_, now_ns() + us * 1000);
     // seq_cst, paired with a sleeping worker's as in start(): either it sees the new time before
     // it sleeps, or this thread sees it among the sleepers and wakes it.
     if (sleepers_.load() > 0) {

@@ -230,27 +230,25 @@ void Session::measure_host_paths() {
         HostPathRates& r = rates[l];
         r.copy_ms = p.copy_ms;
         r.gpu_ms = fwd_->time_expert_ms(p.device, l, 1, 3);
-        // The CPU: each of the experts read once in turn, the first again at the end (its bytes
-        // left the caches since), so each run reads its weights from memory as decode does; the
-        // median.
-        std::vector<double> cpu_ms;
-        for (size_t i = 0; i <= p.host.size(); ++i)
-            cpu_ms.push_back(fwd_->time_expert_ms(p.host[i % p.host.size()], l, 1, 1, false));
-        std::sort(cpu_ms.begin(), cpu_ms.end());
-        r.cpu_ms_one = cpu_ms[cpu_ms.size() / 2];
+        // Each of the host slots' experts read once in turn, the first again at the end (its
+        // bytes left the caches since), so each run reads its weights from memory as decode does;
+        // the median. on_host: by the CPU; else by the device, reading the slot in place (its
+        // kernel was loaded above).
+        auto median_ms = [&](bool on_host) {
+            std::vector<double> ms;
+            for (size_t i = 0; i <= p.host.size(); ++i) {
+                ExpertView v = p.host[i % p.host.size()];
+                v.on_host = on_host;
+                ms.push_back(fwd_->time_expert_ms(v, l, 1, 1, false));
+            }
+            std::sort(ms.begin(), ms.end());
+            return ms[ms.size() / 2];
+        };
+        r.cpu_ms_one = median_ms(true);
         // Decode steps have one token (host_expert_positions); more would each cost about as
         // much again at these widths, where the CPU kernel is compute-bound.
         r.cpu_ms_per_token = r.cpu_ms_one;
-        // The device reading the host slots in place, each expert once in turn as above (a second
-        // read of one could find its bytes in the host's caches); the median.
-        std::vector<double> in_place_ms;
-        for (size_t i = 0; i <= p.host.size(); ++i) {
-            ExpertView v = p.host[i % p.host.size()];
-            v.on_host = false;
-            in_place_ms.push_back(fwd_->time_expert_ms(v, l, 1, 1, false));  // its kernel was loaded above
-        }
-        std::sort(in_place_ms.begin(), in_place_ms.end());
-        r.gpu_in_place_ms = in_place_ms[in_place_ms.size() / 2];
+        r.gpu_in_place_ms = median_ms(false);
     }
     store_->set_host_compute(cfg_.decode_experts, rates);
     const HostPathRates& r = rates.front();
