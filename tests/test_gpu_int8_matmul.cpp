@@ -477,6 +477,92 @@ TEST_P(Int8ExpertFfnGpu, MatchesFloat64ReferenceOfItsArithmetic) {
     }
 }
 
+// int8_expert_ffn_batch: every expert's output rows bit for bit what int8_expert_ffn writes for it
+// alone, and nothing else of y touched, whichever experts share its launches: the slice's decode
+// layer (six full-width MXFP4 experts, one token each, the same row), ten of them (two launches:
+// eight, then two), one and two tokens mixed (a launch each count), another type and another
+// width among them (alone), and an expert of three tokens (the MMA kernel).
+TEST(Int8ExpertFfnBatchGpu, EachExpertEqualsItsOwnFfnBitForBit) {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device: int8_expert_ffn_batch not tested";
+    struct Ex {
+        GgmlType gate_up, down;
+        int64_t F, M;
+    };
+    const int64_t E = 5120;
+    const std::vector<std::vector<Ex>> sets = {
+        std::vector<Ex>(6, Ex{GgmlType::MXFP4, GgmlType::MXFP4, 2304, 1}),
+        std::vector<Ex>(10, Ex{GgmlType::MXFP4, GgmlType::MXFP4, 2304, 1}),
+        {{GgmlType::MXFP4, GgmlType::MXFP4, 2304, 2},
+         {GgmlType::MXFP4, GgmlType::MXFP4, 2304, 1},
+         {GgmlType::Q8_0, GgmlType::Q8_0, 2304, 1},
+         {GgmlType::MXFP4, GgmlType::MXFP4, 2304, 2},
+         {GgmlType::MXFP4, GgmlType::Q8_0, 2304, 1},
+         {GgmlType::MXFP4, GgmlType::MXFP4, 2304, 3},
+         {GgmlType::MXFP4, GgmlType::MXFP4, 2304, 1},
+         {GgmlType::MXFP4, GgmlType::MXFP4, 1056, 1},
+         {GgmlType::Q4_K, GgmlType::Q6_K, 2304, 1},
+         {GgmlType::Q4_K, GgmlType::Q6_K, 2304, 1}},
+    };
+    auto rng = fresh_rng();
+    for (size_t si = 0; si < sets.size(); ++si) {
+        const std::vector<Ex>& set = sets[si];
+        const int64_t n = static_cast<int64_t>(set.size());
+        int64_t slots = 0, max_f = 0;
+        for (const Ex& e : set) slots += e.M, max_f = std::max(max_f, e.F);
+        // x: a few rows more than the tokens; every (expert, token) its own output row.
+        const int64_t T = slots + 5, ldx = E + 4, ldy = E + 2;
+        const std::vector<float> x = bgtest::uniform(rng, T * ldx, -1.0f, 1.0f);
+        const std::vector<float> y0 = bgtest::uniform(rng, (slots + 3) * ldy, -0.5f, 0.5f);
+        std::vector<int32_t> rows, out_rows(static_cast<size_t>(slots));
+        std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(T - 1));
+        for (const Ex& e : set) {
+            // The decode sets route one token to every expert: the same row for all of them.
+            const int32_t same = pick(rng);
+            for (int64_t j = 0; j < e.M; ++j) rows.push_back(si < 2 ? same : pick(rng));
+        }
+        std::iota(out_rows.begin(), out_rows.end(), 0);
+        std::shuffle(out_rows.begin(), out_rows.end(), rng);
+        std::vector<HostMat> hw;
+        std::vector<std::unique_ptr<DevMat>> dw;
+        for (const Ex& e : set) {
+            hw.push_back(random_mat(e.gate_up, e.F, E, 0, rng));
+            dw.push_back(std::make_unique<DevMat>(hw.back(), 0));
+            hw.push_back(random_mat(e.gate_up, e.F, E, 0, rng));
+            dw.push_back(std::make_unique<DevMat>(hw.back(), 0));
+            hw.push_back(random_mat(e.down, E, e.F, 0, rng));
+            dw.push_back(std::make_unique<DevMat>(hw.back(), 0));
+        }
+        Dev<float> dx(x), got(y0.size()), want(y0.size());
+        Dev<int32_t> drows(rows), dout(out_rows);
+        std::vector<ExpertCall> calls;
+        int64_t at = 0;
+        for (int64_t i = 0; i < n; ++i) {
+            const ExpertMats mats{dw[3 * i]->view, dw[3 * i + 1]->view, dw[3 * i + 2]->view};
+            calls.push_back({mats, drows.get() + at, set[i].M, dout.get() + at});
+            at += set[i].M;
+        }
+        cuda::Int8Workspace ws(E, max_f);
+        got.upload(y0);
+        want.upload(y0);
+        cuda::int8_expert_ffn_batch(ws, calls.data(), n, dx.get(), ldx, 6.0f, SwigluClamp::kDeepSeek, got.get(), ldy,
+                                    nullptr);
+        for (const ExpertCall& c : calls)
+            cuda::int8_expert_ffn(ws, c.mats, dx.get(), ldx, c.rows, c.m, 6.0f, SwigluClamp::kDeepSeek, want.get(), ldy,
+                                  c.out_rows, nullptr);
+        BG_CUDA_CHECK(cudaGetLastError());
+        BG_CUDA_CHECK(cudaDeviceSynchronize());
+        const std::vector<float> a = got.download(), b = want.download();
+        // Every expert's rows written (the sequential calls changed them), and the same bits.
+        int64_t changed = 0;
+        for (int64_t r = 0; r < slots; ++r)
+            changed += std::memcmp(&b[r * ldy], &y0[r * ldy], E * sizeof(float)) != 0;
+        EXPECT_EQ(changed, slots) << "set " << si;
+        for (int64_t r = 0; r < slots + 3; ++r)
+            ASSERT_EQ(std::memcmp(&a[r * ldy], &b[r * ldy], ldy * sizeof(float)), 0)
+                << "set " << si << ": output row " << r << " differs from the experts computed one at a time";
+    }
+}
+
 std::vector<FfnCase> ffn_cases() {
     std::vector<FfnCase> v;
     for (int64_t M : {1, 5, 8, 16, 64, 70}) v.push_back({GgmlType::MXFP4, GgmlType::MXFP4, 5120, 2304, M});

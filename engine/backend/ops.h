@@ -241,6 +241,16 @@ public:
     // do not depend on the order experts run in.
     virtual void expert_ffn(const ExpertMats& e, const float* x, int64_t ldx, const int32_t* rows, int64_t m, float limit,
                             SwigluClamp form, float* out, const int32_t* out_rows) = 0;
+    // Several routed experts of one layer, each exactly as expert_ffn computes it alone (so
+    // results do not depend on which experts come together). Here one call after another; the
+    // CUDA backend runs experts whose passes go through its GEMV (1-2 tokens: decode) up to eight
+    // to a launch, so a decode layer's experts in VRAM fill the GPU together rather than one
+    // small launch each (a full-width MXFP4 expert alone reads at about a quarter of the D2D rate).
+    virtual void expert_ffn_batch(const ExpertCall* calls, int64_t n, const float* x, int64_t ldx, float limit,
+                                  SwigluClamp form, float* out) {
+        for (int64_t i = 0; i < n; ++i)
+            expert_ffn(calls[i].mats, x, ldx, calls[i].rows, calls[i].m, limit, form, out, calls[i].out_rows);
+    }
     // y[t][e] += sum_j w[t][j] * eo[t][j][e], j in rank order, summed into a zero first.
     virtual void moe_weighted_sum(const float* eo, const float* w, int64_t n_tok, int64_t k, int64_t width, float* y) = 0;
 };

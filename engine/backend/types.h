@@ -41,6 +41,15 @@ struct ExpertMats {
     MatView gate, up, down;
 };
 
+// One routed expert on m gathered tokens, as Ops::expert_ffn takes it: x's rows rows[j] in,
+// out's rows out_rows[j] out (j < m; backend memory).
+struct ExpertCall {
+    ExpertMats mats;
+    const int32_t* rows;
+    int64_t m;
+    const int32_t* out_rows;
+};
+
 // Rotary embedding, ggml NORM mode: adjacent pairs (x[2i], x[2i+1]) of the n_dims values at x
 // are rotated by angle theta_i(pos); inverse=true rotates by -theta (undoes it).
 // Frequencies: theta_extrap = pos * freq_base^(-2i/n_dims). Without YaRN theta =

@@ -218,6 +218,27 @@ public:
                      "cuda ops: an unfused expert that reserve() was not told of");
         expert_ffn_by_ops(*this, e, x, ldx, rows, m, limit, form, out, out_rows, ExpertScratch{xg_, g_, up_, h_, eo_});
     }
+    void expert_ffn_batch(const ExpertCall* calls, int64_t n, const float* x, int64_t ldx, float limit, SwigluClamp form,
+                          float* out) override {
+        // The integer path's experts together (int8_expert_ffn_batch), the others one at a time.
+        ExpertCall int8_calls[kInt8ExpertBatchCalls];
+        int64_t n_int8 = 0;
+        for (int64_t i = 0; i < n; ++i) {
+            const ExpertMats& e = calls[i].mats;
+            const int64_t E = e.gate.cols, F = e.gate.rows;
+            if (n_int8 < kInt8ExpertBatchCalls && lim_.matmul.int8_expert(e.gate.type, e.up.type, e.down.type, E, F)) {
+                BG_CHECK_MSG(i8ws_ && F <= i8ws_->max_ff() && std::max(E, F) <= i8ws_->max_cols(),
+                             "cuda ops: an integer-path expert wider than reserve() was told of");
+                BG_CHECK(calls[i].rows && calls[i].out_rows && e.down.rows == E && e.down.cols == F);
+                int8_calls[n_int8++] = calls[i];
+            } else {
+                expert_ffn(e, x, ldx, calls[i].rows, calls[i].m, limit, form, out, calls[i].out_rows);
+            }
+        }
+        if (n_int8 > 0)
+            int8_expert_ffn_batch(*i8ws_, int8_calls, n_int8, x, ldx, limit, form, out, int8_calls[0].mats.gate.cols,
+                                  stream_);
+    }
     void dequantize(GgmlType t, const uint8_t* src, float* dst, int64_t n) override {
         BG_CUDA_CHECK(cuda::dequantize(t, src, dst, n, stream_));
     }

@@ -57,11 +57,12 @@ constexpr int kGemvStages = 2;       // spans of a warp in flight
 constexpr int kGemvMaxSegs = 8;  // segments of one launch (GemvParams::seg)
 
 struct GemvSeg {
-    const uint8_t* w;   // the segment's matrix, row 0
-    uint64_t stride;    // bytes between its rows
-    float* y;           // its output: y[j * ldy + row]
+    const uint8_t* w[2];        // the segment's matrix (gate), and its up for gate/up; row 0
+    uint64_t stride[2];         // bytes between their rows
+    float* y;                   // kStore: its output, y[(out_rows ? out_rows[j] : j) * ldy + row]
     int64_t ldy;
-    int x_chunk;        // its first activation chunk
+    const int32_t* out_rows;
+    int x_chunk;                // its first activation chunk
 };
 
 struct GemvParams {
@@ -74,10 +75,13 @@ struct GemvParams {
     const int8_t* xq;      // fragment order for one n-tile: [nkb][32 lanes][8 bytes]
     const float* xd;       // [nkb][8] block scales
     const float2* xs;      // [nkb][8] scale * sum of q per 16-half (types with a min)
-    // Segments (n_seg 0: none, the one matrix above): rows [seg_row0[s], seg_row0[s + 1]) are
-    // rows of segment s's own matrix (its row 0 at seg_row0[s]) times the activations from chunk
-    // seg[s].x_chunk, stored to its own y; a CTA's rows lie in one segment (MATS 1, kStore). Several
-    // matrices of one input as one launch (matmul_many), or the groups of a grouped projection.
+    // Segments (n_seg 0: none, the matrices above): rows [seg_row0[s], seg_row0[s + 1]) are rows
+    // of segment s's own matrices (their row 0 at seg_row0[s]) times the activations from chunk
+    // seg[s].x_chunk; a CTA's rows lie in one segment. kStore stores each to its own y (several
+    // matrices of one input as one launch: matmul_many; the groups of a grouped projection; the
+    // down projections of several experts). kGateUpQuant keeps the launch's row numbering for h,
+    // its counters and its quantised blocks, so segment s's h is chunks seg_row0[s] / 32 on (the
+    // gate/up of several experts; each segment's rows a multiple of 32).
     int n_seg;
     int seg_row0[kGemvMaxSegs + 1];
     GemvSeg seg[kGemvMaxSegs];
@@ -135,20 +139,24 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvParams p) {
     const int wpr = p.wpr, grp = warp % wpr;
     const int r = blockIdx.x * (kGemvWarps / wpr) + warp / wpr;
     const bool active = r < p.rows;  // warp-uniform
-    // This CTA's segment: its matrix, output and activations; rr is the row within its matrix.
-    const uint8_t* w0 = p.w[0];
-    uint64_t stride0 = p.stride[0];
+    // This CTA's segment: its matrices, output and activations; rr is the row within them.
+    const uint8_t* wm[MATS];
+    uint64_t sm[MATS];
+#pragma unroll
+    for (int m = 0; m < MATS; ++m) wm[m] = p.w[m], sm[m] = p.stride[m];
     float* y = p.y;
     int64_t ldy = p.ldy;
+    const int32_t* out_rows = p.out_rows;
     int rr = r, x_chunk = 0;
     if (p.n_seg > 0) {
         const int cta_row0 = blockIdx.x * (kGemvWarps / wpr);
         int sg = 0;
         while (sg + 1 < p.n_seg && cta_row0 >= p.seg_row0[sg + 1]) ++sg;
-        w0 = p.seg[sg].w;
-        stride0 = p.seg[sg].stride;
+#pragma unroll
+        for (int m = 0; m < MATS; ++m) wm[m] = p.seg[sg].w[m], sm[m] = p.seg[sg].stride[m];
         y = p.seg[sg].y;
         ldy = p.seg[sg].ldy;
+        out_rows = p.seg[sg].out_rows;
         x_chunk = p.seg[sg].x_chunk;
         rr = r - p.seg_row0[sg];
     }
@@ -169,9 +177,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvParams p) {
 
     const uint8_t* row[MATS];
 #pragma unroll
-    for (int m = 0; m < MATS; ++m)
-        row[m] = m == 0 ? w0 + static_cast<uint64_t>(active ? rr : 0) * stride0
-                        : p.w[m] + static_cast<uint64_t>(active ? r : 0) * p.stride[m];
+    for (int m = 0; m < MATS; ++m) row[m] = wm[m] + static_cast<uint64_t>(active ? rr : 0) * sm[m];
     // Copies span number i of this warp (span grp + i * wpr) into its window i % kGemvStages.
     auto issue = [&](int i) {
         const int sp = grp + i * wpr;
@@ -306,7 +312,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvParams p) {
 #pragma unroll
         for (int j = 0; j < NTOK; ++j)
             if (j < p.m && lane == j) {
-                const int64_t o = p.out_rows ? p.out_rows[j] : j;
+                const int64_t o = out_rows ? out_rows[j] : j;
                 y[o * ldy + rr] = acc[0][j];
             }
         return;

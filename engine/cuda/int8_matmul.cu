@@ -25,24 +25,34 @@ using int8mm::quantize_lane;
 
 constexpr int kQuantWarps = 8;
 
-// x rows (rows[j] or j for j < m) of cols values -> int8 fragments for n_tiles tiles, token
-// columns 0..cols_tok-1 (the pass's padded tokens for the MMA kernel, which reads whole n-tiles;
-// only the m real ones for the GEMV). A warp takes KB K blocks of one token (tokens fastest across
-// warps), their loads issued together: one a warp spent 8.9 us a call on 24 SMs in the slice's
-// 64-token launches; four a warp, 2.6 us instead of 1.5 at decode's one token (too few warps).
+// Where the activations' rows come from: K blocks [s * seg_nkb, (s + 1) * seg_nkb) of token j
+// are blocks 0.. of x's row rows[s][j] (or j where rows[s] is null). One segment for a matmul;
+// one an expert for several experts' GEMVs in one launch (their activations side by side in K).
+struct QuantRows {
+    const int32_t* rows[int8mm::kGemvMaxSegs];
+    int seg_nkb;
+};
+
+// x rows of cols values -> int8 fragments for n_tiles tiles, token columns 0..cols_tok-1 (the
+// pass's padded tokens for the MMA kernel, which reads whole n-tiles; only the m real ones for the
+// GEMV). A warp takes KB K blocks of one token (tokens fastest across warps), their loads issued
+// together: one a warp spent 8.9 us a call on 24 SMs in the slice's 64-token launches; four a
+// warp, 2.6 us instead of 1.5 at decode's one token (too few warps).
 template <int KB>
-__global__ void quantize_x_kernel(const float* x, int64_t ldx, const int32_t* rows, int m, int nkb, int n_tiles,
+__global__ void quantize_x_kernel(const float* x, int64_t ldx, QuantRows src, int m, int nkb, int n_tiles,
                                   int cols_tok, int8_t* q, float* d, float2* s) {
     const int w = blockIdx.x * kQuantWarps + (threadIdx.x >> 5);
     const int groups = (nkb + KB - 1) / KB;
     if (w >= groups * cols_tok) return;
     const int kg = w / cols_tok, tok = w % cols_tok, lane = threadIdx.x & 31;
-    const float* xr = tok < m ? x + (rows ? rows[tok] : tok) * ldx : nullptr;
     float v[KB];
 #pragma unroll
     for (int i = 0; i < KB; ++i) {
-        const int kb = kg * KB + i;
-        v[i] = xr && kb < nkb ? xr[static_cast<int64_t>(kb) * 32 + lane] : 0.0f;
+        const int kb = kg * KB + i, sg = kb / src.seg_nkb;
+        const int32_t* rows = kb < nkb ? src.rows[sg] : nullptr;
+        v[i] = tok < m && kb < nkb
+                   ? x[(rows ? rows[tok] : tok) * ldx + static_cast<int64_t>(kb - sg * src.seg_nkb) * 32 + lane]
+                   : 0.0f;
     }
 #pragma unroll
     for (int i = 0; i < KB; ++i) {
@@ -72,19 +82,27 @@ int pass_tokens(GgmlType t, int mats) {
 
 // padded: every token column of the pass's n-tiles (the MMA kernel's), else the m real ones
 // (the GEMV reads no others).
-void quantize_x(Int8Workspace& ws, const float* x, int64_t ldx, const int32_t* rows, int m, int64_t cols,
-                cudaStream_t stream, bool padded = true) {
+void quantize_x_rows(Int8Workspace& ws, const float* x, int64_t ldx, const QuantRows& src, int m, int64_t cols,
+                     cudaStream_t stream, bool padded) {
     const int n_tiles = tiles_for(m), nkb = static_cast<int>(cols / 32);
     const int cols_tok = padded ? n_tiles * kTileTok : m;
+    BG_CHECK(src.seg_nkb > 0 && nkb % src.seg_nkb == 0 && nkb / src.seg_nkb <= int8mm::kGemvMaxSegs);
     auto launch = [&](auto kb) {
         constexpr int KB = decltype(kb)::value;
         const int warps = (nkb + KB - 1) / KB * cols_tok;
         quantize_x_kernel<KB><<<(warps + kQuantWarps - 1) / kQuantWarps, kQuantWarps * 32, 0, stream>>>(
-            x, ldx, rows, m, nkb, n_tiles, cols_tok, ws.xq(), ws.xd(), ws.xs());
+            x, ldx, src, m, nkb, n_tiles, cols_tok, ws.xq(), ws.xd(), ws.xs());
     };
     if (cols_tok > kTileTok) launch(std::integral_constant<int, 4>{});
     else launch(std::integral_constant<int, 1>{});
     BG_CUDA_CHECK_LAUNCH();
+}
+void quantize_x(Int8Workspace& ws, const float* x, int64_t ldx, const int32_t* rows, int m, int64_t cols,
+                cudaStream_t stream, bool padded = true) {
+    QuantRows src{};
+    src.rows[0] = rows;
+    src.seg_nkb = static_cast<int>(cols / 32);
+    quantize_x_rows(ws, x, ldx, src, m, cols, stream, padded);
 }
 
 // Splits of K so that the grid fills the GPU (about 4 CTAs per SM), each at least two pipeline
@@ -297,7 +315,7 @@ void launch_gemv_targets(Int8Workspace& ws, const GemvTarget* t, int n, int64_t 
             int row0 = 0;
             for (int k = i; k < j; ++k) {
                 p.seg_row0[k - i] = row0;
-                p.seg[k - i] = {t[k].w, t[k].stride, t[k].y, t[k].ldy, t[k].x_chunk};
+                p.seg[k - i] = {{t[k].w, t[k].w}, {t[k].stride, t[k].stride}, t[k].y, t[k].ldy, nullptr, t[k].x_chunk};
                 row0 += t[k].rows;
             }
             p.seg_row0[j - i] = row0;
@@ -428,6 +446,92 @@ void int8_expert_ffn(Int8Workspace& ws, const ExpertMats& e, const float* x, int
         store_epilogue(dn, out_rows ? y : y + j0 * ldy, std::max<int64_t>(ldy, n_embd),
                        out_rows ? out_rows + j0 : nullptr);
         launch_mma(ws, e.down.type, dn, n_tiles, 1, stream);
+    }
+}
+
+namespace {
+
+// Whether calls a and b can share the GEMV launches of int8_expert_ffn_batch.
+bool gemv_batchable(const Int8Workspace& ws, const ExpertCall& a) {
+    const int64_t E = a.mats.gate.cols, F = a.mats.gate.rows;
+    // Segments are whole CTAs (at most 8 rows) and h's blocks whole 32 rows of one expert.
+    return a.m >= 1 && gemv_pass(ws, a.m) && F % 32 == 0 && E % int8mm::kGemvWarps == 0 && F <= ws.max_ff() &&
+           E <= ws.max_cols() && a.mats.gate.type == a.mats.up.type;
+}
+bool same_gemv_pass(const ExpertCall& a, const ExpertCall& b) {
+    const ExpertMats &p = a.mats, &q = b.mats;
+    return a.m == b.m && p.gate.rows == q.gate.rows && p.gate.cols == q.gate.cols && p.up.rows == q.up.rows &&
+           p.up.cols == q.up.cols && p.down.rows == q.down.rows && p.down.cols == q.down.cols &&
+           p.gate.type == q.gate.type && p.up.type == q.up.type && p.down.type == q.down.type;
+}
+
+// The experts calls[at[0..n)] (gemv_batchable, same_gemv_pass, n <= kGemvMaxSegs) in three launches.
+void gemv_experts(Int8Workspace& ws, const ExpertCall* calls, const int64_t* at, int n, const float* x, int64_t ldx,
+                  float limit, bg::SwigluClamp form, float* y, int64_t ldy, cudaStream_t stream) {
+    const ExpertMats& e0 = calls[at[0]].mats;
+    const int E = static_cast<int>(e0.gate.cols), F = static_cast<int>(e0.gate.rows);
+    const int m = static_cast<int>(calls[at[0]].m);
+    for (int s = 0; s < n; ++s) {
+        const ExpertMats& e = calls[at[s]].mats;
+        BG_CHECK_MSG(e.down.rows == E && e.down.cols == F, "int8_expert_ffn_batch: down is n_embd rows of n_ff");
+        check_int8_weights(e.gate, ws.max_cols());
+        check_int8_weights(e.up, ws.max_cols());
+        check_int8_weights(e.down, ws.max_cols());
+    }
+    // h of every expert in FP32 through the partials, its blocks counted and quantised at the
+    // launch's row numbering: expert s's h is chunks s * F / 32 on, its x chunks s * E / 32 on.
+    BG_CHECK(static_cast<uint64_t>(m) * n * F <= kInt8PartialFloats && n * F / 32 <= kInt8Counters);
+    QuantRows src{};
+    for (int s = 0; s < n; ++s) src.rows[s] = calls[at[s]].rows;
+    src.seg_nkb = E / 32;
+    quantize_x_rows(ws, x, ldx, src, m, static_cast<int64_t>(n) * E, stream, false);
+
+    // The warps a row each expert would have alone: its FP32 sums in the same order.
+    int8mm::GemvParams gu = gemv_params(ws, e0.gate.data, e0.gate.row_stride, &e0.up, F, E, m, ws.xq(), ws.xd(), ws.xs());
+    gate_up_epilogue(gu, ws, limit, form);
+    gu.h = ws.partials();
+    gu.counters = ws.counters();
+    int8mm::GemvParams dn = gemv_params(ws, e0.down.data, e0.down.row_stride, nullptr, E, F, m, ws.hq(), ws.hd(), ws.hs());
+    store_epilogue(dn, y, std::max<int64_t>(ldy, E), nullptr);
+    BG_CHECK(F % (int8mm::kGemvWarps / gu.wpr) == 0 && E % (int8mm::kGemvWarps / dn.wpr) == 0);
+    gu.rows = n * F;
+    dn.rows = n * E;
+    gu.n_seg = dn.n_seg = n;
+    for (int s = 0; s < n; ++s) {
+        const ExpertCall& c = calls[at[s]];
+        gu.seg_row0[s] = s * F;
+        gu.seg[s] = {{c.mats.gate.data, c.mats.up.data}, {c.mats.gate.row_stride, c.mats.up.row_stride}, nullptr, 0,
+                     nullptr, s * E / 32};
+        dn.seg_row0[s] = s * E;
+        dn.seg[s] = {{c.mats.down.data, c.mats.down.data}, {c.mats.down.row_stride, c.mats.down.row_stride}, y,
+                     std::max<int64_t>(ldy, E), c.out_rows, s * F / 32};
+    }
+    gu.seg_row0[n] = n * F;
+    dn.seg_row0[n] = n * E;
+    launch_gemv(e0.gate.type, gu, 2, stream);
+    launch_gemv(e0.down.type, dn, 1, stream);
+}
+
+}  // namespace
+
+void int8_expert_ffn_batch(Int8Workspace& ws, const ExpertCall* calls, int64_t n, const float* x, int64_t ldx,
+                           float limit, bg::SwigluClamp form, float* y, int64_t ldy, cudaStream_t stream) {
+    BG_CHECK(n >= 0 && n <= kInt8ExpertBatchCalls);
+    bool taken[kInt8ExpertBatchCalls] = {};
+    for (int64_t i = 0; i < n; ++i) {
+        if (taken[i]) continue;
+        const ExpertCall& a = calls[i];
+        int64_t at[int8mm::kGemvMaxSegs];
+        int k = 0;
+        if (gemv_batchable(ws, a))
+            for (int64_t j = i; j < n && k < int8mm::kGemvMaxSegs; ++j)
+                if (!taken[j] && (j == i || same_gemv_pass(a, calls[j]))) at[k++] = j, taken[j] = true;
+        if (k >= 2) {
+            gemv_experts(ws, calls, at, k, x, ldx, limit, form, y, ldy, stream);
+            continue;
+        }
+        taken[i] = true;
+        int8_expert_ffn(ws, a.mats, x, ldx, a.rows, a.m, limit, form, y, ldy, a.out_rows, stream);
     }
 }
 

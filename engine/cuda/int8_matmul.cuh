@@ -128,6 +128,16 @@ void int8_expert_ffn(Int8Workspace& ws, const ExpertMats& e, const float* x, int
                      int64_t n_tok, float limit, bg::SwigluClamp form, float* y, int64_t ldy, const int32_t* out_rows,
                      cudaStream_t stream);
 
+// int8_expert_ffn for each of n calls (at most kInt8ExpertBatchCalls), each expert's y exactly
+// what int8_expert_ffn gives it alone. Experts of one shape and types whose passes go through the
+// GEMV with the same token count run together, up to eight: one quantisation of their
+// activations side by side, one gate/up launch (a segment each, h of all of them in the
+// workspace's partials) and one down launch, each segment with the warps a row it would have
+// alone (so the FP32 sums are in the same order). The others run one at a time.
+constexpr int64_t kInt8ExpertBatchCalls = 64;
+void int8_expert_ffn_batch(Int8Workspace& ws, const bg::ExpertCall* calls, int64_t n, const float* x, int64_t ldx,
+                           float limit, bg::SwigluClamp form, float* y, int64_t ldy, cudaStream_t stream);
+
 // For tests: the int8 activations and scales the kernels see for x (n_tok <= 64 rows of cols),
 // downloaded in plain order: q [n_tok][cols], d [n_tok][cols/32] (host memory).
 void int8_quantize_for_test(Int8Workspace& ws, const float* x, int64_t ldx, int64_t n_tok, int64_t cols, int8_t* q_host,

@@ -666,7 +666,8 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
         ops_->busy_end();
     }
 
-    const int64_t lag = std::min<int64_t>(Ops::kFences, experts_.max_unreleased());
+    // Each fence holds a batch of at least one expert, so experts kept unreleased bound the fences.
+    const int64_t lag = std::min<int64_t>(Ops::kFences - 1, experts_.max_unreleased());
     int64_t n_packed = 0;  // routing slots the CPU computed, packed in eo_host_
     int64_t n_host_jobs = 0;
     // Should the provider throw (a failed read), the CPU's experts still running end before the
@@ -678,14 +679,22 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
         }
     } host_jobs_end{host_thread_.get()};
     host_error_ = nullptr;  // a call that threw may have left one
-    for (int64_t got = 0; got < n_used; ++got) {
+    int32_t got_experts[kExpertBatch];
+    ExpertView got_views[kExpertBatch];
+    constexpr int64_t kCalls = 16;  // chunks of an expert's tokens, each a call; launched when full
+    ExpertCall calls[kCalls];
+    for (int64_t got = 0; got < n_used;) {
         release_finished(lag);
-        ExpertView v;
-        const int32_t e = experts_.next_ready(&v);
-        const int64_t s0 = by_expert_start_[e], m_total = by_expert_start_[e + 1] - s0;
-        if (v.on_host) {
-            // On the CPU, from the host slot: on the host thread (released there as it ends)
-            // while this thread goes on issuing the device's experts; here on the CPU backend.
+        const int64_t n_got = experts_.next_ready_batch(got_experts, got_views, kExpertBatch);
+        BG_CHECK(n_got >= 1 && n_got <= kExpertBatch && got + n_got <= n_used);
+        got += n_got;
+        // The CPU's first: on the host thread (released there as each ends) while this thread
+        // goes on issuing the device's experts; here on the CPU backend.
+        for (int64_t b = 0; b < n_got; ++b) {
+            const ExpertView& v = got_views[b];
+            if (!v.on_host) continue;
+            const int32_t e = got_experts[b];
+            const int64_t s0 = by_expert_start_[e], m_total = by_expert_start_[e + 1] - s0;
             BG_CHECK(host_compute && m_total <= cfg_.host_expert_positions);
             BG_CHECK(n_host_jobs < static_cast<int64_t>(host_jobs_.size()));
             host_jobs_[static_cast<size_t>(n_host_jobs)] = {{v.gate, v.up, v.down}, s0, m_total, n_packed,
@@ -696,22 +705,32 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
                 host_thread_->submit(run_host_expert, this, n_host_jobs++);
             else
                 run_host_expert(this, n_host_jobs++);
-            continue;
         }
+        // The device's together. Each (token, rank) writes its own row of eo, summed in rank
+        // order below: the result does not depend on the order the experts arrive in.
+        Unreleased batch{};
+        int64_t n_calls = 0;
         ops_->busy_begin();
-        // Each (token, rank) writes its own row of eo, summed in rank order below: the result
-        // does not depend on the order the experts arrive in.
-        const ExpertMats mats{v.gate, v.up, v.down};
-        for (int64_t c0 = 0; c0 < m_total; c0 += chunk) {
-            const int64_t m = std::min(chunk, m_total - c0);
-            ops_->expert_ffn(mats, xf_, E_, gather_rows_ + s0 + c0, m, hp_.swiglu_limit[l], cfg_.swiglu_form, eo_,
-                             scatter_rows_ + s0 + c0);
+        for (int64_t b = 0; b < n_got; ++b) {
+            if (got_views[b].on_host) continue;
+            const int32_t e = got_experts[b];
+            const int64_t s0 = by_expert_start_[e], m_total = by_expert_start_[e + 1] - s0;
+            const ExpertMats mats{got_views[b].gate, got_views[b].up, got_views[b].down};
+            for (int64_t c0 = 0; c0 < m_total; c0 += chunk) {
+                if (n_calls == kCalls) ops_->expert_ffn_batch(calls, std::exchange(n_calls, 0), xf_, E_,
+                                                              hp_.swiglu_limit[l], cfg_.swiglu_form, eo_);
+                calls[n_calls++] = {mats, gather_rows_ + s0 + c0, std::min(chunk, m_total - c0), scatter_rows_ + s0 + c0};
+            }
+            batch.experts[batch.n++] = e;
         }
+        if (n_calls > 0) ops_->expert_ffn_batch(calls, n_calls, xf_, E_, hp_.swiglu_limit[l], cfg_.swiglu_form, eo_);
         ops_->busy_end();
-        // The slot may be refilled once released: the ops reading it must be done first.
+        if (batch.n == 0) continue;
+        // The slots may be refilled once released: the ops reading them must be done first.
         BG_CHECK(unreleased_n_ < Ops::kFences);
         const int64_t at = (unreleased_head_ + unreleased_n_++) % Ops::kFences;
-        unreleased_[at] = e;
+        unreleased_[at] = batch;
+        unreleased_experts_ += batch.n;
         ops_->record_fence(static_cast<int>(at));
         release_finished(lag > 0 ? lag - 1 : 0);
     }
@@ -786,8 +805,10 @@ double Forward::time_expert_ms(const ExpertView& v, int64_t layer, int64_t m, in
 void Forward::release_finished(int64_t keep) {
     while (unreleased_n_ > 0) {
         const int at = static_cast<int>(unreleased_head_);
-        if (!ops_->fence_passed(at, unreleased_n_ > keep)) return;
-        experts_.release(unreleased_[at]);
+        if (!ops_->fence_passed(at, unreleased_experts_ > keep)) return;
+        const Unreleased& u = unreleased_[at];
+        for (int64_t i = 0; i < u.n; ++i) experts_.release(u.experts[i]);
+        unreleased_experts_ -= u.n;
         unreleased_head_ = (unreleased_head_ + 1) % Ops::kFences;
         --unreleased_n_;
     }

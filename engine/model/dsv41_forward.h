@@ -197,11 +197,19 @@ private:
     // that handed it, after its jobs have ended.
     std::exception_ptr host_error_;
     std::unique_ptr<cpu::JobThread> host_thread_;
-    // Experts whose ops are queued but whose slots are not yet released: a ring of (expert,
-    // fence recorded after its ops), so the host can ask for the next expert while the device
-    // still works on earlier ones.
-    int32_t unreleased_[Ops::kFences] = {};
-    int64_t unreleased_head_ = 0, unreleased_n_ = 0;
+    // Device experts handed out together (ExpertProvider::next_ready_batch) and computed in one
+    // Ops::expert_ffn_batch, at most this many.
+    static constexpr int64_t kExpertBatch = 8;
+    // Experts whose ops are queued but whose slots are not yet released: a ring of fences, each
+    // recorded after one batch's ops and holding its experts, so the host can ask for the next
+    // experts while the device still works on earlier ones.
+    struct Unreleased {
+        int32_t experts[kExpertBatch];
+        int64_t n;
+    };
+    Unreleased unreleased_[Ops::kFences] = {};
+    int64_t unreleased_head_ = 0, unreleased_n_ = 0;  // fences in the ring
+    int64_t unreleased_experts_ = 0;                  // experts in them
 };
 
 }  // namespace bg::dsv41

@@ -39,6 +39,15 @@ public:
     // Blocks until an announced expert not yet returned is present; its view stays valid until
     // release(expert).
     virtual int32_t next_ready(ExpertView* view) = 0;
+    // next_ready for several at once: blocks until an announced expert not yet returned is
+    // present, then returns it and the others present now, up to max (experts[i], views[i]);
+    // returns how many. A caller computes experts in device memory together (Ops::
+    // expert_ffn_batch): a decode layer's experts in VRAM are all present at once. Here one.
+    virtual int64_t next_ready_batch(int32_t* experts, ExpertView* views, int64_t max) {
+        (void)max;
+        experts[0] = next_ready(&views[0]);
+        return 1;
+    }
     virtual void release(int32_t expert) = 0;
     virtual void end_layer() = 0;
     // How many returned experts a caller may keep unreleased (their compute still queued on a

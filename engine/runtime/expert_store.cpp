@@ -289,8 +289,14 @@ void TieredExpertStore::begin_layer(int64_t layer, const int32_t* experts, const
 }
 
 int32_t TieredExpertStore::next_ready(ExpertView* view) {
+    int32_t expert = -1;
+    next_ready_batch(&expert, view, 1);
+    return expert;
+}
+
+int64_t TieredExpertStore::next_ready_batch(int32_t* experts, ExpertView* views, int64_t max) {
     std::unique_lock<std::mutex> lk(mu_);
-    BG_CHECK(active_ && !prepared_ && delivered_ < n_deliver_);
+    BG_CHECK(active_ && !prepared_ && delivered_ < n_deliver_ && max >= 1);
     if (!cfg_.prefetch) {
         requested_ = delivered_ + 1;
         ++events_;
@@ -319,13 +325,18 @@ int32_t TieredExpertStore::next_ready(ExpertView* view) {
         (on_disk ? c_.disk_wait_ms : c_.copy_wait_ms) += ms_between(t0, Clock::now());
     }
     if (!error_.empty()) throw Error(error_);
-    Item& it = items_[i];
-    it.stage = Stage::kDelivered;
-    if (it.on_cpu) it.handed_ms = now_ms();
-    ++delivered_;
-    m_.expert_views(layer_, it.on_cpu ? it.host_src : it.compute, &view->gate, &view->up, &view->down);
-    view->on_host = it.on_cpu;
-    return it.expert;
+    int64_t n = 0;
+    // Without prefetch, one (in order); with it, every ready one, device-side first.
+    for (; i >= 0 && n < max; i = cfg_.prefetch ? find_ready() : -1) {
+        Item& it = items_[i];
+        it.stage = Stage::kDelivered;
+        if (it.on_cpu) it.handed_ms = now_ms();
+        ++delivered_;
+        m_.expert_views(layer_, it.on_cpu ? it.host_src : it.compute, &views[n].gate, &views[n].up, &views[n].down);
+        views[n].on_host = it.on_cpu;
+        experts[n++] = it.expert;
+    }
+    return n;
 }
 
 void TieredExpertStore::release(int32_t expert) {

@@ -111,6 +111,8 @@ public:
     void prepare_layer(int64_t layer, int64_t n_slots) override;
     void begin_layer(int64_t layer, const int32_t* experts, const int32_t* tokens, int64_t n, bool host_compute) override;
     int32_t next_ready(ExpertView* view) override;
+    // Device-side experts first (the GPU starts on them while the CPU takes its own).
+    int64_t next_ready_batch(int32_t* experts, ExpertView* views, int64_t max) override;
     void release(int32_t expert) override;
     void end_layer() override;
     // A returned expert's transient slot comes back only with its release; the streamer needs
