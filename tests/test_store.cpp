@@ -488,3 +488,63 @@ TEST(Store, LruKeepsNonResidentExpertsWithoutChangingResults) {
 }
 
 }  // namespace
+
+namespace {
+
+// The store's hand-outs to a decode step (host_compute): next_ready_batch gives every expert
+// present at once, those in VRAM first, then the host-resident ones the split gave the CPU (as
+// host views); release_computed moves the layer's CPU rate toward the time the caller measured,
+// by kRateWeight, and only for that layer.
+TEST(Store, ReadyExpertsComeTogetherAndTheCpuRateFollowsTheCallersTime) {
+    bg::RunConfig c = tiny_cfg();
+    bg::Session s(c);
+    bg::TieredExpertStore& st = s.store();
+    st.preload();
+    const bg::ResidencyPlan& plan = s.plan();
+    const int64_t L = plan.n_layer(), layer = L - 1;
+    std::vector<bg::HostPathRates> rates(static_cast<size_t>(L));
+    for (auto& r : rates) r.cpu_ms_one = 1.0, r.copy_ms = 1.0, r.gpu_ms = 0.1;
+    st.set_host_compute(bg::DecodeExperts::kCpu, rates);
+
+    // Two hot experts and every host-resident one, one token each, ascending ids.
+    std::set<int32_t> hot(plan.hot_ids[layer].begin(), plan.hot_ids[layer].end());
+    std::set<int32_t> want(hot);
+    for (int32_t e : plan.resident[layer]) want.insert(e);
+    ASSERT_EQ(hot.size(), 2u);
+    ASSERT_GT(want.size(), hot.size()) << "no host-resident expert: no test";
+    const std::vector<int32_t> experts(want.begin(), want.end());
+    const std::vector<int32_t> tokens(experts.size(), 1);
+    const int64_t n = static_cast<int64_t>(experts.size());
+
+    st.begin_pass();
+    st.begin_layer(layer, experts.data(), tokens.data(), n, true);
+    std::vector<int32_t> got(experts.size());
+    std::vector<bg::ExpertView> views(experts.size());
+    const int64_t n_got = st.next_ready_batch(got.data(), views.data(), n);
+    ASSERT_EQ(n_got, n) << "every expert was present at once";
+    for (int64_t i = 0; i < n; ++i) {
+        EXPECT_EQ(views[i].on_host, hot.count(got[i]) == 0) << "expert " << got[i];
+        if (i > 0 && views[i - 1].on_host) EXPECT_TRUE(views[i].on_host) << "VRAM experts first";
+    }
+    std::vector<int32_t> sorted(got.begin(), got.end());
+    std::sort(sorted.begin(), sorted.end());
+    EXPECT_EQ(sorted, experts);
+    // The CPU's: 5 ms, then 3 ms, against 1 ms at start.
+    double want_rate = 1.0;
+    int64_t on_host = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        if (!views[i].on_host) {
+            st.release(got[i]);
+            continue;
+        }
+        const double took = on_host++ % 2 == 0 ? 5.0 : 3.0;
+        st.release_computed(got[i], took);
+        want_rate += bg::TieredExpertStore::kRateWeight * (took - want_rate);
+    }
+    st.end_layer();
+    const std::vector<bg::HostPathRates> after = st.host_path_rates();
+    EXPECT_NEAR(after[layer].cpu_ms_one, want_rate, 1e-12);
+    for (int64_t l = 0; l < layer; ++l) EXPECT_EQ(after[l].cpu_ms_one, 1.0) << "layer " << l;
+}
+
+}  // namespace

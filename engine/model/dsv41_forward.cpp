@@ -774,8 +774,9 @@ void Forward::run_host_expert(void* self, int64_t job) {
     } catch (...) {
         if (!f->host_error_) f->host_error_ = std::current_exception();
     }
-    f->experts_.release(j.expert);
-    f->host_expert_ms_ += now_ms() - t0;
+    const double took_ms = now_ms() - t0;
+    f->experts_.release_computed(j.expert, took_ms);
+    f->host_expert_ms_ += took_ms;
     ++f->host_experts_;
 }
 

@@ -32,8 +32,8 @@ public:
     // order its bytes become present. With host_compute the caller can compute an expert on the
     // CPU from host memory (it holds the tokens' activations there), and the provider may return
     // host-resident experts so (ExpertView::on_host) instead of copying them. The caller computes
-    // those one after another on a thread of its own and releases each from there as it ends:
-    // a provider that returns them takes release from that thread too.
+    // those one after another on a thread of its own and releases each from there as it ends
+    // (release_computed): a provider that returns them takes release from that thread too.
     virtual void begin_layer(int64_t layer, const int32_t* experts, const int32_t* tokens, int64_t n,
                              bool host_compute) = 0;
     // Blocks until an announced expert not yet returned is present; its view stays valid until
@@ -49,6 +49,12 @@ public:
         return 1;
     }
     virtual void release(int32_t expert) = 0;
+    // release for an expert returned on_host, with how long the caller's CPU took to compute it
+    // (a provider that splits by rates learns the CPU's from it). Here only the release.
+    virtual void release_computed(int32_t expert, double cpu_ms) {
+        (void)cpu_ms;
+        release(expert);
+    }
     virtual void end_layer() = 0;
     // How many returned experts a caller may keep unreleased (their compute still queued on a
     // device) while it asks for the next one, without the provider stalling for want of a slot.

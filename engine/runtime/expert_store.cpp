@@ -202,7 +202,6 @@ void TieredExpertStore::begin_layer(int64_t layer, const int32_t* experts, const
     layer_ = layer;
     if (!prepared) n_items_ = done_ = 0;
     delivered_ = requested_ = 0;
-    cpu_free_ms_ = 0;
     n_deliver_ = n;
     const uint64_t stamp = homes_->begin_lru_layer(layer, experts, n);
     for (int64_t i = 0; i < n; ++i) {
@@ -330,7 +329,6 @@ int64_t TieredExpertStore::next_ready_batch(int32_t* experts, ExpertView* views,
     for (; i >= 0 && n < max; i = cfg_.prefetch ? find_ready() : -1) {
         Item& it = items_[i];
         it.stage = Stage::kDelivered;
-        if (it.on_cpu) it.handed_ms = now_ms();
         ++delivered_;
         m_.expert_views(layer_, it.on_cpu ? it.host_src : it.compute, &views[n].gate, &views[n].up, &views[n].down);
         views[n].on_host = it.on_cpu;
@@ -345,21 +343,24 @@ void TieredExpertStore::release(int32_t expert) {
         Item& it = items_[item_of_[expert]];
         BG_CHECK(it.stage == Stage::kDelivered);
         it.stage = Stage::kDone;
-        if (it.on_cpu) {
-            // The caller hands its CPU experts to one thread that computes them in turn (all are
-            // ready at once): each started when it was handed out or when the one before ended.
-            const double now = now_ms(), took = now - std::max(it.handed_ms, cpu_free_ms_);
-            cpu_free_ms_ = now;
-            // A probe's figure replaces the rate: the rate it corrects was never refined since.
-            double& r = rates_[static_cast<size_t>(layer_)].cpu_ms_one;
-            if (it.tokens == 1) r = it.cpu_probe ? took : r + kRateWeight * (took - r);
-        }
         if (it.transient >= 0) pool_->give_transient(it.transient);
         it.transient = -1;
         ++done_;
         ++events_;
     }
     cv_work_.notify_all();
+}
+
+void TieredExpertStore::release_computed(int32_t expert, double cpu_ms) {
+    {
+        std::lock_guard<std::mutex> g(mu_);
+        const Item& it = items_[item_of_[expert]];
+        BG_CHECK(it.stage == Stage::kDelivered && it.on_cpu && cpu_ms >= 0);
+        // A probe's figure replaces the rate: the rate it corrects was never refined since.
+        double& r = rates_[static_cast<size_t>(layer_)].cpu_ms_one;
+        if (it.tokens == 1) r = it.cpu_probe ? cpu_ms : r + kRateWeight * (cpu_ms - r);
+    }
+    release(expert);
 }
 
 void TieredExpertStore::end_layer() {

@@ -114,6 +114,7 @@ public:
     // Device-side experts first (the GPU starts on them while the CPU takes its own).
     int64_t next_ready_batch(int32_t* experts, ExpertView* views, int64_t max) override;
     void release(int32_t expert) override;
+    void release_computed(int32_t expert, double cpu_ms) override;
     void end_layer() override;
     // A returned expert's transient slot comes back only with its release; the streamer needs
     // one free to move the next expert in, so a caller may hold this many without a stall.
@@ -140,7 +141,7 @@ public:
     // Where host-resident experts of a host_compute layer are computed, and the rates a hybrid
     // split is balanced by (gpu until set). The rates start as measured at start-up and follow
     // what the run measures (kRateWeight of each new figure): the CPU time of each expert it
-    // computed for one token (from its hand-out to its release) and the copy-engine time of each
+    // computed for one token (release_computed's figure) and the copy-engine time of each
     // batch of copies per expert. Both paths read the same host memory, so each slows the other
     // in a way no start-up measurement of one path alone sees.
     void set_host_compute(DecodeExperts mode, const std::vector<HostPathRates>& rates_by_layer);
@@ -195,7 +196,6 @@ private:
         bool unused = false;        // copied on prepare_layer's hint, and routing did not name it: never delivered
         bool on_cpu = false;        // computed by the caller's CPU from host_src (no copy)
         bool cpu_probe = false;     // on_cpu only because the CPU had none for kCpuProbeEveryLayers layers
-        double handed_ms = 0;       // when next_ready handed an on_cpu item out (now_ms)
         int32_t staging = -1, transient = -1;
         const uint8_t* host_src = nullptr;  // host slot or staging holding the bytes
         const uint8_t* compute = nullptr;   // device memory compute reads
@@ -247,9 +247,6 @@ private:
     std::vector<HostPathRates> rates_;           // [layer], refined as the run goes
     std::vector<HostPathRates> rates_at_start_;  // [layer], as set_host_compute gave them
     std::vector<int64_t> cpu_idle_layers_;       // [layer] decode layers in a row the split gave the CPU none
-    // When the layer's last on_cpu item was released (now_ms; 0 before the first): the caller
-    // computes its CPU experts one after another, each from the later of its hand-out and this.
-    double cpu_free_ms_ = 0;
     std::vector<int32_t> split_items_, split_tokens_, split_order_;  // [n_expert] begin_layer's host split
     std::vector<uint8_t> split_on_cpu_;                              // [n_expert]
     StoreCounters c_;
