@@ -709,6 +709,9 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
         // The device's together. Each (token, rank) writes its own row of eo, summed in rank
         // order below: the result does not depend on the order the experts arrive in.
         Unreleased batch{};
+        for (int64_t b = 0; b < n_got; ++b)
+            if (!got_views[b].on_host) batch.experts[batch.n++] = got_experts[b];
+        if (batch.n == 0) continue;
         int64_t n_calls = 0;
         ops_->busy_begin();
         for (int64_t b = 0; b < n_got; ++b) {
@@ -721,11 +724,9 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
                                                               hp_.swiglu_limit[l], cfg_.swiglu_form, eo_);
                 calls[n_calls++] = {mats, gather_rows_ + s0 + c0, std::min(chunk, m_total - c0), scatter_rows_ + s0 + c0};
             }
-            batch.experts[batch.n++] = e;
         }
-        if (n_calls > 0) ops_->expert_ffn_batch(calls, n_calls, xf_, E_, hp_.swiglu_limit[l], cfg_.swiglu_form, eo_);
+        ops_->expert_ffn_batch(calls, n_calls, xf_, E_, hp_.swiglu_limit[l], cfg_.swiglu_form, eo_);
         ops_->busy_end();
-        if (batch.n == 0) continue;
         // The slots may be refilled once released: the ops reading them must be done first.
         BG_CHECK(unreleased_n_ < Ops::kFences);
         const int64_t at = (unreleased_head_ + unreleased_n_++) % Ops::kFences;
