@@ -420,7 +420,11 @@ for part in "$@"; do
       base_id=$("$stage/betelgeuse.base" version 2>/dev/null | awk '/commit/ {print $2; exit}')
       dir="$root/measurements/slice/decode-ab/${base_id:-base}-vs-${new_id:-new}"; mkdir -p "$dir"
       nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$dir/machine.txt"
-      for rep in $(seq 1 "${BG_AB_REPS:-2}"); do
+      # Rounds go on from the folder's last (a second call on a warm machine, or a committed
+      # folder): a round number never names two runs.
+      done_reps=$(ls "$dir" | sed -n 's/^new-.*-\([0-9][0-9]*\)\.json$/\1/p' | sort -n | tail -n 1)
+      done_reps=${done_reps:-0}
+      for rep in $(seq $((done_reps + 1)) $((done_reps + ${BG_AB_REPS:-2}))); do
         for which in base new; do
           b=$bin; [ $which = base ] && b=$stage/betelgeuse.base
           for cfg in ${BG_AB_CFGS:-hybrid vram vram-sm28}; do  # vram-sm28: the RTX 3060's 28 SMs (--sm-limit)
