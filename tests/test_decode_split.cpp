@@ -79,12 +79,19 @@ TEST(DecodeSplit, ACpuProbeTakesOneExpertOnlyWhereTheRatesGiveTheCpuNone) {
     std::vector<int32_t> order(tokens.size());
     EXPECT_EQ(bg::split_host_experts(DecodeExperts::kHybrid, slow, tokens.data(), 4, on_cpu.data(), order.data(), false), 0);
     EXPECT_EQ(on_cpu, (std::vector<uint8_t>{0, 0, 0, 0}));
-    EXPECT_EQ(bg::split_host_experts(DecodeExperts::kHybrid, slow, tokens.data(), 4, on_cpu.data(), order.data(), true), 1);
+    bool probed = false;
+    EXPECT_EQ(bg::split_host_experts(DecodeExperts::kHybrid, slow, tokens.data(), 4, on_cpu.data(), order.data(), true,
+                                     &probed),
+              1);
     EXPECT_EQ(on_cpu, (std::vector<uint8_t>{0, 1, 0, 0})) << "the first of the fewest-token experts";
+    EXPECT_TRUE(probed);
     for (bool probe : {false, true}) {
+        probed = true;
         EXPECT_EQ(bg::split_host_experts(DecodeExperts::kHybrid, h200_like(), tokens.data(), 4, on_cpu.data(),
-                                         order.data(), probe), 2);
+                                         order.data(), probe, &probed),
+                  2);
         EXPECT_EQ(on_cpu, (std::vector<uint8_t>{0, 1, 0, 1})) << "probe " << probe;
+        EXPECT_FALSE(probed) << "the rates gave the CPU two: no probe";
         EXPECT_EQ(bg::split_host_experts(DecodeExperts::kGpu, slow, tokens.data(), 4, on_cpu.data(), order.data(), probe), 0);
         EXPECT_EQ(bg::split_host_experts(DecodeExperts::kCpu, slow, tokens.data(), 4, on_cpu.data(), order.data(), probe), 4);
     }

@@ -22,8 +22,9 @@ nlohmann::json HostPathRates::to_json() const {
 }
 
 int64_t split_host_experts(DecodeExperts mode, const HostPathRates& r, const int32_t* tokens, int64_t n,
-                           uint8_t* on_cpu, int32_t* order, bool probe_cpu) {
+                           uint8_t* on_cpu, int32_t* order, bool probe_cpu, bool* probed) {
     BG_CHECK(n >= 0 && mode != DecodeExperts::kAuto);
+    if (probed) *probed = false;
     const uint8_t all = mode == DecodeExperts::kCpu ? 1 : 0;
     for (int64_t i = 0; i < n; ++i) on_cpu[i] = all;
     if (mode != DecodeExperts::kHybrid || n == 0) return all ? n : 0;
@@ -45,7 +46,10 @@ int64_t split_host_experts(DecodeExperts mode, const HostPathRates& r, const int
         const double end = std::max(cpu, c < n ? copy + r.gpu_ms : 0.0);
         if (end < best) best = end, best_c = c;
     }
-    if (best_c == 0 && probe_cpu) best_c = 1;
+    if (best_c == 0 && probe_cpu) {
+        best_c = 1;
+        if (probed) *probed = true;
+    }
     for (int64_t c = 0; c < best_c; ++c) on_cpu[order[c]] = 1;
     return best_c;
 }

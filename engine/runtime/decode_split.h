@@ -60,10 +60,11 @@ struct HostPathRates {
 //   CPU experts while the copies land, and the GPU kernel of each copied expert is short, so the
 //   layer ends when the slower of the two paths does. Ties choose the smaller c.
 //   probe_cpu (hybrid): where the rates give the CPU none, it takes the expert with the fewest
-//   tokens anyway, so a CPU rate that is too slow gets measured again (below).
+//   tokens anyway, so a CPU rate that is too slow gets measured again (below); *probed (where
+//   given) says whether it did.
 // `order` is n entries of caller scratch (nothing is allocated). A pure function of its inputs.
 int64_t split_host_experts(DecodeExperts mode, const HostPathRates& r, const int32_t* tokens, int64_t n,
-                           uint8_t* on_cpu, int32_t* order, bool probe_cpu = false);
+                           uint8_t* on_cpu, int32_t* order, bool probe_cpu = false, bool* probed = nullptr);
 
 // Decode layers in a row whose split gave the CPU none after which the next gives it one
 // (TieredExpertStore): the CPU's rate is learnt only from the experts it computes, so one slow

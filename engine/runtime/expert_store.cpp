@@ -257,11 +257,10 @@ void TieredExpertStore::begin_layer(int64_t layer, const int32_t* experts, const
         }
         int64_t& idle = cpu_idle_layers_[static_cast<size_t>(layer)];
         const bool probe = host_mode_ == DecodeExperts::kHybrid && n_host > 0 && idle + 1 >= kCpuProbeEveryLayers;
-        const int64_t by_rates = split_host_experts(host_mode_, rates_[layer], split_tokens_.data(), n_host,
-                                                    split_on_cpu_.data(), split_order_.data());
-        if (by_rates == 0 && probe)
-            split_host_experts(host_mode_, rates_[layer], split_tokens_.data(), n_host, split_on_cpu_.data(),
-                               split_order_.data(), true);
+        bool probed = false;
+        const int64_t on_cpu = split_host_experts(host_mode_, rates_[layer], split_tokens_.data(), n_host,
+                                                  split_on_cpu_.data(), split_order_.data(), probe, &probed);
+        const int64_t by_rates = probed ? 0 : on_cpu;
         if (n_host > 0) idle = by_rates > 0 || probe ? 0 : idle + 1;
         for (int64_t i = 0; i < n_host; ++i) {
             if (!split_on_cpu_[i]) continue;
