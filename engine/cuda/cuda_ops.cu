@@ -196,13 +196,19 @@ public:
         }
         Ops::matmul_grouped(W, groups, x, ldx, n_tok, y, ldy);
     }
+    // Whether the integer path takes this expert (its workspace sized for it by reserve()).
+    bool int8_takes(const ExpertMats& e) const {
+        const int64_t E = e.gate.cols, F = e.gate.rows;
+        if (!lim_.matmul.int8_expert(e.gate.type, e.up.type, e.down.type, E, F)) return false;
+        BG_CHECK_MSG(i8ws_ && F <= i8ws_->max_ff() && std::max(E, F) <= i8ws_->max_cols(),
+                     "cuda ops: an integer-path expert wider than reserve() was told of");
+        return true;
+    }
     void expert_ffn(const ExpertMats& e, const float* x, int64_t ldx, const int32_t* rows, int64_t m, float limit,
                     SwigluClamp form, float* out, const int32_t* out_rows) override {
         const int64_t E = e.gate.cols, F = e.gate.rows;
         BG_CHECK(rows && out_rows && e.down.rows == E && e.down.cols == F);
-        if (lim_.matmul.int8_expert(e.gate.type, e.up.type, e.down.type, E, F)) {
-            BG_CHECK_MSG(i8ws_ && F <= i8ws_->max_ff() && std::max(E, F) <= i8ws_->max_cols(),
-                         "cuda ops: an integer-path expert wider than reserve() was told of");
+        if (int8_takes(e)) {
             int8_expert_ffn(*i8ws_, e, x, ldx, rows, m, limit, form, out, E, out_rows, stream_);
             return;
         }
@@ -225,11 +231,8 @@ public:
         int64_t n_int8 = 0;
         for (int64_t i = 0; i < n; ++i) {
             const ExpertMats& e = calls[i].mats;
-            const int64_t E = e.gate.cols, F = e.gate.rows;
-            if (n_int8 < kInt8ExpertBatchCalls && lim_.matmul.int8_expert(e.gate.type, e.up.type, e.down.type, E, F)) {
-                BG_CHECK_MSG(i8ws_ && F <= i8ws_->max_ff() && std::max(E, F) <= i8ws_->max_cols(),
-                             "cuda ops: an integer-path expert wider than reserve() was told of");
-                BG_CHECK(calls[i].rows && calls[i].out_rows && e.down.rows == E && e.down.cols == F);
+            if (n_int8 < kInt8ExpertBatchCalls && int8_takes(e)) {
+                BG_CHECK(calls[i].rows && calls[i].out_rows && e.down.rows == e.gate.cols && e.down.cols == e.gate.rows);
                 int8_calls[n_int8++] = calls[i];
             } else {
                 expert_ffn(e, x, ldx, calls[i].rows, calls[i].m, limit, form, out, calls[i].out_rows);

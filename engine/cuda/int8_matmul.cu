@@ -396,6 +396,24 @@ void int8_matmul_many(Int8Workspace& ws, const DeviceMat* W, int n, const float*
     launch_gemv_targets(ws, t, nt, W[0].cols, m, stream);
 }
 
+namespace {
+
+// The GEMV passes of one expert at m tokens: gate/up (SwiGLU, h in FP32 through the partials, each
+// 32-row block quantised for down) and down (stored to y's out_rows). int8_expert_ffn's, and each
+// segment's warps a row in int8_expert_ffn_batch.
+void expert_gemv_params(const Int8Workspace& ws, const ExpertMats& e, int m, float limit, bg::SwigluClamp form, float* y,
+                        int64_t ldy, const int32_t* out_rows, int8mm::GemvParams* gu, int8mm::GemvParams* dn) {
+    const int E = static_cast<int>(e.gate.cols), F = static_cast<int>(e.gate.rows);
+    *gu = gemv_params(ws, e.gate.data, e.gate.row_stride, &e.up, F, E, m, ws.xq(), ws.xd(), ws.xs());
+    gate_up_epilogue(*gu, ws, limit, form);
+    gu->h = ws.partials();
+    gu->counters = ws.counters();
+    *dn = gemv_params(ws, e.down.data, e.down.row_stride, nullptr, E, F, m, ws.hq(), ws.hd(), ws.hs());
+    store_epilogue(*dn, y, std::max<int64_t>(ldy, E), out_rows);
+}
+
+}  // namespace
+
 void int8_expert_ffn(Int8Workspace& ws, const ExpertMats& e, const float* x, int64_t ldx, const int32_t* rows,
                      int64_t n_tok, float limit, bg::SwigluClamp form, float* y, int64_t ldy, const int32_t* out_rows,
                      cudaStream_t stream) {
@@ -418,13 +436,9 @@ void int8_expert_ffn(Int8Workspace& ws, const ExpertMats& e, const float* x, int
                  ff / 32 <= kInt8Counters);
         const int m = static_cast<int>(n_tok);
         quantize_x(ws, x, ldx, rows, m, n_embd, stream, false);
-        int8mm::GemvParams gu = gemv_params(ws, e.gate.data, e.gate.row_stride, &e.up, ff, E, m, ws.xq(), ws.xd(), ws.xs());
-        gate_up_epilogue(gu, ws, limit, form);
-        gu.h = ws.partials();
-        gu.counters = ws.counters();
+        int8mm::GemvParams gu, dn;
+        expert_gemv_params(ws, e, m, limit, form, y, ldy, out_rows, &gu, &dn);
         launch_gemv(e.gate.type, gu, 2, stream);
-        int8mm::GemvParams dn = gemv_params(ws, e.down.data, e.down.row_stride, nullptr, E, ff, m, ws.hq(), ws.hd(), ws.hs());
-        store_epilogue(dn, y, std::max<int64_t>(ldy, n_embd), out_rows);
         launch_gemv(e.down.type, dn, 1, stream);
         return;
     }
@@ -459,10 +473,9 @@ bool gemv_batchable(const Int8Workspace& ws, const ExpertCall& a) {
            E <= ws.max_cols() && a.mats.gate.type == a.mats.up.type;
 }
 bool same_gemv_pass(const ExpertCall& a, const ExpertCall& b) {
-    const ExpertMats &p = a.mats, &q = b.mats;
-    return a.m == b.m && p.gate.rows == q.gate.rows && p.gate.cols == q.gate.cols && p.up.rows == q.up.rows &&
-           p.up.cols == q.up.cols && p.down.rows == q.down.rows && p.down.cols == q.down.cols &&
-           p.gate.type == q.gate.type && p.up.type == q.up.type && p.down.type == q.down.type;
+    const ExpertMats &p = a.mats, &q = b.mats;  // up and down follow gate's shape (checked at launch)
+    return a.m == b.m && p.gate.rows == q.gate.rows && p.gate.cols == q.gate.cols && p.gate.type == q.gate.type &&
+           p.up.type == q.up.type && p.down.type == q.down.type;
 }
 
 // The experts calls[at[0..n)] (gemv_batchable, same_gemv_pass, n <= kGemvMaxSegs) in three launches.
@@ -473,7 +486,8 @@ void gemv_experts(Int8Workspace& ws, const ExpertCall* calls, const int64_t* at,
     const int m = static_cast<int>(calls[at[0]].m);
     for (int s = 0; s < n; ++s) {
         const ExpertMats& e = calls[at[s]].mats;
-        BG_CHECK_MSG(e.down.rows == E && e.down.cols == F, "int8_expert_ffn_batch: down is n_embd rows of n_ff");
+        BG_CHECK_MSG(e.up.rows == F && e.up.cols == E && e.down.rows == E && e.down.cols == F,
+                     "int8_expert_ffn_batch: gate/up are n_ff rows of n_embd, down n_embd rows of n_ff");
         check_int8_weights(e.gate, ws.max_cols());
         check_int8_weights(e.up, ws.max_cols());
         check_int8_weights(e.down, ws.max_cols());
@@ -487,12 +501,8 @@ void gemv_experts(Int8Workspace& ws, const ExpertCall* calls, const int64_t* at,
     quantize_x_rows(ws, x, ldx, src, m, static_cast<int64_t>(n) * E, stream, false);
 
     // The warps a row each expert would have alone: its FP32 sums in the same order.
-    int8mm::GemvParams gu = gemv_params(ws, e0.gate.data, e0.gate.row_stride, &e0.up, F, E, m, ws.xq(), ws.xd(), ws.xs());
-    gate_up_epilogue(gu, ws, limit, form);
-    gu.h = ws.partials();
-    gu.counters = ws.counters();
-    int8mm::GemvParams dn = gemv_params(ws, e0.down.data, e0.down.row_stride, nullptr, E, F, m, ws.hq(), ws.hd(), ws.hs());
-    store_epilogue(dn, y, std::max<int64_t>(ldy, E), nullptr);
+    int8mm::GemvParams gu, dn;
+    expert_gemv_params(ws, e0, m, limit, form, y, ldy, nullptr, &gu, &dn);
     BG_CHECK(F % (int8mm::kGemvWarps / gu.wpr) == 0 && E % (int8mm::kGemvWarps / dn.wpr) == 0);
     gu.rows = n * F;
     dn.rows = n * E;

@@ -336,30 +336,30 @@ int64_t TieredExpertStore::next_ready_batch(int32_t* experts, ExpertView* views,
     return n;
 }
 
-void TieredExpertStore::release(int32_t expert) {
+void TieredExpertStore::release(int32_t expert) { release_item(expert, -1); }
+
+void TieredExpertStore::release_computed(int32_t expert, double cpu_ms) {
+    BG_CHECK(cpu_ms >= 0);
+    release_item(expert, cpu_ms);
+}
+
+void TieredExpertStore::release_item(int32_t expert, double cpu_ms) {
     {
         std::lock_guard<std::mutex> g(mu_);
         Item& it = items_[item_of_[expert]];
-        BG_CHECK(it.stage == Stage::kDelivered);
+        BG_CHECK(it.stage == Stage::kDelivered && (cpu_ms < 0 || it.on_cpu));
         it.stage = Stage::kDone;
+        if (cpu_ms >= 0 && it.tokens == 1) {
+            // A probe's figure replaces the rate: the rate it corrects was never refined since.
+            double& r = rates_[static_cast<size_t>(layer_)].cpu_ms_one;
+            r = it.cpu_probe ? cpu_ms : r + kRateWeight * (cpu_ms - r);
+        }
         if (it.transient >= 0) pool_->give_transient(it.transient);
         it.transient = -1;
         ++done_;
         ++events_;
     }
     cv_work_.notify_all();
-}
-
-void TieredExpertStore::release_computed(int32_t expert, double cpu_ms) {
-    {
-        std::lock_guard<std::mutex> g(mu_);
-        const Item& it = items_[item_of_[expert]];
-        BG_CHECK(it.stage == Stage::kDelivered && it.on_cpu && cpu_ms >= 0);
-        // A probe's figure replaces the rate: the rate it corrects was never refined since.
-        double& r = rates_[static_cast<size_t>(layer_)].cpu_ms_one;
-        if (it.tokens == 1) r = it.cpu_probe ? cpu_ms : r + kRateWeight * (cpu_ms - r);
-    }
-    release(expert);
 }
 
 void TieredExpertStore::end_layer() {

@@ -208,6 +208,8 @@ private:
     bool do_copies(std::unique_lock<std::mutex>& lk);
     void complete_read(io::ReadOp* op);
     void finish_unused_locked(Item& it);
+    // release, and with cpu_ms >= 0 (an on_cpu item) the layer's CPU rate learnt from it.
+    void release_item(int32_t expert, double cpu_ms);
     void read_expert_blocking(int64_t layer, int32_t e, uint8_t* dst) const;
 
     const MoeModel& m_;
