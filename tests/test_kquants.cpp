@@ -586,6 +586,63 @@ TEST(KQuants, Int8ViewOfAnyMxfp4OrQ8_0BlockRebuildsTheWeights) {
     }
 }
 
+TEST(KQuants, HostPrmtFollowsPtxGenericMode) {
+    // The host form of prmt against hand cases: byte selection from {b, a}, and bit 3 of a
+    // selector nibble replicating the selected byte's sign.
+    EXPECT_EQ(qtypes::prmt(0x03020100u, 0x07060504u, 0x7531u), 0x07050301u);
+    EXPECT_EQ(qtypes::prmt(0x03020100u, 0x07060504u, 0x0246u), 0x00020406u);
+    EXPECT_EQ(qtypes::prmt(0x80017F00u, 0u, 0x8888u), 0u);           // byte 0 (0x00) sign-replicated
+    EXPECT_EQ(qtypes::prmt(0x80017F00u, 0u, 0xB9A8u), 0xFF000000u);  // bytes 0, 2, 1, 3 -> 0, 0, 0, 0xFF
+    EXPECT_EQ(qtypes::prmt(0x11223344u, 0x55667788u, 0x00007654u), 0x55667788u);
+}
+
+TEST(KQuants, Mxfp4SplitDecodeGivesEveryCodesValueAndTheExactDot) {
+    // The GEMV's MXFP4 decoder (split8 over interleave_act's activations): every code in every
+    // nibble position gives pos - neg = its value, and the dot product of a code word with its
+    // activations equals the values' one, on fresh random words.
+    using T = qtypes::Mxfp4;
+    auto check = [](uint32_t cw, const int8_t xl[4], const int8_t xh[4]) {
+        uint32_t pos[2], neg[2];
+        T::split8(cw, pos, neg);
+        uint32_t lo = 0, hi = 0;
+        for (int k = 0; k < 4; ++k) {
+            lo |= static_cast<uint32_t>(static_cast<uint8_t>(xl[k])) << (8 * k);
+            hi |= static_cast<uint32_t>(static_cast<uint8_t>(xh[k])) << (8 * k);
+        }
+        uint32_t xw[2];
+        T::interleave_act(lo, hi, xw[0], xw[1]);
+        int64_t want = 0, got = 0;
+        for (int k = 0; k < 4; ++k)
+            want += T::value_of(static_cast<int>(cw >> (8 * k)) & 15) * xl[k] + T::value_of(static_cast<int>(cw >> (8 * k + 4)) & 15) * xh[k];
+        for (int h = 0; h < 2; ++h)
+            for (int i = 0; i < 4; ++i) {
+                const int q = 4 * h + i, k = q / 2, upper = q % 2;  // nibble q: byte k's low or high code
+                const int p = static_cast<int8_t>(pos[h] >> (8 * i)), n = static_cast<int8_t>(neg[h] >> (8 * i));
+                const int x = static_cast<int8_t>(xw[h] >> (8 * i));
+                EXPECT_GE(p, 0);
+                EXPECT_GE(n, 0);
+                EXPECT_TRUE(p == 0 || n == 0);
+                EXPECT_EQ(p - n, T::value_of(static_cast<int>(cw >> (4 * q)) & 15)) << std::hex << cw << " nibble " << q;
+                EXPECT_EQ(x, upper ? xh[k] : xl[k]) << "activation of nibble " << q;
+                got += static_cast<int64_t>(p - n) * x;
+            }
+        EXPECT_EQ(got, want) << std::hex << cw;
+    };
+    auto rng = bgtest::fresh_rng();
+    std::uniform_int_distribution<int> act(-127, 127);
+    std::uniform_int_distribution<uint32_t> word;
+    int8_t xl[4], xh[4];
+    for (int pos = 0; pos < 8; ++pos)
+        for (uint32_t code = 0; code < 16; ++code) {
+            for (int k = 0; k < 4; ++k) xl[k] = static_cast<int8_t>(act(rng)), xh[k] = static_cast<int8_t>(act(rng));
+            check((word(rng) & ~(15u << (4 * pos))) | (code << (4 * pos)), xl, xh);
+        }
+    for (int rep = 0; rep < 20000; ++rep) {
+        for (int k = 0; k < 4; ++k) xl[k] = static_cast<int8_t>(act(rng)), xh[k] = static_cast<int8_t>(act(rng));
+        check(word(rng), xl, xh);
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Quantisers
 

@@ -120,12 +120,19 @@ __host__ __device__ constexpr int64_t gemv_smem_bytes(int nkb) {
     return gemv_act_bytes<T, NTOK>(nkb) + int64_t{kGemvWarps} * kGemvStages * MATS * gemv_window<T>();
 }
 
-// Whether a type's traits read a lane's whole chunk at once (load_chunk: Q8_0, MXFP4); the
-// others give it as load_a's four quad positions.
+// Whether a type's traits read a lane's whole chunk at once (load_chunk: Q8_0); the others give
+// it as load_a's four quad positions.
 template <class T, class = void>
 struct HasLoadChunk : std::false_type {};
 template <class T>
 struct HasLoadChunk<T, std::void_t<decltype(&T::load_chunk)>> : std::true_type {};
+
+// Whether a type's traits decode a chunk as positive and negative magnitudes over interleaved
+// activations (load_chunk_split: MXFP4); the kernel then interleaves the staged activations once.
+template <class T, class = void>
+struct HasLoadSplit : std::false_type {};
+template <class T>
+struct HasLoadSplit<T, std::void_t<decltype(&T::load_chunk_split)>> : std::true_type {};
 
 template <class T, int NTOK, int MATS>
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvParams p) {
@@ -211,6 +218,16 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvParams p) {
     // The activations and this warp's first span have landed (the later spans may not have).
     cp_async_wait<kGemvStages - 2>();
     __syncthreads();
+    if constexpr (HasLoadSplit<T>::value) {
+        // Each (chunk, token)'s four (lo, hi) word pairs into load_chunk_split's order, in place.
+        uint2* pairs = reinterpret_cast<uint2*>(aq);
+        for (int i = threadIdx.x; i < nkb * NTOK * 4; i += kGemvWarps * 32) {
+            uint2 v = pairs[i];
+            T::interleave_act(v.x, v.y, v.x, v.y);
+            pairs[i] = v;
+        }
+        __syncthreads();
+    }
 
     float acc[MATS][NTOK];
 #pragma unroll
@@ -234,7 +251,34 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvParams p) {
             const uintptr_t start = reinterpret_cast<uintptr_t>(row[m]) + static_cast<uint64_t>(sp) * kSpanBlocks * T::kBlockBytes;
             wrow[m] = win + ((i % kGemvStages) * MATS + m) * kWin + (start & 15);
         }
-        if (lane < n) {
+        if constexpr (HasLoadSplit<T>::value) {
+            if (lane < n) {
+                const int c = c0 + lane;
+                uint32_t pos[MATS][8], neg[MATS][8];
+                float d[MATS];
+#pragma unroll
+                for (int m = 0; m < MATS; ++m) T::load_chunk_split(wrow[m], lane, pos[m], neg[m], d[m]);
+#pragma unroll
+                for (int j = 0; j < NTOK; ++j) {
+                    if (j >= p.m) break;
+                    const int4* xa = reinterpret_cast<const int4*>(aq + (static_cast<int64_t>(c) * NTOK + j) * 32);
+                    const int4 x0 = xa[0], x1 = xa[1];
+                    const int xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+                    const float dxj = ad[c * NTOK + j];
+#pragma unroll
+                    for (int m = 0; m < MATS; ++m) {
+                        // Two chains (the positive and the negative codes) of one exact sum.
+                        int ip = 0, in = 0;
+#pragma unroll
+                        for (int k = 0; k < 8; ++k) {
+                            ip = __dp4a(static_cast<int>(pos[m][k]), xw[k], ip);
+                            in = __dp4a(static_cast<int>(neg[m][k]), xw[k], in);
+                        }
+                        acc[m][j] = fmaf(static_cast<float>(ip - in), d[m] * dxj, acc[m][j]);
+                    }
+                }
+            }
+        } else if (lane < n) {
             const int c = c0 + lane;
             // The chunk's 32 weights as load_a gives them to the four lanes of a quad: position
             // t's words are weights 4t..4t+3 (lo) and 16+4t..16+4t+3 (hi).
