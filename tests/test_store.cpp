@@ -2,13 +2,20 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <mutex>
 #include <set>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "model_fixture.h"
+#include "backend/backend.h"
 #include "cpu/routing.h"
+#include "io/reader.h"
 #include "runtime/session.h"
 #include "util/check.h"
 #include "util/file_io.h"
@@ -545,6 +552,126 @@ TEST(Store, ReadyExpertsComeTogetherAndTheCpuRateFollowsTheCallersTime) {
     const std::vector<bg::HostPathRates> after = st.host_path_rates();
     EXPECT_NEAR(after[layer].cpu_ms_one, want_rate, 1e-12);
     for (int64_t l = 0; l < layer; ++l) EXPECT_EQ(after[l].cpu_ms_one, 1.0) << "layer " << l;
+}
+
+
+// The CPU arena with copies that land only when the test lets them: copy_async copies the bytes
+// at once, but wait_copy (the streamer's) blocks while the gate is shut, and each ticket has an
+// event, as on a GPU.
+class GatedCopyBackend final : public bg::Backend {
+public:
+    const char* name() const override { return "gated-cpu"; }
+    uint8_t* alloc_device(uint64_t bytes) override { return base_->alloc_device(bytes); }
+    void free_device(uint8_t* p) override { base_->free_device(p); }
+    uint8_t* alloc_host(uint64_t bytes) override { return base_->alloc_host(bytes); }
+    void free_host(uint8_t* p) override { base_->free_host(p); }
+    void copy(uint8_t* dst, const uint8_t* src, uint64_t bytes, bg::CopyKind kind) override { base_->copy(dst, src, bytes, kind); }
+    uint64_t copy_async(uint8_t* dst, const uint8_t* src, uint64_t bytes, bg::CopyKind kind) override {
+        base_->copy(dst, src, bytes, kind);
+        return ++queued_;
+    }
+    void wait_copy(uint64_t ticket) override {
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_.wait(lk, [&] { return open_; });
+        EXPECT_LE(ticket, queued_.load());
+    }
+    bg::DeviceEvent copy_event(uint64_t ticket) const override { return {reinterpret_cast<const void*>(ticket)}; }
+    uint64_t device_used_bytes() const override { return 0; }
+    bool device_is_host_addressable() const override { return true; }
+    void set_open(bool open) {
+        std::lock_guard<std::mutex> g(mu_);
+        open_ = open;
+        cv_.notify_all();
+    }
+
+private:
+    std::unique_ptr<bg::Backend> base_ = bg::make_cpu_backend();
+    std::atomic<uint64_t> queued_{0};
+    std::mutex mu_;
+    std::condition_variable cv_;
+    bool open_ = true;
+};
+
+// Copies in flight (a backend with copy events): the experts present come first, together; then
+// each expert whose copy is queued comes alone, in copy order, with its copy's event, before the
+// copy has landed; it may be released before it lands, and end_layer returns only once the
+// streamer has seen every copy land. Then a layer with copies landing at once.
+TEST(Store, CopiesInFlightComeAloneInCopyOrderWithTheirEvents) {
+    bg::RunConfig c = tiny_cfg();
+    bg::Session s(c);
+    const bg::ResidencyPlan& plan = s.plan();
+    GatedCopyBackend backend;
+    bg::io::IoConfig io;
+    io.engine = c.io;
+    auto reader = bg::io::Reader::open(s.model().shard_paths(), io);
+    bg::StoreConfig sc;
+    sc.transient_slots = c.transient_slots;
+    sc.vram_budget_bytes = sc.host_budget_bytes = 1ull << 30;
+    bg::TieredExpertStore st(s.model(), backend, *reader, plan, sc);
+    st.preload();
+    const int64_t L = plan.n_layer();
+    for (int64_t layer : {L - 1, int64_t{0}}) {
+        SCOPED_TRACE(layer);
+        const bool gated = layer == L - 1;
+        std::set<int32_t> hot(plan.hot_ids[layer].begin(), plan.hot_ids[layer].end());
+        std::set<int32_t> want(plan.resident[layer].begin(), plan.resident[layer].end());
+        const int64_t n_copied = static_cast<int64_t>(want.size() - hot.size());
+        ASSERT_GT(n_copied, 1) << "fewer than two host-resident experts: no test";
+        ASSERT_LE(n_copied, c.transient_slots) << "every copy in one batch";
+        const std::vector<int32_t> experts(want.begin(), want.end());
+        const std::vector<int32_t> tokens(experts.size(), 1);
+        const int64_t n = static_cast<int64_t>(experts.size());
+
+        backend.set_open(!gated);
+        st.begin_pass();
+        const bg::StoreCounters before = st.counters();
+        st.begin_layer(layer, experts.data(), tokens.data(), n, false);
+        std::vector<int32_t> got(experts.size());
+        std::vector<bg::ExpertView> views(experts.size());
+        int64_t n_got = 0, n_landing = 0;
+        uintptr_t last_ticket = 0;
+        while (n_got < n) {
+            const int64_t k = st.next_ready_batch(got.data() + n_got, views.data() + n_got, n - n_got);
+            ASSERT_GE(k, 1);
+            for (int64_t i = n_got; i < n_got + k; ++i) {
+                EXPECT_FALSE(views[i].on_host);
+                if (!views[i].ready) continue;
+                ++n_landing;
+                EXPECT_EQ(k, 1) << "an expert on its way comes alone";
+                EXPECT_EQ(hot.count(got[i]), 0u) << "a hot expert needs no copy";
+                const auto ticket = reinterpret_cast<uintptr_t>(views[i].ready.handle);
+                EXPECT_GT(ticket, last_ticket) << "in copy order";
+                last_ticket = ticket;
+            }
+            if (gated && n_got == 0) {
+                EXPECT_EQ(k, static_cast<int64_t>(hot.size())) << "the hot experts first, together";
+                for (int64_t i = 0; i < k; ++i) EXPECT_FALSE(views[i].ready) << "present already";
+            }
+            n_got += k;
+        }
+        std::vector<int32_t> sorted(got.begin(), got.end());
+        std::sort(sorted.begin(), sorted.end());
+        EXPECT_EQ(sorted, experts);
+        if (gated) EXPECT_EQ(n_landing, n_copied) << "the gate held every copy: each came on its way";
+        // Released before the copies land (a device's compute waited for them on its own).
+        for (int32_t e : got) st.release(e);
+        std::atomic<bool> ended{false};
+        std::thread ender([&] {
+            st.end_layer();
+            ended = true;
+        });
+        if (gated) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+            EXPECT_FALSE(ended.load()) << "end_layer returned while copies were still landing";
+            backend.set_open(true);
+        }
+        ender.join();
+        EXPECT_TRUE(ended.load());
+        const bg::StoreCounters d = st.counters() - before;
+        EXPECT_EQ(d.copied_experts, static_cast<uint64_t>(n_copied));
+        EXPECT_EQ(d.vram_hits, hot.size());
+    }
+    EXPECT_GT(st.verify_slots(), 0u);
 }
 
 }  // namespace

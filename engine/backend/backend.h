@@ -8,6 +8,7 @@
 #include <string>
 
 #include "backend/sm_limit.h"
+#include "backend/types.h"
 
 namespace bg {
 
@@ -36,6 +37,14 @@ public:
     static constexpr int kMaxQueuedCopies = 64;
     virtual uint64_t copy_async(uint8_t* dst, const uint8_t* src, uint64_t bytes, CopyKind kind) = 0;
     virtual void wait_copy(uint64_t ticket) = 0;
+    // An event that passes once copy `ticket` has landed, for a compute queue to wait for on the
+    // device (Ops::wait_event) instead of the host waiting: what was queued behind it starts as
+    // the bytes land. Valid until kMaxQueuedCopies later copies are queued. Empty where
+    // copy_async returns with the bytes in place (the CPU arena).
+    virtual DeviceEvent copy_event(uint64_t ticket) const {
+        (void)ticket;
+        return {};
+    }
     // Milliseconds the copy engine spent on queued copies, from events around each batch (first
     // copy queued on an idle queue to the last one landed), as the pinned-copy probe times its
     // copies; < 0 where the backend has no such clock (the CPU arena).

@@ -156,6 +156,9 @@ public:
     // slot may be released); kFences of them, reused round robin by the caller.
     static constexpr int kFences = 8;
     virtual void record_fence(int i) = 0;
+    // The ops queued after this wait on the device for a backend event (Backend::copy_event: a
+    // copy landing); the host does not wait. Nothing to do where copies are done when queued.
+    virtual void wait_event(DeviceEvent e) { (void)e; }
     // Whether fence i has passed; with wait, blocks until it has.
     virtual bool fence_passed(int i, bool wait) = 0;
     // Busy time: brackets around queued compute (no-ops where not measured: the CPU).

@@ -15,6 +15,13 @@ namespace bg {
 
 // A weight matrix in ggml order: `rows` rows (ne1) of `cols` elements (ne0), each row
 // row_stride bytes apart, stored as `type`. y = W x means y[r] = sum_i W[r][i] * x[i].
+// A backend's event, opaque to the caller: an Ops queue waits for it (Ops::wait_event). Empty
+// where there is nothing to wait for.
+struct DeviceEvent {
+    const void* handle = nullptr;
+    explicit operator bool() const { return handle != nullptr; }
+};
+
 struct MatView {
     const uint8_t* data = nullptr;
     GgmlType type = GgmlType::F32;

@@ -108,6 +108,10 @@ public:
             copy_busy_ms_ += ms;
         }
     }
+    DeviceEvent copy_event(uint64_t ticket) const override {
+        BG_CHECK(ticket > 0 && ticket <= queued_);
+        return {copy_done_[ticket % kMaxQueuedCopies]};
+    }
     double copy_busy_ms() const override { return copy_busy_ms_; }
     bool device_is_host_addressable() const override { return false; }
     uint64_t device_used_bytes() const override {

@@ -123,6 +123,9 @@ public:
         events_used_ = 0;
     }
     void record_fence(int i) override { BG_CUDA_CHECK(cudaEventRecord(fences_[i], stream_)); }
+    void wait_event(DeviceEvent e) override {
+        if (e) BG_CUDA_CHECK(cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(const_cast<void*>(e.handle)), 0));
+    }
     bool fence_passed(int i, bool wait) override {
         if (wait) {
             BG_CUDA_CHECK(cudaEventSynchronize(fences_[i]));

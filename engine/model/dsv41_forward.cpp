@@ -712,6 +712,10 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
         for (int64_t b = 0; b < n_got; ++b)
             if (!got_views[b].on_host) batch.experts[batch.n++] = got_experts[b];
         if (batch.n == 0) continue;
+        // An expert still landing (handed out alone): its compute waits for the copy on the
+        // device, outside the busy bracket (the wait is not compute).
+        for (int64_t b = 0; b < n_got; ++b)
+            if (!got_views[b].on_host) ops_->wait_event(got_views[b].ready);
         int64_t n_calls = 0;
         ops_->busy_begin();
         for (int64_t b = 0; b < n_got; ++b) {

@@ -17,6 +17,9 @@ struct ExpertView {
     // The matrices are in host memory, to be computed by the CPU where they lie (a host-resident
     // expert of a decode step, --decode-experts); otherwise in the backend's memory.
     bool on_host = false;
+    // Not empty: the bytes are still landing (a copy in flight). Compute queued on a device
+    // waits for it first (Ops::wait_event); the host need not.
+    DeviceEvent ready;
 };
 
 class ExpertProvider {
@@ -36,11 +39,12 @@ public:
     // (release_computed): a provider that returns them takes release from that thread too.
     virtual void begin_layer(int64_t layer, const int32_t* experts, const int32_t* tokens, int64_t n,
                              bool host_compute) = 0;
-    // Blocks until an announced expert not yet returned is present; its view stays valid until
-    // release(expert).
+    // Blocks until an announced expert not yet returned is present, or on its way with an event
+    // that passes when it lands (ExpertView::ready); its view stays valid until release(expert).
     virtual int32_t next_ready(ExpertView* view) = 0;
     // next_ready for several at once: blocks until an announced expert not yet returned is
-    // present, then returns it and the others present now, up to max (experts[i], views[i]);
+    // present, then returns it and the others present now, up to max (experts[i], views[i]), or
+    // one on its way alone;
     // returns how many. A caller computes experts in device memory together (Ops::
     // expert_ffn_batch): a decode layer's experts in VRAM are all present at once. Here one.
     virtual int64_t next_ready_batch(int32_t* experts, ExpertView* views, int64_t max) {

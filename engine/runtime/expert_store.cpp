@@ -312,21 +312,39 @@ int64_t TieredExpertStore::next_ready_batch(int32_t* experts, ExpertView* views,
             }
         return on_cpu;
     };
-    int64_t i = find_ready();
+    // With nothing present: the expert whose copy was queued first of those with an event.
+    auto find_landing = [&]() -> int64_t {
+        int64_t first = -1;
+        if (!cfg_.prefetch) return first;
+        for (int64_t i = 0; i < n_items_; ++i) {
+            const Item& it = items_[i];
+            if (it.stage == Stage::kCopying && it.copy_event && !it.unused && (first < 0 || it.ticket < items_[first].ticket))
+                first = i;
+        }
+        return first;
+    };
+    auto find = [&]() -> int64_t {
+        const int64_t i = find_ready();
+        return i >= 0 ? i : find_landing();
+    };
+    int64_t i = find();
     if (i < 0 && error_.empty()) {
         // Blocked: on disk if any expert still to come is not in memory yet, else on copies.
         bool on_disk = false;
         for (int64_t j = 0; j < n_items_; ++j)
             if (items_[j].stage == Stage::kPending || items_[j].stage == Stage::kReading) on_disk = true;
         const auto t0 = Clock::now();
-        cv_ready_.wait(lk, [&] { return (i = find_ready()) >= 0 || !error_.empty(); });
+        cv_ready_.wait(lk, [&] { return (i = find()) >= 0 || !error_.empty(); });
         (on_disk ? c_.disk_wait_ms : c_.copy_wait_ms) += ms_between(t0, Clock::now());
     }
     if (!error_.empty()) throw Error(error_);
     int64_t n = 0;
-    // Without prefetch, one (in order); with it, every ready one, device-side first.
-    for (; i >= 0 && n < max; i = cfg_.prefetch ? find_ready() : -1) {
+    // Without prefetch, one (in order); with it, every ready one, device-side first, or one on
+    // its way alone (its compute waits for it on the device, and nothing else should).
+    const bool landing = items_[i].stage == Stage::kCopying;
+    for (; i >= 0 && n < max; i = cfg_.prefetch && !landing ? find_ready() : -1) {
         Item& it = items_[i];
+        views[n].ready = landing ? it.copy_event : DeviceEvent{};
         it.stage = Stage::kDelivered;
         ++delivered_;
         m_.expert_views(layer_, it.on_cpu ? it.host_src : it.compute, &views[n].gate, &views[n].up, &views[n].down);
@@ -367,7 +385,9 @@ void TieredExpertStore::end_layer() {
         std::unique_lock<std::mutex> lk(mu_);
         BG_CHECK(active_ && !prepared_ && delivered_ == n_deliver_);
         // An unused speculative copy may still be landing; its slot must be back first.
-        cv_ready_.wait(lk, [&] { return done_ == n_items_ || !error_.empty(); });
+        // And the streamer must have seen every copy land (an expert handed out in flight may be
+        // released first): it still writes the layer's items until then.
+        cv_ready_.wait(lk, [&] { return (done_ == n_items_ && copies_landing_ == 0) || !error_.empty(); });
         if (!error_.empty()) throw Error(error_);
         BG_CHECK(reads_in_flight_ == 0);
         active_ = false;
@@ -461,11 +481,24 @@ bool TieredExpertStore::do_copies(std::unique_lock<std::mutex>& lk) {
         copy_batch_.push_back({i, dst, it.host_src, m_.expert_bytes_each(layer_), 0});
     }
     if (copy_batch_.empty()) return false;
+    copies_landing_ += static_cast<int64_t>(copy_batch_.size());
     lk.unlock();
     const auto t0 = Clock::now();
     const double t0_ms = now_ms();
     const double engine_ms0 = backend_.copy_busy_ms();
     for (QueuedCopy& q : copy_batch_) q.ticket = backend_.copy_async(q.dst, q.src, q.bytes, CopyKind::kHostToDevice);
+    // Each may be handed out now, with the event its compute waits for on the device.
+    lk.lock();
+    bool any_event = false;
+    for (const QueuedCopy& q : copy_batch_) {
+        Item& it = items_[q.item];
+        it.ticket = q.ticket;
+        it.compute = q.dst;
+        it.copy_event = backend_.copy_event(q.ticket);
+        any_event = any_event || static_cast<bool>(it.copy_event);
+    }
+    if (any_event) cv_ready_.notify_all();
+    lk.unlock();
     for (const QueuedCopy& q : copy_batch_) {
         backend_.wait_copy(q.ticket);
         lk.lock();
@@ -477,9 +510,10 @@ bool TieredExpertStore::do_copies(std::unique_lock<std::mutex>& lk) {
             it.staging = -1;
         }
         if (it.to_hot) homes_->at(layer_, it.expert).loaded = true;
-        it.compute = q.dst;
-        it.stage = Stage::kReady;
+        it.copy_event = {};
+        if (it.stage == Stage::kCopying) it.stage = Stage::kReady;  // else handed out (and maybe released) in flight
         if (it.unused) finish_unused_locked(it);
+        --copies_landing_;
         cv_ready_.notify_all();
         lk.unlock();
     }
