@@ -413,7 +413,8 @@ for part in "$@"; do
       # Two engines on one machine, alternated: $stage/betelgeuse.base (staged beside the new one,
       # scripts/device-stage-base.sh) and $stage/betelgeuse, slice decode as slice-decode-threads
       # runs it (resident-only, S 20 / H 5, one warm pass, 32 tokens) in hybrid and, every
-      # resident expert in VRAM, the GPU's own chain on all SMs and on 28 (BG_AB_CFGS); BG_AB_REPS rounds (2).
+      # resident expert in VRAM, the GPU's own chain on all SMs and on 28, and gpu (hybrid's budgets,
+      # every host-resident expert copied) (BG_AB_CFGS); BG_AB_REPS rounds (2).
       slice_model
       [ -x "$stage/betelgeuse.base" ] || { note "slice-decode-ab: no $stage/betelgeuse.base"; status=1; continue; }
       new_id=$("$bin" version 2>/dev/null | awk '/commit/ {print $2; exit}')
@@ -431,6 +432,8 @@ for part in "$@"; do
             case $cfg in
               vram) budget=(--slots 20 --hot 20 --vram-budget 8000 --host-budget 2875 --decode-experts gpu) ;;
               vram-sm28) budget=(--slots 20 --hot 20 --vram-budget 8000 --host-budget 2875 --decode-experts gpu --sm-limit 28) ;;
+              # gpu: hybrid's budgets with every host-resident expert copied (the copy path alone)
+              gpu) budget=(--slots 20 --hot 5 --transient-slots 12 --host-budget 2875 --vram-budget 3068 --decode-experts gpu) ;;
               *) budget=(--slots 20 --hot 5 --transient-slots 12 --host-budget 2875 --vram-budget 3068 --decode-experts hybrid) ;;
             esac
             note "slice decode A/B: $which $cfg round $rep"
