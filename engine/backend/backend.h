@@ -39,8 +39,10 @@ public:
     virtual void wait_copy(uint64_t ticket) = 0;
     // An event that passes once copy `ticket` has landed, for a compute queue to wait for on the
     // device (Ops::wait_event) instead of the host waiting: what was queued behind it starts as
-    // the bytes land. Valid until kMaxQueuedCopies later copies are queued. Empty where
-    // copy_async returns with the bytes in place (the CPU arena).
+    // the bytes land. Events are reused round robin: kMaxQueuedCopies copies later the same
+    // event stands for a later copy, which the copy engine lands after this one, so a wait on it
+    // is still a correct one, only longer. Empty where copy_async returns with the bytes in place
+    // (the CPU arena).
     virtual DeviceEvent copy_event(uint64_t ticket) const {
         (void)ticket;
         return {};

@@ -18,6 +18,9 @@
 //    bytes, then the scales and half sums), with 16-byte copies;
 //  - each warp streams its row in spans of kGemvSpanChunks chunks (whole blocks) with 16-byte
 //    cp.async copies of the span's bytes, aligned down to 16, kGemvStages spans in flight;
+//  - MXFP4 (traits with load_chunk_split) decodes a chunk as the magnitudes of its positive and
+//    of its negative codes, a dp4a chain each (tensor/qtypes/mxfp4.h, split8), over activations
+//    interleaved once a CTA to split8's order; the same exact integer sum as below;
 //  - lane l takes chunk l of a span whole: the traits' load_chunk where a type has one (Q8_0's
 //    34 bytes as nine or ten aligned words and a funnel shift a value word, the scale once; 41567b7
 //    read it as four load_a calls of two unaligned words and the scale each), else load_a for
