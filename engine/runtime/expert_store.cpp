@@ -510,7 +510,6 @@ bool TieredExpertStore::do_copies(std::unique_lock<std::mutex>& lk) {
             it.staging = -1;
         }
         if (it.to_hot) homes_->at(layer_, it.expert).loaded = true;
-        it.copy_event = {};
         if (it.stage == Stage::kCopying) it.stage = Stage::kReady;  // else handed out (and maybe released) in flight
         if (it.unused) finish_unused_locked(it);
         --copies_landing_;

@@ -205,7 +205,7 @@ private:
         bool cpu_probe = false;     // on_cpu only because the CPU had none for kCpuProbeEveryLayers layers
         int32_t staging = -1, transient = -1;
         uint64_t ticket = 0;                // its copy's (kCopying), in copy order
-        DeviceEvent copy_event;             // passes when that copy lands; empty once the streamer saw it land
+        DeviceEvent copy_event;             // passes when that copy lands (read only while kCopying)
         const uint8_t* host_src = nullptr;  // host slot or staging holding the bytes
         const uint8_t* compute = nullptr;   // device memory compute reads
         io::ReadOp ops[3];
