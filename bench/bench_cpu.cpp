@@ -304,9 +304,9 @@ BENCHMARK(BM_PoolRoundTrip)->UseRealTime();
 void BM_CpuExpertJobWithoutRows(benchmark::State& state) {
     struct NoRows {
         void before_up(const cpu::Team& team) const { team.barrier(); }
-        void up_rows(int64_t, int64_t) const {}
+        void up_rows(int64_t, int64_t, int64_t) const {}
         void before_down(const cpu::Team& team) const { team.barrier(); }
-        void down_rows(int64_t, int64_t) const {}
+        void down_rows(int64_t, int64_t, int64_t) const {}
     };
     constexpr int64_t E = 5120, F = 2304;
     ExpertIo io(E, F, 1);
@@ -403,6 +403,52 @@ void expert_args(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_CpuExpertInt8)->Apply(expert_args)->ArgNames({"type", "E", "F", "M", "isa"})->UseRealTime();
 BENCHMARK(BM_CpuExpertInt8Steps)->Apply(expert_args)->ArgNames({"type", "E", "F", "M", "isa"})->UseRealTime();
 BENCHMARK(BM_CpuExpertInt8PerThread)->Apply(expert_args)->ArgNames({"type", "E", "F", "M", "isa"})->UseRealTime();
+
+// A decode layer's CPU experts (n full-width experts at one token, each its own weights, cycled
+// through the rotation like the others) as the engine computes them: one pool job for all n
+// (together:1, cpu::experts_ffn_int8, CpuOps::expert_ffn_batch) or one job each in turn
+// (together:0, the engine before). The counters count all n experts' bytes; `us` is the n.
+void BM_CpuExpertsInt8Layer(benchmark::State& state) {
+    const GgmlType type = static_cast<GgmlType>(state.range(0));
+    const int64_t n = state.range(1), E = 5120, F = 2304;
+    const bool together = state.range(2) != 0;
+    const cpu::CpuIsa isa = cpu::best_cpu_isa();
+    const ExpertCopies& ex = copies_of(type, E, F);
+    if (ex.n_sets < n) {
+        state.SkipWithError("fewer weight copies than experts");
+        return;
+    }
+    ExpertIo io(E, F, n);
+    cpu::Int8MatmulScratch scratch;
+    cpu::ThreadPool& pool = *g_bench.pool;
+    cpu::Int8Expert experts[cpu::kMaxJobExperts];
+    int s = 0;
+    for (auto _ : state) {
+        for (int64_t i = 0; i < n; ++i) {
+            const int set = static_cast<int>((s + i) % ex.n_sets);
+            MatView gate_up = ex.gate(set);
+            gate_up.rows = 2 * F;
+            experts[i] = {gate_up, ex.down(set), 1};
+        }
+        if (together) {
+            cpu::experts_ffn_int8(pool, scratch, experts, n, io.x.data(), E, 10.0f, SwigluClamp::kDeepSeek, io.gu.data(),
+                                  io.h.data(), io.y.data(), isa);
+        } else {
+            for (int64_t i = 0; i < n; ++i)
+                cpu::expert_ffn_int8(pool, scratch, experts[i].gate_up, experts[i].down, io.x.data() + i * E, E, 1, 10.0f,
+                                     SwigluClamp::kDeepSeek, io.gu.data() + i * 2 * F, io.h.data() + i * F,
+                                     io.y.data() + i * E, isa);
+        }
+        benchmark::DoNotOptimize(io.y.data());
+        s = static_cast<int>((s + n) % ex.n_sets);
+    }
+    expert_counters(state, ex, type, isa, static_cast<int>(n));
+    state.SetLabel(std::string(type_name(type)) + " " + cpu::cpu_isa_name(isa) + (together ? " one job" : " a job each"));
+}
+BENCHMARK(BM_CpuExpertsInt8Layer)
+    ->ArgsProduct({{static_cast<int64_t>(GgmlType::MXFP4), static_cast<int64_t>(GgmlType::Q8_0)}, {1, 3, 6}, {0, 1}})
+    ->ArgNames({"type", "n", "together"})
+    ->UseRealTime();
 
 // BM_CpuRowsInt8's matrix, kept for the benchmarks of its type: copies of a 2304 x 5120 W cycled
 // through, the first 64 rows of the first copy the cached case's W.

@@ -12,10 +12,15 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
+#include <numeric>
+#include <algorithm>
 #include <utility>
 #include <random>
 #include <vector>
 
+#include "backend/ops.h"
+#include "cpu/cpu_ops.h"
 #include "cpu/int8_expert.h"
 #include "cpu/int8_matmul.h"
 #include "cpu/ops.h"
@@ -320,6 +325,114 @@ TEST(Int8Expert, OneJobEqualsItsStepsBitForBit) {
                 }
         }
     }
+}
+
+// Several experts of a layer as one pool job (cpu::experts_ffn_int8, a decode layer's CPU experts)
+// give each expert's y and h bit for bit as it alone: weight types mixed in one job, tokens per
+// expert uneven (so runs of groups cross experts mid-run), teams of one to four, every kernel this
+// machine runs; the outputs start as NaN, so a row no member wrote shows.
+TEST(Int8Expert, SeveralInOneJobEachEqualsItselfAloneBitForBit) {
+    auto rng = bgtest::fresh_rng();
+    constexpr int64_t E = 512, F = 256;  // Q4_K's blocks of 256 along both
+    for (const cpu::CpuIsa isa : {cpu::CpuIsa::kPortable, cpu::CpuIsa::kAvx2, cpu::CpuIsa::kAvx512}) {
+        if (!cpu::cpu_isa_usable(isa)) continue;
+        for (const int threads : {1, 3, 4}) {
+            cpu::ThreadPool pool(threads);
+            cpu::Int8MatmulScratch alone_scratch, job_scratch;
+            for (const std::vector<int64_t>& ms : {std::vector<int64_t>{1, 1, 1, 1, 1, 1}, {2, 1, 3},
+                                                   std::vector<int64_t>{5}, std::vector<int64_t>(16, 1)}) {
+                const int64_t n = static_cast<int64_t>(ms.size());
+                int64_t m_all = 0;
+                for (const int64_t m : ms) m_all += m;
+                std::vector<bgtest::HostMat> gu_w, down_w;
+                std::vector<cpu::Int8Expert> experts;
+                for (int64_t i = 0; i < n; ++i) {
+                    const GgmlType t = i % 3 == 0 ? GgmlType::MXFP4 : i % 3 == 1 ? GgmlType::Q8_0 : GgmlType::Q4_K;
+                    gu_w.push_back(bgtest::random_mat(t, 2 * F, E, 0, rng));
+                    down_w.push_back(bgtest::random_mat(i % 2 ? GgmlType::MXFP4 : GgmlType::Q8_0, E, F, 0, rng));
+                }
+                for (int64_t i = 0; i < n; ++i)
+                    experts.push_back({MatView{gu_w[i].bytes.data(), gu_w[i].type, E, 2 * F, gu_w[i].stride},
+                                       MatView{down_w[i].bytes.data(), down_w[i].type, F, E, down_w[i].stride}, ms[i]});
+                const int64_t ldx = E + 3;
+                const std::vector<float> x = bgtest::uniform(rng, m_all * ldx, -1.0f, 1.0f);
+                const float limit = 7.0f;
+                std::vector<float> gu(static_cast<size_t>(m_all * 2 * F)), h(static_cast<size_t>(m_all * F), std::nanf(""));
+                std::vector<float> y(static_cast<size_t>(m_all * E), std::nanf(""));
+                cpu::experts_ffn_int8(pool, job_scratch, experts.data(), n, x.data(), ldx, limit, SwigluClamp::kDeepSeek,
+                                      gu.data(), h.data(), y.data(), isa);
+                for (int64_t i = 0, t = 0; i < n; t += ms[i++]) {
+                    const int64_t m = ms[i];
+                    std::vector<float> gu1(static_cast<size_t>(m * 2 * F)), h1(static_cast<size_t>(m * F));
+                    std::vector<float> y1(static_cast<size_t>(m * E), std::nanf(""));
+                    cpu::expert_ffn_int8(pool, alone_scratch, experts[i].gate_up, experts[i].down, x.data() + t * ldx, ldx,
+                                         m, limit, SwigluClamp::kDeepSeek, gu1.data(), h1.data(), y1.data(), isa);
+                    ASSERT_EQ(0, std::memcmp(y1.data(), y.data() + t * E, y1.size() * sizeof(float)))
+                        << cpu::cpu_isa_name(isa) << " threads " << threads << " expert " << i << " of " << n;
+                    ASSERT_EQ(0, std::memcmp(h1.data(), h.data() + t * F, h1.size() * sizeof(float)))
+                        << cpu::cpu_isa_name(isa) << " threads " << threads << " expert " << i << " of " << n;
+                }
+            }
+        }
+    }
+}
+
+// The CPU Ops' expert batch (a decode layer's CPU experts in one call): every call's output rows,
+// gathered tokens and scattered rows, bit for bit what expert_ffn writes for it alone, whichever
+// go together: integer-path experts in slot layout (runs cut where the scratch or the job's 16
+// experts are full), a BF16 one and one whose up rows do not follow its gate rows (each alone);
+// rows no call writes keep their values.
+TEST(CpuOps, ExpertBatchGivesEachCallsRowsAsAloneBitForBit) {
+    auto rng = bgtest::fresh_rng();
+    constexpr int64_t E = 256, F = 128, T = 12, kRows = 64;
+    OpsLimits lim;
+    lim.max_tok = 4;
+    lim.expert_max_tok = 4;
+    lim.expert_batch_tok = 9;
+    lim.n_embd = E;
+    lim.n_ff = F;
+    for (const GgmlType t : {GgmlType::MXFP4, GgmlType::Q8_0, GgmlType::BF16}) lim.matmul.add_expert(t, t, t, E, F);
+    cpu::ThreadPool pool(3);
+    std::unique_ptr<Ops> batch_ops = cpu::make_cpu_ops(pool), alone_ops = cpu::make_cpu_ops(pool);
+    batch_ops->reserve(lim);
+    alone_ops->reserve(lim);
+    const std::vector<int64_t> ms{1, 2, 1, 4, 1, 1, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 1};
+    const int64_t n = static_cast<int64_t>(ms.size());
+    std::vector<bgtest::HostMat> gu_w, down_w, apart_up;
+    for (int64_t i = 0; i < n; ++i) {
+        const GgmlType ty = i == 5 ? GgmlType::BF16 : i % 2 ? GgmlType::Q8_0 : GgmlType::MXFP4;
+        gu_w.push_back(bgtest::random_mat(ty, 2 * F, E, 0, rng));
+        down_w.push_back(bgtest::random_mat(ty, E, F, 0, rng));
+    }
+    apart_up.push_back(bgtest::random_mat(GgmlType::MXFP4, F, E, 0, rng));
+    std::vector<ExpertCall> calls(static_cast<size_t>(n));
+    std::vector<int32_t> rows, out_rows(static_cast<size_t>(kRows));
+    std::iota(out_rows.begin(), out_rows.end(), 0);
+    std::shuffle(out_rows.begin(), out_rows.end(), rng);
+    std::uniform_int_distribution<int32_t> tok(0, T - 1);
+    int64_t used = 0;
+    for (int64_t i = 0; i < n; ++i) used += ms[i];
+    rows.resize(static_cast<size_t>(used));
+    for (auto& r : rows) r = tok(rng);
+    for (int64_t i = 0, at = 0; i < n; at += ms[i++]) {
+        const bgtest::HostMat& g = gu_w[i];
+        const MatView gate{g.bytes.data(), g.type, E, F, g.stride};
+        MatView up{g.bytes.data() + F * g.stride, g.type, E, F, g.stride};
+        if (i == 8) up = MatView{apart_up[0].bytes.data(), apart_up[0].type, E, F, apart_up[0].stride};
+        const MatView down{down_w[i].bytes.data(), down_w[i].type, F, E, down_w[i].stride};
+        calls[i] = {{gate, up, down}, rows.data() + at, ms[i], out_rows.data() + at};
+    }
+    const std::vector<float> x = bgtest::uniform(rng, T * (E + 1), -1.0f, 1.0f);
+    const std::vector<float> out0 = bgtest::uniform(rng, kRows * E, -1.0f, 1.0f);
+    std::vector<float> got = out0, want = out0;
+    batch_ops->expert_ffn_batch(calls.data(), n, x.data(), E + 1, 6.0f, SwigluClamp::kDeepSeek, got.data());
+    for (const ExpertCall& c : calls)
+        alone_ops->expert_ffn(c.mats, x.data(), E + 1, c.rows, c.m, 6.0f, SwigluClamp::kDeepSeek, want.data(), c.out_rows);
+    ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)));
+    // Every call wrote its rows (the untouched ones still hold out0).
+    int64_t changed = 0;
+    for (int64_t r = 0; r < kRows; ++r) changed += std::memcmp(&got[r * E], &out0[r * E], E * sizeof(float)) != 0;
+    EXPECT_EQ(changed, used);
 }
 
 // best_cpu_isa picks the widest kernel this CPU runs, and the names are the metrics'.

@@ -14,6 +14,7 @@
 //  - each op's semantics are those of the CPU kernel it names.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "backend/matmul_plan.h"
@@ -79,6 +80,9 @@ struct OpsLimits {
     int64_t n_expert = 0;          // router width
     // Routed experts (Ops::expert_ffn): most tokens in one call, and the expert's widths.
     int64_t expert_max_tok = 0, n_embd = 0, n_ff = 0;
+    // Most tokens of all the experts of one Ops::expert_ffn_batch call, for ops that compute a
+    // batch's experts together (the CPU's: one pool job); 0: each alone, in expert_max_tok's room.
+    int64_t expert_batch_tok = 0;
     // The weight matrices by the path the CUDA matmul takes (backend/matmul_plan.h), and whether
     // some routed expert runs unfused there (gather, three matmuls, SwiGLU, scatter).
     MatmulNeeds matmul;
@@ -86,9 +90,11 @@ struct OpsLimits {
 };
 
 // The memory the ops hold for the routed-expert scratch of the unfused sequence (gathered x,
-// gate, up, hidden, output): floats, each of the five buffers.
-inline int64_t expert_work_floats_x(const OpsLimits& lim) { return lim.expert_max_tok * lim.n_embd; }
-inline int64_t expert_work_floats_ff(const OpsLimits& lim) { return lim.expert_max_tok * lim.n_ff; }
+// gate, up, hidden, output): floats, each of the five buffers; tokens enough for one expert_ffn
+// or one batch computed together.
+inline int64_t expert_work_tok(const OpsLimits& lim) { return std::max(lim.expert_max_tok, lim.expert_batch_tok); }
+inline int64_t expert_work_floats_x(const OpsLimits& lim) { return expert_work_tok(lim) * lim.n_embd; }
+inline int64_t expert_work_floats_ff(const OpsLimits& lim) { return expert_work_tok(lim) * lim.n_ff; }
 inline uint64_t expert_work_bytes(const OpsLimits& lim) {
     return (2 * static_cast<uint64_t>(expert_work_floats_x(lim)) + 3 * static_cast<uint64_t>(expert_work_floats_ff(lim))) *
            sizeof(float);

@@ -26,9 +26,9 @@ void expert_ffn_bf16(ThreadPool& pool, const MatView& gate_up, const MatView& do
         float* y;
         CpuIsa isa;
         void before_up(const Team&) const {}
-        void up_rows(int64_t r0, int64_t r1) const { bf16_rows(isa, *gate_up, x, ldx, m, gu, 2 * F, r0, r1); }
+        void up_rows(int64_t, int64_t r0, int64_t r1) const { bf16_rows(isa, *gate_up, x, ldx, m, gu, 2 * F, r0, r1); }
         void before_down(const Team&) const {}
-        void down_rows(int64_t r0, int64_t r1) const { bf16_rows(isa, *down, h, F, m, y, E, r0, r1); }
+        void down_rows(int64_t, int64_t r0, int64_t r1) const { bf16_rows(isa, *down, h, F, m, y, E, r0, r1); }
     };
     const Bf16Path path{&gate_up, &down, x, ldx, E, F, m, gu, h, y, isa};
     ExpertJobShape shape;

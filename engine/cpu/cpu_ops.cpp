@@ -8,6 +8,7 @@
 
 #include "backend/pool_channel.h"
 #include "cpu/bf16_expert.h"
+#include "cpu/expert_job.h"
 #include "cpu/int8_expert.h"
 #include "cpu/int8_matmul.h"
 #include "cpu/ops.h"
@@ -240,8 +241,8 @@ public:
         const int64_t E = e.gate.cols, F = e.gate.rows;
         BG_CHECK(E == lim_.n_embd && F == lim_.n_ff && e.down.rows == E && e.down.cols == F);
         float* gu = fits(gu_, 2 * m * F);
-        if (e.up.type == e.gate.type && e.up.row_stride == e.gate.row_stride && e.up.cols == E && e.up.rows == F &&
-            e.up.data == e.gate.data + static_cast<uint64_t>(F) * e.gate.row_stride) {
+        MatView gate_up;
+        if (gate_up_together(e, &gate_up)) {
             // Gate and up lie back to back (an expert's slot): one matmul over their 2F rows, so
             // the activations are quantised once and the threads woken once for both; each row's
             // arithmetic is the same as in two calls. Token t's gate then up are row t of gu.
@@ -249,8 +250,6 @@ public:
             float* h = fits(h_, m * F);
             float* eo = fits(eo_, m * E);
             moe_gather(x, ldx, rows, m, E, xg);
-            MatView gate_up = e.gate;
-            gate_up.rows = 2 * F;
             if (lim_.matmul.int8_expert(e.gate.type, e.up.type, e.down.type, E, F)) {
                 // The integer path: the whole expert as one job of the pool (cpu/int8_expert.h),
                 // the same y as the three steps below.
@@ -275,6 +274,47 @@ public:
         const ExpertScratch s{fits(xg_, m * E), gu, gu + m * F, fits(h_, m * F), fits(eo_, m * E)};
         expert_ffn_by_ops(*this, e, x, ldx, rows, m, limit, form, out, out_rows, s);
     }
+    // The integer path's experts of the batch (gate and up back to back) go together, as one job
+    // of the pool per run of them that fits the scratch (reserve()'s expert_batch_tok): a decode
+    // layer's CPU experts start the team, meet at its barriers and run out of rows once, not once
+    // each. Each expert's y is the same bit for bit as alone (cpu/int8_expert.h). Others alone.
+    void expert_ffn_batch(const ExpertCall* calls, int64_t n, const float* x, int64_t ldx, float limit,
+                          SwigluClamp form, float* out) override {
+        const int64_t room = expert_work_tok(lim_);
+        const ExpertCall* run[cpu::kMaxJobExperts];
+        cpu::Int8Expert experts[cpu::kMaxJobExperts];
+        int64_t n_run = 0, run_tok = 0;
+        const auto flush = [&] {
+            if (n_run == 0) return;
+            const int64_t E = lim_.n_embd, F = lim_.n_ff;
+            float* xg = fits(xg_, run_tok * E);
+            float* eo = fits(eo_, run_tok * E);
+            BG_CHECK_MSG(run_tok * std::max(E, F) <= static_cast<int64_t>(int8_.xq.size()),
+                         "cpu ops: an integer-path expert batch larger than reserve() was told of");
+            for (int64_t i = 0, t = 0; i < n_run; t += run[i++]->m) moe_gather(x, ldx, run[i]->rows, run[i]->m, E, xg + t * E);
+            cpu::experts_ffn_int8(pool_, int8_, experts, n_run, xg, E, limit, form, fits(gu_, 2 * run_tok * F),
+                                  fits(h_, run_tok * F), eo, isa_);
+            for (int64_t i = 0, t = 0; i < n_run; t += run[i++]->m) moe_scatter(eo + t * E, run[i]->out_rows, run[i]->m, E, out);
+            n_run = run_tok = 0;
+        };
+        for (int64_t i = 0; i < n; ++i) {
+            const ExpertCall& c = calls[i];
+            const ExpertMats& e = c.mats;
+            MatView gate_up;
+            const bool together = e.gate.cols == lim_.n_embd && e.gate.rows == lim_.n_ff && c.m <= room &&
+                                  gate_up_together(e, &gate_up) &&
+                                  lim_.matmul.int8_expert(e.gate.type, e.up.type, e.down.type, lim_.n_embd, lim_.n_ff);
+            if (!together) {
+                expert_ffn(e, x, ldx, c.rows, c.m, limit, form, out, c.out_rows);
+                continue;
+            }
+            if (n_run == cpu::kMaxJobExperts || run_tok + c.m > room) flush();
+            run[n_run] = &c;
+            experts[n_run++] = {gate_up, e.down, c.m};
+            run_tok += c.m;
+        }
+        flush();
+    }
     void moe_weighted_sum(const float* eo, const float* w, int64_t n_tok, int64_t k, int64_t width, float* y) override {
         for (int64_t t = 0; t < n_tok; ++t)
             for (int64_t c = 0; c < width; ++c) {
@@ -287,6 +327,18 @@ public:
     }
 
 private:
+    // Whether the expert's gate and up rows lie back to back (an expert's slot), and if so the
+    // view of both as one matrix of 2F rows.
+    static bool gate_up_together(const ExpertMats& e, MatView* gate_up) {
+        const int64_t E = e.gate.cols, F = e.gate.rows;
+        if (e.up.type != e.gate.type || e.up.row_stride != e.gate.row_stride || e.up.cols != E || e.up.rows != F ||
+            e.up.data != e.gate.data + static_cast<uint64_t>(F) * e.gate.row_stride)
+            return false;
+        *gate_up = e.gate;
+        gate_up->rows = 2 * F;
+        return true;
+    }
+
     ThreadPool& pool_;
     std::vector<void*> allocations_;
     // Scratch sized once by reserve() (ops_host_bytes), then reused.
@@ -308,7 +360,7 @@ std::unique_ptr<Ops> make_cpu_ops(ThreadPool& pool) { return std::make_unique<Cp
 // Activations one integer-path matmul quantises at most: the most tokens of a call (a unit, or
 // a routed expert's tokens) times the widest integer-path input.
 int64_t int8_scratch_values(const OpsLimits& lim) {
-    return lim.matmul.int8_max_cols > 0 ? std::max(lim.max_tok, lim.expert_max_tok) * lim.matmul.int8_max_cols : 0;
+    return lim.matmul.int8_max_cols > 0 ? std::max(lim.max_tok, expert_work_tok(lim)) * lim.matmul.int8_max_cols : 0;
 }
 
 uint64_t ops_host_bytes(const OpsLimits& lim) {

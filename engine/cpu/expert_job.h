@@ -1,15 +1,17 @@
-// One routed expert's FFN on the CPU as one pool job, whatever the row kernels: y = down(swiglu(
-// gate x, up x)). The team starts once and its members take runs of groups of gate and up rows
-// (a group of gate rows with the same group of up rows, so a member's SwiGLU needs only its own
-// rows; claim_groups), wait for each other once, then take runs of groups of down rows. A path may prepare the activations
-// before each phase (the integer path quantises x, then h), with barriers of its own.
+// Routed experts' FFNs on the CPU as one pool job, whatever the row kernels: y = down(swiglu(
+// gate x, up x)), for one expert or several of a layer. The team starts once and its members take
+// runs of groups of gate and up rows (a group of gate rows with the same group of up rows, so a
+// member's SwiGLU needs only its own rows; claim_groups), wait for each other once, then take
+// runs of groups of down rows. A path may prepare the activations before each phase (the integer
+// path quantises x, then h), with barriers of its own.
 //
 // Why one job: on 16 cores the pool's start and join took about 35 us each (since cut to a few
 // us), against about 250 us for an 18.8 MB expert at the memory's speed; and rows taken a run of
-// groups at a time, shrinking to one group as they run out, rather than in fixed shares, keep one member slowed down (a core shared with the
-// copy thread, a virtual CPU descheduled) from holding up the rest for its whole share. A BF16
-// expert through two fixed-share matmuls read 0.47-0.60 of the read probe on the H200's host,
-// with 1.2-1.7x its main thread's CPU time in wall time (bench_cpu of dafe09f).
+// groups at a time, shrinking to one group as they run out, rather than in fixed shares, keep one
+// member slowed down (a core shared with the copy thread, a virtual CPU descheduled) from holding
+// up the rest for its whole share. A BF16 expert through two fixed-share matmuls read 0.47-0.60
+// of the read probe on the H200's host, with 1.2-1.7x its main thread's CPU time in wall time
+// (bench_cpu of dafe09f).
 #pragma once
 
 #include <algorithm>
@@ -19,6 +21,7 @@
 #include "backend/types.h"
 #include "cpu/ops.h"
 #include "cpu/thread_pool.h"
+#include "util/check.h"
 
 namespace bg::cpu {
 
@@ -52,45 +55,90 @@ inline bool claim_groups(std::atomic<int64_t>& next, int64_t n, int members, int
     }
 }
 
+// At most this many experts in one job: a decode layer's CPU experts (k = 6 at most) go together.
+constexpr int64_t kMaxJobExperts = 16;
+
 // Path: before_up(team) and before_down(team) run on every member (before_down after every
-// member's h rows are written); up_rows(r0, r1) writes rows [r0, r1) of gate_up (2F rows) into
-// gu, for every token; down_rows(r0, r1) rows [r0, r1) of down into y. members: 1..pool.size().
+// member's h rows are written); up_rows(i, r0, r1) writes rows [r0, r1) of expert i's gate_up (2F
+// rows) into its gu, for each of its tokens; down_rows(i, r0, r1) rows [r0, r1) of its down into
+// its y. The n experts' groups form one run per phase (expert 0's, then expert 1's, ...), so the
+// team starts, meets at its barriers and runs out of rows once for all of them: apart, each
+// expert paid the start, the barriers and the last groups' uneven end (BM_CpuExpertJobWithoutRows,
+// 48 us with 16 members on an H100 machine's host, against about 180 us of rows). members:
+// 1..pool.size().
 template <class Path>
-void run_expert_job(ThreadPool& pool, int members, const ExpertJobShape& shape, const Path& path) {
+void run_experts_job(ThreadPool& pool, int members, const ExpertJobShape* shapes, int64_t n, const Path& path) {
+    BG_CHECK(n >= 1 && n <= kMaxJobExperts);
     struct Shared {
         const ExpertJobShape* s;
         const Path* path;
-        int64_t n_up, n_down;
+        int64_t n;
+        // Groups of experts 0..i together, per phase.
+        int64_t up_end[kMaxJobExperts], down_end[kMaxJobExperts];
         // The next group of rows to take, per phase.
         std::atomic<int64_t> next_up{0}, next_down{0};
-    } sh{&shape, &path, (shape.F + shape.up_group - 1) / shape.up_group,
-         (shape.E + shape.down_group - 1) / shape.down_group};
+    } sh;
+    sh.s = shapes, sh.path = &path, sh.n = n;
+    for (int64_t i = 0; i < n; ++i) {
+        const ExpertJobShape& s = shapes[i];
+        BG_CHECK(s.F > 0 && s.E > 0 && s.m >= 1 && s.up_group >= 1 && s.down_group >= 1);
+        sh.up_end[i] = (i ? sh.up_end[i - 1] : 0) + (s.F + s.up_group - 1) / s.up_group;
+        sh.down_end[i] = (i ? sh.down_end[i - 1] : 0) + (s.E + s.down_group - 1) / s.down_group;
+    }
     Shared* j = &sh;
-    const auto job = [j](const Team& team) {
-        const ExpertJobShape& s = *j->s;
-        j->path->before_up(team);
-        for (int64_t g0, g1; claim_groups(j->next_up, j->n_up, team.size(), &g0, &g1);) {
-            const int64_t r0 = g0 * s.up_group, r1 = std::min(g1 * s.up_group, s.F);
-            j->path->up_rows(r0, r1);
-            j->path->up_rows(s.F + r0, s.F + r1);
-            for (int64_t t = 0; t < s.m; ++t)
-                swiglu(s.gu + t * 2 * s.F + r0, s.gu + t * 2 * s.F + s.F + r0, r1 - r0, s.limit, s.form,
-                       s.h + t * s.F + r0);
+    // Calls rows(i, first group of expert i, end group) for each expert the run [g0, g1) covers.
+    const auto each_expert = [](const int64_t* end, int64_t g0, int64_t g1, auto&& rows) {
+        int64_t i = 0;
+        while (end[i] <= g0) ++i;
+        for (int64_t g = g0; g < g1; ++i) {
+            const int64_t base = i ? end[i - 1] : 0, e1 = std::min(g1, end[i]);
+            rows(i, g - base, e1 - base);
+            g = e1;
         }
+    };
+    const auto job = [j, each_expert](const Team& team) {
+        const int64_t n_up = j->up_end[j->n - 1], n_down = j->down_end[j->n - 1];
+        j->path->before_up(team);
+        for (int64_t g0, g1; claim_groups(j->next_up, n_up, team.size(), &g0, &g1);)
+            each_expert(j->up_end, g0, g1, [j](int64_t i, int64_t a, int64_t b) {
+                const ExpertJobShape& s = j->s[i];
+                const int64_t r0 = a * s.up_group, r1 = std::min(b * s.up_group, s.F);
+                j->path->up_rows(i, r0, r1);
+                j->path->up_rows(i, s.F + r0, s.F + r1);
+                for (int64_t t = 0; t < s.m; ++t)
+                    swiglu(s.gu + t * 2 * s.F + r0, s.gu + t * 2 * s.F + s.F + r0, r1 - r0, s.limit, s.form,
+                           s.h + t * s.F + r0);
+            });
         team.barrier();  // every member has written its rows of h
         j->path->before_down(team);
-        for (int64_t g0, g1; claim_groups(j->next_down, j->n_down, team.size(), &g0, &g1);)
-            j->path->down_rows(g0 * s.down_group, std::min(g1 * s.down_group, s.E));
+        for (int64_t g0, g1; claim_groups(j->next_down, n_down, team.size(), &g0, &g1);)
+            each_expert(j->down_end, g0, g1, [j](int64_t i, int64_t a, int64_t b) {
+                const ExpertJobShape& s = j->s[i];
+                j->path->down_rows(i, a * s.down_group, std::min(b * s.down_group, s.E));
+            });
     };
     pool.run(members, job);
 }
 
-// Members for an expert of E x F at m tokens: at most one per group of either phase, and about
-// 64K weight-token products each at least (the test models' experts take fewer).
-inline int expert_job_members(const ThreadPool& pool, const ExpertJobShape& s) {
-    const int64_t n_up = (s.F + s.up_group - 1) / s.up_group, n_down = (s.E + s.down_group - 1) / s.down_group;
-    const int64_t by_work = std::max<int64_t>(1, 3 * s.E * s.F * s.m / (int64_t{1} << 16));
+// One expert: run_experts_job of one.
+template <class Path>
+void run_expert_job(ThreadPool& pool, int members, const ExpertJobShape& shape, const Path& path) {
+    run_experts_job(pool, members, &shape, 1, path);
+}
+
+// Members for n experts (E x F at m tokens each): at most one per group of either phase, and
+// about 64K weight-token products each at least (the test models' experts take fewer).
+inline int experts_job_members(const ThreadPool& pool, const ExpertJobShape* shapes, int64_t n) {
+    int64_t n_up = 0, n_down = 0, work = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        const ExpertJobShape& s = shapes[i];
+        n_up += (s.F + s.up_group - 1) / s.up_group;
+        n_down += (s.E + s.down_group - 1) / s.down_group;
+        work += 3 * s.E * s.F * s.m;
+    }
+    const int64_t by_work = std::max<int64_t>(1, work / (int64_t{1} << 16));
     return static_cast<int>(std::min<int64_t>({pool.size(), n_up, n_down, by_work}));
 }
+inline int expert_job_members(const ThreadPool& pool, const ExpertJobShape& s) { return experts_job_members(pool, &s, 1); }
 
 }  // namespace bg::cpu

@@ -228,6 +228,8 @@ Forward::Forward(const Model& m, std::unique_ptr<Ops> ops, ExpertProvider& exper
         host_ops_->reserve(lay_.host_ops);
         const int64_t jobs = cfg_.host_expert_positions * hp_.n_expert_used;  // distinct experts of a call, at most
         host_jobs_.resize(static_cast<size_t>(jobs));
+        host_calls_.resize(static_cast<size_t>(jobs));
+        host_call_experts_.resize(static_cast<size_t>(jobs));
         // Where the device's ops run on this host's thread pool too (the CPU backend), the CPU's
         // experts stay on this thread: two teams cannot share the pool at once.
         if (!ops_->memory_is_host()) host_thread_ = std::make_unique<cpu::JobThread>(jobs);
@@ -669,7 +671,7 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
     // Each fence holds a batch of at least one expert, so experts kept unreleased bound the fences.
     const int64_t lag = std::min<int64_t>(Ops::kFences - 1, experts_.max_unreleased());
     int64_t n_packed = 0;  // routing slots the CPU computed, packed in eo_host_
-    int64_t n_host_jobs = 0;
+    int64_t n_host_jobs = 0, n_host_calls = 0;
     // Should the provider throw (a failed read), the CPU's experts still running end before the
     // exception leaves: they write this call's buffers and release to the provider.
     struct HostJobsEnd {
@@ -688,19 +690,25 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
         const int64_t n_got = experts_.next_ready_batch(got_experts, got_views, kExpertBatch);
         BG_CHECK(n_got >= 1 && n_got <= kExpertBatch && got + n_got <= n_used);
         got += n_got;
-        // The CPU's first: on the host thread (released there as each ends) while this thread
-        // goes on issuing the device's experts; here on the CPU backend.
+        // The CPU's first, as one job: on the host thread (released there when it ends) while
+        // this thread goes on issuing the device's experts; here on the CPU backend.
+        const int64_t first_call = n_host_calls;
         for (int64_t b = 0; b < n_got; ++b) {
             const ExpertView& v = got_views[b];
             if (!v.on_host) continue;
             const int32_t e = got_experts[b];
             const int64_t s0 = by_expert_start_[e], m_total = by_expert_start_[e + 1] - s0;
             BG_CHECK(host_compute && m_total <= cfg_.host_expert_positions);
-            BG_CHECK(n_host_jobs < static_cast<int64_t>(host_jobs_.size()));
-            host_jobs_[static_cast<size_t>(n_host_jobs)] = {{v.gate, v.up, v.down}, s0, m_total, n_packed,
-                                                            hp_.swiglu_limit[l], e};
+            BG_CHECK(n_host_calls < static_cast<int64_t>(host_calls_.size()));
+            host_calls_[static_cast<size_t>(n_host_calls)] = {{v.gate, v.up, v.down}, host_gather_ + s0, m_total,
+                                                              host_pack_ + n_packed};
+            host_call_experts_[static_cast<size_t>(n_host_calls++)] = e;
             for (int64_t j = 0; j < m_total; ++j) host_dest_[n_packed + j] = host_scatter_[s0 + j];
             n_packed += m_total;
+        }
+        if (n_host_calls > first_call) {
+            BG_CHECK(n_host_jobs < static_cast<int64_t>(host_jobs_.size()));
+            host_jobs_[static_cast<size_t>(n_host_jobs)] = {first_call, n_host_calls - first_call, hp_.swiglu_limit[l]};
             if (host_thread_)
                 host_thread_->submit(run_host_expert, this, n_host_jobs++);
             else
@@ -772,17 +780,22 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
 void Forward::run_host_expert(void* self, int64_t job) {
     auto* f = static_cast<Forward*>(self);
     const HostExpertJob& j = f->host_jobs_[static_cast<size_t>(job)];
+    const ExpertCall* calls = &f->host_calls_[static_cast<size_t>(j.first)];
     const double t0 = now_ms();
     try {
-        f->host_ops_->expert_ffn(j.mats, f->xf_host_, f->E_, f->host_gather_ + j.s0, j.m, j.limit,
-                                 f->cfg_.swiglu_form, f->eo_host_, f->host_pack_ + j.pack_at);
+        f->host_ops_->expert_ffn_batch(calls, j.n, f->xf_host_, f->E_, j.limit, f->cfg_.swiglu_form, f->eo_host_);
     } catch (...) {
         if (!f->host_error_) f->host_error_ = std::current_exception();
     }
     const double took_ms = now_ms() - t0;
-    f->experts_.release_computed(j.expert, took_ms);
+    // The provider learns the CPU's rate an expert: each its share of the job by tokens.
+    int64_t tokens = 0;
+    for (int64_t i = 0; i < j.n; ++i) tokens += calls[i].m;
+    for (int64_t i = 0; i < j.n; ++i)
+        f->experts_.release_computed(f->host_call_experts_[static_cast<size_t>(j.first + i)],
+                                     took_ms * static_cast<double>(calls[i].m) / static_cast<double>(tokens));
     f->host_expert_ms_ += took_ms;
-    ++f->host_experts_;
+    f->host_experts_ += static_cast<uint64_t>(j.n);
 }
 
 double Forward::time_expert_ms(const ExpertView& v, int64_t layer, int64_t m, int reps, bool warm_up) {

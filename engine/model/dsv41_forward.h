@@ -179,18 +179,18 @@ private:
             *up_rows_ = nullptr;
     double host_expert_ms_ = 0;   // written by host_thread_'s jobs, read between calls
     uint64_t host_experts_ = 0;
-    // A call's CPU experts, computed in turn on host_thread_ while this thread issues the device's
-    // (a copied expert's kernel need not wait for a CPU expert): one job per distinct expert,
-    // [host_expert_positions * k], reused each call; empty without host ops. host_thread_ is null
-    // also on the CPU backend, whose device ops share the host ops' thread pool: the jobs run
-    // inline there.
+    // A call's CPU experts, computed on host_thread_ while this thread issues the device's (a
+    // copied expert's kernel need not wait for a CPU expert): one job per batch the provider hands
+    // out (the host Ops' expert_ffn_batch: one pool job for them all), its experts a run of
+    // host_calls_; [host_expert_positions * k] each, reused each call; empty without host ops.
+    // host_thread_ is null also on the CPU backend, whose device ops share the host ops' thread
+    // pool: the jobs run inline there.
     struct HostExpertJob {
-        ExpertMats mats;
-        int64_t s0 = 0, m = 0;  // its routing slots by_expert_start_[e] .. + m
-        int64_t pack_at = 0;    // its output rows: eo_host_ rows pack_at .. + m
-        float limit = 0;        // the layer's SwiGLU clamp
-        int32_t expert = 0;
+        int64_t first = 0, n = 0;  // host_calls_[first .. first + n), host_call_experts_ likewise
+        float limit = 0;           // the layer's SwiGLU clamp
     };
+    std::vector<ExpertCall> host_calls_;  // rows: host_gather_ + its first slot; out_rows: host_pack_
+    std::vector<int32_t> host_call_experts_;
     static void run_host_expert(void* self, int64_t job);
     std::vector<HostExpertJob> host_jobs_;
     // What a job threw (jobs run on host_thread_, which must not throw): rethrown by the call

@@ -123,6 +123,7 @@ ForwardLayout ForwardLayout::of(const HParams& hp, const std::vector<LayerRoles>
         // Routed experts only: P tokens at most per expert (a token uses an expert once).
         f.host_ops.max_tok = P;
         f.host_ops.expert_max_tok = P;
+        f.host_ops.expert_batch_tok = slots;  // a call's CPU experts in one job
         f.host_ops.n_embd = E;
         f.host_ops.n_ff = nff;
         f.host_ops.matmul = f.ops.matmul;

@@ -35,8 +35,9 @@ public:
     // order its bytes become present. With host_compute the caller can compute an expert on the
     // CPU from host memory (it holds the tokens' activations there), and the provider may return
     // host-resident experts so (ExpertView::on_host) instead of copying them. The caller computes
-    // those one after another on a thread of its own and releases each from there as it ends
-    // (release_computed): a provider that returns them takes release from that thread too.
+    // those on a thread of its own (those handed out together in one job) and releases each from
+    // there as its job ends (release_computed): a provider that returns them takes release from
+    // that thread too.
     virtual void begin_layer(int64_t layer, const int32_t* experts, const int32_t* tokens, int64_t n,
                              bool host_compute) = 0;
     // Blocks until an announced expert not yet returned is present, or on its way with an event
