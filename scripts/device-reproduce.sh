@@ -434,6 +434,8 @@ for part in "$@"; do
               vram-sm28) budget=(--slots 20 --hot 20 --vram-budget 8000 --host-budget 2875 --decode-experts gpu --sm-limit 28) ;;
               # gpu: hybrid's budgets with every host-resident expert copied (the copy path alone)
               gpu) budget=(--slots 20 --hot 5 --transient-slots 12 --host-budget 2875 --vram-budget 3068 --decode-experts gpu) ;;
+              # cpu: hybrid's budgets with every host-resident expert on the CPU (its path alone)
+              cpu) budget=(--slots 20 --hot 5 --transient-slots 12 --host-budget 2875 --vram-budget 3068 --decode-experts cpu) ;;
               *) budget=(--slots 20 --hot 5 --transient-slots 12 --host-budget 2875 --vram-budget 3068 --decode-experts hybrid) ;;
             esac
             note "slice decode A/B: $which $cfg round $rep"
