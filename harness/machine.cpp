@@ -256,6 +256,16 @@ json describe_machine(const MachineProbe& p) {
     else
         record_probe(m, {p.engine_path, "probe-host", "--json"}, "read_gb_s", "host_read_gb_s", "host_read_probe",
                      "host_read_note");
+    // Both at once: the cores reading host memory while pinned copies run. The two paths share
+    // the host's memory, so the probes taken apart may add up to more than they give together.
+    m["pcie_and_host_read_gb_s"] = nullptr;
+    if (gpus.empty())
+        m["pcie_and_host_read_note"] = "no GPU";
+    else if (!p.probe_pcie || !p.probe_host)
+        m["pcie_and_host_read_note"] = "not probed (--no-probe)";
+    else
+        record_probe(m, {p.engine_path, "probe-pcie", "--with-host-reads", "--json"}, "together_sum_gb_s",
+                     "pcie_and_host_read_gb_s", "pcie_and_host_read_probe", "pcie_and_host_read_note");
     return m;
 }
 

@@ -382,6 +382,16 @@ std::string targets_line(const json& r, const json& cfg) {
                      " take " + fmt_num(host_ms, 2) + " ms; with the GPU kernel time the bound is " + fmt_num(bound, 2) +
                      " ms per token, and the wall reaches " + fmt_num(100.0 * bound / per_tok_ms, 0) +
                      " % of it (issue 24's target ≥ 80 %)";
+                // The same with both paths' rates taken at once (probe-pcie --with-host-reads):
+                // they share the host's memory.
+                const auto together = probe("pcie_and_host_read_gb_s");
+                if (copies_allowed && together) {
+                    const double host_ms2 = host_mb / *together, bound2 = host_ms2 + *gpu / *steps;
+                    d += "; both probes taken at once (the copies and the reads sharing the host's memory: " +
+                         fmt_num(*together, 1) + " GB/s together, against " + fmt_num(rate, 1) + " apart) take " +
+                         fmt_num(host_ms2, 2) + " ms, a bound of " + fmt_num(bound2, 2) + " ms per token, which the wall reaches at " +
+                         fmt_num(100.0 * bound2 / per_tok_ms, 0) + " %";
+                }
             }
             md += d + "\n";
         }

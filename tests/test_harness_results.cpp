@@ -107,7 +107,8 @@ TEST(HarnessResults, JsonHoldsEveryRunAndTheMarkdownMatchesIt) {
     EXPECT_EQ(r["harness"]["build"], bg::build_info().to_json());
     for (const auto& w : r["warnings"]) EXPECT_EQ(w.get<std::string>().find("different commits"), std::string::npos) << w;
     const json& m = r["machine"];
-    for (const char* k : {"cpu", "ram_bytes", "disk", "raw_disk_gb_s", "pinned_pcie_gb_s", "host_read_gb_s", "gpu"})
+    for (const char* k : {"cpu", "ram_bytes", "disk", "raw_disk_gb_s", "pinned_pcie_gb_s", "host_read_gb_s",
+                          "pcie_and_host_read_gb_s", "gpu"})
         EXPECT_TRUE(m.contains(k)) << k;
     EXPECT_TRUE(m["raw_disk_gb_s"].is_number()) << m.dump();
     EXPECT_GT(m["host_read_gb_s"].get<double>(), 0.0) << m.dump();
@@ -328,6 +329,17 @@ TEST(HarnessResults, MarkdownStatesHardwareUseAgainstTheSameRunsProbes) {
                       "token, and the wall reaches 51 % of it (issue 24's target ≥ 80 %)"),
               std::string::npos)
         << md;
+    EXPECT_EQ(md.find("both probes taken at once"), std::string::npos) << "no such probe in this machine record";
+    // With the probe that copies and reads at once (the paths share the host's memory), the same
+    // bytes over its rate, beside the bound of the two probes taken apart.
+    json r2 = r;
+    r2["machine"]["pcie_and_host_read_gb_s"] = 80.0;
+    const std::string md2 = bgh::render_markdown(r2, "");
+    EXPECT_NE(md2.find("(issue 24's target ≥ 80 %); both probes taken at once (the copies and the reads sharing the "
+                       "host's memory: 80.0 GB/s together, against 100.0 apart) take 1.42 ms, a bound of 5.42 ms per "
+                       "token, which the wall reaches at 54 %"),
+              std::string::npos)
+        << md2;
 }
 
 // The slice profile's per-layer figures and the deeper model derived from them: plain arithmetic,

@@ -14,4 +14,8 @@ namespace bg::cpu {
 // calling thread alone (pool == nullptr).
 double host_read_gb_s(ThreadPool* pool, const uint64_t* buf, int64_t n_words, int reps);
 
+// One read of buf[0..n_words) as host_read_gb_s times it, untimed (a pass of a probe that times
+// several, cuda::probe_pcie_beside_reads); returns the bytes read.
+uint64_t host_read_pass(ThreadPool* pool, const uint64_t* buf, int64_t n_words);
+
 }  // namespace bg::cpu

@@ -184,4 +184,46 @@ PcieProbe probe_pcie(uint64_t bytes, int reps, int device) {
     return r;
 }
 
+PcieBesideReads probe_pcie_beside_reads(uint64_t bytes, int copies, FunctionRef<uint64_t()> read_pass, int device) {
+    BG_CHECK(bytes > 0 && copies >= 1);
+    check(cudaSetDevice(device), "cudaSetDevice");
+    void* d = nullptr;
+    void* pinned = nullptr;
+    check(cudaMalloc(&d, bytes), "cudaMalloc");
+    check(cudaHostAlloc(&pinned, bytes, cudaHostAllocDefault), "cudaHostAlloc");
+    std::memset(pinned, 1, bytes);
+    cudaStream_t s;
+    check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+    cudaEvent_t a, b;
+    check(cudaEventCreate(&a), "cudaEventCreate");
+    check(cudaEventCreate(&b), "cudaEventCreate");
+    // One copy and one pass first, untimed: the path and the caller's threads warm up.
+    check(cudaMemcpyAsync(d, pinned, bytes, cudaMemcpyHostToDevice, s), "cudaMemcpyAsync");
+    check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    (void)read_pass();
+    PcieBesideReads r;
+    check(cudaEventRecord(a, s), "cudaEventRecord");
+    for (int i = 0; i < copies; ++i)
+        check(cudaMemcpyAsync(d, pinned, bytes, cudaMemcpyHostToDevice, s), "cudaMemcpyAsync");
+    check(cudaEventRecord(b, s), "cudaEventRecord");
+    const auto t0 = std::chrono::steady_clock::now();
+    cudaError_t q;
+    do {
+        r.read_bytes += read_pass();
+    } while ((q = cudaEventQuery(b)) == cudaErrorNotReady);
+    check(q, "cudaEventQuery");
+    const double read_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
+    r.copied_bytes = bytes * static_cast<uint64_t>(copies);
+    r.pinned_gb_s = static_cast<double>(r.copied_bytes) / (static_cast<double>(ms) * 1e6);
+    r.read_gb_s = static_cast<double>(r.read_bytes) / read_s / 1e9;
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    cudaStreamDestroy(s);
+    cudaFree(d);
+    cudaFreeHost(pinned);
+    return r;
+}
+
 }  // namespace bg::cuda

@@ -4,8 +4,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "backend/backend.h"
+#include "util/function_ref.h"
 
 namespace bg::cuda {
 
@@ -24,5 +26,18 @@ struct PcieProbe {
     std::string device_name;
 };
 PcieProbe probe_pcie(uint64_t bytes, int reps, int device = 0);
+
+// Host-to-device copies from page-locked memory while the host's cores read memory: a decode
+// step's host-resident experts take both paths at once, and they share the host's memory, so
+// the two probes taken apart need not add up. `copies` copies of `bytes` are queued back to back;
+// read_pass() reads host memory once (the caller's threads) and returns the bytes it read, called
+// until the copies end. Each rate over its own window (the copies' events, the passes' clock).
+struct PcieBesideReads {
+    double pinned_gb_s = 0;  // the copies, with the reads beside them
+    double read_gb_s = 0;    // the reads, with the copies beside them
+    uint64_t copied_bytes = 0, read_bytes = 0;
+};
+PcieBesideReads probe_pcie_beside_reads(uint64_t bytes, int copies, FunctionRef<uint64_t()> read_pass,
+                                        int device = 0);
 
 }  // namespace bg::cuda
