@@ -413,19 +413,19 @@ for part in "$@"; do
       # Two engines on one machine, alternated: $stage/betelgeuse.base (staged beside the new one,
       # scripts/device-stage-base.sh) and $stage/betelgeuse, slice decode as slice-decode-threads
       # runs it (resident-only, S 20 / H 5, one warm pass, 32 tokens) in hybrid and, every
-      # resident expert in VRAM, the GPU's own chain on all SMs and on 28, and gpu (hybrid's budgets,
-      # every host-resident expert copied) (BG_AB_CFGS); BG_AB_REPS rounds (2).
+      # resident expert in VRAM, the GPU's own chain on all SMs and on 28, gpu (hybrid's budgets,
+      # every host-resident expert copied) and cpu (every one on the CPU) (BG_AB_CFGS); BG_AB_REPS
+      # rounds (2).
       slice_model
       [ -x "$stage/betelgeuse.base" ] || { note "slice-decode-ab: no $stage/betelgeuse.base"; status=1; continue; }
       new_id=$("$bin" version 2>/dev/null | awk '/commit/ {print $2; exit}')
       base_id=$("$stage/betelgeuse.base" version 2>/dev/null | awk '/commit/ {print $2; exit}')
-      dir="$root/measurements/slice/decode-ab/${base_id:-base}-vs-${new_id:-new}"; mkdir -p "$dir"
+      # A folder a call (its UTC start, HHMM) under the pair's: a later call on the same machine
+      # starts from a fresh copy of the tree, so its rounds would take the earlier call's names
+      # (2026-12-06 07:21 and 07:24: the second call's rounds 1-3 beside the first's 1-2).
+      dir="$root/measurements/slice/decode-ab/${base_id:-base}-vs-${new_id:-new}/$(date -u +%H%M)"; mkdir -p "$dir"
       nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$dir/machine.txt"
-      # Rounds go on from the folder's last (a second call on a warm machine, or a committed
-      # folder): a round number never names two runs.
-      done_reps=$(ls "$dir" | sed -n 's/^new-.*-\([0-9][0-9]*\)\.json$/\1/p' | sort -n | tail -n 1)
-      done_reps=${done_reps:-0}
-      for rep in $(seq $((done_reps + 1)) $((done_reps + ${BG_AB_REPS:-2}))); do
+      for rep in $(seq 1 "${BG_AB_REPS:-2}"); do
         for which in base new; do
           b=$bin; [ $which = base ] && b=$stage/betelgeuse.base
           for cfg in ${BG_AB_CFGS:-hybrid vram vram-sm28}; do  # vram-sm28: the RTX 3060's 28 SMs (--sm-limit)
