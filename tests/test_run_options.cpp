@@ -116,6 +116,28 @@ TEST(RunOptions, DecodeExpertsReachTheRun) {
     EXPECT_NE(bad.err.find("hybrid"), std::string::npos) << bad.err;
 }
 
+// On the CPU backend the host-resident experts of a decode step go through the device ops one at
+// a time (gpu) or through the host ops, a batch as one pool job (cpu, hybrid): the same CPU
+// arithmetic either way, so the very same greedy tokens.
+TEST(RunOptions, DecodeExpertsOnEveryPathGiveTheSameTokensOnTheCpuBackend) {
+    bgtest::TempDir tmp("run-options-decode-paths");
+    std::vector<nlohmann::json> generated;
+    for (const char* mode : {"gpu", "cpu", "hybrid"}) {
+        const std::string metrics = tmp.file(std::string(mode) + ".json");
+        const bgtest::Exit r = bgtest::run_cli({"run", "--model", bgtest::tiny_model(), "--prompt-tokens", "12", "--gen",
+                                                "8", "--ignore-eos", "--backend", "cpu", "--threads", "3", "--routing",
+                                                "resident-only", "--decode-experts", mode, "--metrics-json", metrics});
+        ASSERT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << mode << ": " << r.err;
+        std::ifstream f(metrics);
+        const nlohmann::json j = nlohmann::json::parse(f);
+        EXPECT_EQ(j.at("generated").size(), 8u) << mode;
+        if (std::string(mode) == "cpu") EXPECT_GT(j.at("decode")["host_experts"]["cpu_experts"].get<uint64_t>(), 0u);
+        generated.push_back(j.at("generated"));
+    }
+    EXPECT_EQ(generated[0], generated[1]) << "gpu against cpu";
+    EXPECT_EQ(generated[0], generated[2]) << "gpu against hybrid";
+}
+
 // --slots max and --hot max: with the tiny model every expert fits the default budgets, so S is
 // every expert of a layer, and with --preload no pass or decode step reads the disk under exact
 // routing. A host budget that holds nothing but the rest is a clear error naming the flag.

@@ -592,7 +592,8 @@ private:
     bool open_ = true;
 };
 
-// Copies in flight (a backend with copy events): the experts present come first, together; then
+// Copies in flight (a backend with copy events): the experts present come first, together (also
+// without waiting, ready_batch_now, which then gives none while the copies are held); then
 // each expert whose copy is queued comes alone, in copy order, with its copy's event, before the
 // copy has landed; it may be released before it lands, and end_layer returns only once the
 // streamer has seen every copy land. Then a layer with copies landing at once.
@@ -630,6 +631,18 @@ TEST(Store, CopiesInFlightComeAloneInCopyOrderWithTheirEvents) {
         std::vector<bg::ExpertView> views(experts.size());
         int64_t n_got = 0, n_landing = 0;
         uintptr_t last_ticket = 0;
+        if (gated) {
+            // Without waiting: what is present (the hot experts, together), then nothing while
+            // the copies are held, where next_ready_batch would block.
+            n_got = st.ready_batch_now(got.data(), views.data(), n);
+            EXPECT_EQ(n_got, static_cast<int64_t>(hot.size())) << "the hot experts, present, together";
+            for (int64_t i = 0; i < n_got; ++i) {
+                EXPECT_EQ(hot.count(got[i]), 1u) << got[i];
+                EXPECT_FALSE(views[i].ready) << "present already";
+            }
+            EXPECT_EQ(st.ready_batch_now(got.data() + n_got, views.data() + n_got, n - n_got), 0)
+                << "nothing else is present: none, at once";
+        }
         while (n_got < n) {
             const int64_t k = st.next_ready_batch(got.data() + n_got, views.data() + n_got, n - n_got);
             ASSERT_GE(k, 1);

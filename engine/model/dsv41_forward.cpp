@@ -662,11 +662,6 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
     // the shared expert's launches: the provider's copies start the sooner (its first copy began
     // about 100 us after the routing in ecf687b's hybrid trace).
     experts_.begin_layer(l, used_experts_, used_tokens_, n_used, host_compute);
-    if (shared_first) {
-        ops_->busy_begin();
-        shared_expert(pos0, n_pos);
-        ops_->busy_end();
-    }
 
     // Each fence holds a batch of at least one expert, so experts kept unreleased bound the fences.
     const int64_t lag = std::min<int64_t>(Ops::kFences - 1, experts_.max_unreleased());
@@ -683,15 +678,9 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
     host_error_ = nullptr;  // a call that threw may have left one
     int32_t got_experts[kExpertBatch];
     ExpertView got_views[kExpertBatch];
-    constexpr int64_t kCalls = 16;  // chunks of an expert's tokens, each a call; launched when full
-    ExpertCall calls[kCalls];
-    for (int64_t got = 0; got < n_used;) {
-        release_finished(lag);
-        const int64_t n_got = experts_.next_ready_batch(got_experts, got_views, kExpertBatch);
-        BG_CHECK(n_got >= 1 && n_got <= kExpertBatch && got + n_got <= n_used);
-        got += n_got;
-        // The CPU's first, as one job: on the host thread (released there when it ends) while
-        // this thread goes on issuing the device's experts; here on the CPU backend.
+    // The CPU's experts of a batch, as one job: on the host thread (released there when it ends)
+    // while this thread goes on issuing the device's experts; here on the CPU backend.
+    const auto start_host_job = [&](int64_t n_got) {
         const int64_t first_call = n_host_calls;
         for (int64_t b = 0; b < n_got; ++b) {
             const ExpertView& v = got_views[b];
@@ -706,14 +695,38 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
             for (int64_t j = 0; j < m_total; ++j) host_dest_[n_packed + j] = host_scatter_[s0 + j];
             n_packed += m_total;
         }
-        if (n_host_calls > first_call) {
-            BG_CHECK(n_host_jobs < static_cast<int64_t>(host_jobs_.size()));
-            host_jobs_[static_cast<size_t>(n_host_jobs)] = {first_call, n_host_calls - first_call, hp_.swiglu_limit[l]};
-            if (host_thread_)
-                host_thread_->submit(run_host_expert, this, n_host_jobs++);
-            else
-                run_host_expert(this, n_host_jobs++);
+        if (n_host_calls == first_call) return;
+        BG_CHECK(n_host_jobs < static_cast<int64_t>(host_jobs_.size()));
+        host_jobs_[static_cast<size_t>(n_host_jobs)] = {first_call, n_host_calls - first_call, hp_.swiglu_limit[l]};
+        if (host_thread_)
+            host_thread_->submit(run_host_expert, this, n_host_jobs++);
+        else
+            run_host_expert(this, n_host_jobs++);
+    };
+    // A decode step's experts present now (in VRAM, and the CPU's in host slots) are taken before
+    // the shared expert is queued, so the CPU's job starts before this thread spends its launches
+    // (the CPU's path is the longer one of a hybrid layer); the device still runs the shared
+    // expert first.
+    int64_t n_got = host_compute && shared_first ? experts_.ready_batch_now(got_experts, got_views, kExpertBatch) : 0;
+    BG_CHECK(n_got >= 0 && n_got <= std::min(kExpertBatch, n_used));
+    if (n_got > 0) start_host_job(n_got);
+    if (shared_first) {
+        ops_->busy_begin();
+        shared_expert(pos0, n_pos);
+        ops_->busy_end();
+    }
+
+    constexpr int64_t kCalls = 16;  // chunks of an expert's tokens, each a call; launched when full
+    ExpertCall calls[kCalls];
+    for (int64_t got = 0; got < n_used; n_got = 0) {
+        if (n_got == 0) {
+            release_finished(lag);
+            n_got = experts_.next_ready_batch(got_experts, got_views, kExpertBatch);
+            BG_CHECK(n_got >= 1 && n_got <= kExpertBatch);
+            start_host_job(n_got);
         }
+        BG_CHECK(got + n_got <= n_used);
+        got += n_got;
         // The device's together. Each (token, rank) writes its own row of eo, summed in rank
         // order below: the result does not depend on the order the experts arrive in.
         Unreleased batch{};

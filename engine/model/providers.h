@@ -53,6 +53,10 @@ public:
         experts[0] = next_ready(&views[0]);
         return 1;
     }
+    // next_ready_batch without blocking: the experts present now, up to max, or none (0). A
+    // caller takes those before queueing work of its own (a decode step's CPU experts start
+    // sooner). Here none.
+    virtual int64_t ready_batch_now(int32_t* /*experts*/, ExpertView* /*views*/, int64_t /*max*/) { return 0; }
     virtual void release(int32_t expert) = 0;
     // release for an expert returned on_host, with how long the caller's CPU took to compute it
     // (a provider that splits by rates learns the CPU's from it). Here only the release.

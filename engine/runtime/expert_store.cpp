@@ -293,8 +293,19 @@ int32_t TieredExpertStore::next_ready(ExpertView* view) {
 }
 
 int64_t TieredExpertStore::next_ready_batch(int32_t* experts, ExpertView* views, int64_t max) {
+    return hand_out(experts, views, max, true);
+}
+
+int64_t TieredExpertStore::ready_batch_now(int32_t* experts, ExpertView* views, int64_t max) {
+    return hand_out(experts, views, max, false);
+}
+
+int64_t TieredExpertStore::hand_out(int32_t* experts, ExpertView* views, int64_t max, bool wait) {
     std::unique_lock<std::mutex> lk(mu_);
     BG_CHECK(active_ && !prepared_ && delivered_ < n_deliver_ && max >= 1);
+    // Without prefetch experts are handed out strictly in order, each loaded on demand: only a
+    // caller that waits asks for the next.
+    if (!wait && !cfg_.prefetch) return 0;
     if (!cfg_.prefetch) {
         requested_ = delivered_ + 1;
         ++events_;
@@ -327,7 +338,9 @@ int64_t TieredExpertStore::next_ready_batch(int32_t* experts, ExpertView* views,
         const int64_t i = find_ready();
         return i >= 0 ? i : find_landing();
     };
-    int64_t i = find();
+    // Not waiting: only what is present (an expert on its way goes out alone, to a caller that waits).
+    int64_t i = wait ? find() : find_ready();
+    if (!wait && (i < 0 || !error_.empty())) return 0;
     if (i < 0 && error_.empty()) {
         // Blocked: on disk if any expert still to come is not in memory yet, else on copies.
         bool on_disk = false;

@@ -120,6 +120,7 @@ public:
     int32_t next_ready(ExpertView* view) override;
     // Device-side experts first (the GPU starts on them while the CPU takes its own).
     int64_t next_ready_batch(int32_t* experts, ExpertView* views, int64_t max) override;
+    int64_t ready_batch_now(int32_t* experts, ExpertView* views, int64_t max) override;
     void release(int32_t expert) override;
     void release_computed(int32_t expert, double cpu_ms) override;
     void end_layer() override;
@@ -211,6 +212,8 @@ private:
         io::ReadOp ops[3];
         int reads_left = 0;
     };
+    // next_ready_batch (wait) and ready_batch_now (not).
+    int64_t hand_out(int32_t* experts, ExpertView* views, int64_t max, bool wait);
 
     void streamer();
     bool start_reads_locked();
