@@ -17,6 +17,7 @@
 
 #include "cpu/ops.h"
 #include "cpu/thread_pool.h"
+#include "argmax_cases.h"
 #include "device_buffer.h"
 #include "random_inputs.h"
 #include "random_weights.h"
@@ -267,6 +268,19 @@ TEST_F(GpuTest, FillPositionsExact) {
     sync();
     const std::vector<int32_t> p = d.download();
     for (int i = 0; i < 100; ++i) ASSERT_EQ(p[i], 37 + 3 * i);
+}
+
+// argmax (a decode step's greedy token on the device): the host's choice over the logits with the
+// banned ids set to -inf, exactly, in every case that decides (ties, NaN, -inf, bans, lengths
+// around the block's 1024 threads).
+TEST_F(GpuTest, ArgmaxIsTheHostsGreedyChoice) {
+    for (const bgtest::ArgmaxCase& c : bgtest::argmax_cases(rng_)) {
+        Dev<float> d_x(c.x);
+        Dev<int32_t> d_out(1);
+        cuda::argmax(d_x.get(), static_cast<int64_t>(c.x.size()), c.ban, d_out.get(), stream_);
+        sync();
+        EXPECT_EQ(d_out.download()[0], bgtest::host_greedy(c)) << c.what;
+    }
 }
 
 // rmsnorm: each output within 1e-6 of itself (relative): the only difference is the order of the

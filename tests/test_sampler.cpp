@@ -2,12 +2,17 @@
 // exactly the tokens their definitions keep, on hand-made logits.
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <random>
 #include <set>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "argmax_cases.h"
+#include "backend/ops.h"
+#include "cpu/cpu_ops.h"
+#include "cpu/thread_pool.h"
 #include "random_inputs.h"
 #include "runtime/sampler.h"
 #include "util/check.h"
@@ -196,6 +201,19 @@ TEST(Sampler, BadValuesAreErrors) {
     c = SamplingConfig{};
     c.min_p = -0.1;
     EXPECT_THROW(Sampler{c}, bg::Error);
+}
+
+// The CPU ops' greedy choice (Ops::argmax, what a decode step on the CPU backend takes) is the
+// host's argmax over the logits with the banned ids set to -inf, in every case that decides.
+TEST(Sampler, OpsArgmaxIsTheHostsGreedyChoice) {
+    auto rng = bgtest::fresh_rng();
+    bg::cpu::ThreadPool pool(1);
+    const std::unique_ptr<bg::Ops> ops = bg::cpu::make_cpu_ops(pool);
+    for (const bgtest::ArgmaxCase& c : bgtest::argmax_cases(rng)) {
+        int32_t got = -1;
+        ops->argmax(c.x.data(), static_cast<int64_t>(c.x.size()), c.ban, &got);
+        EXPECT_EQ(got, bgtest::host_greedy(c)) << c.what;
+    }
 }
 
 }  // namespace

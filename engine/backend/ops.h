@@ -262,6 +262,11 @@ public:
     }
     // y[t][e] += sum_j w[t][j] * eo[t][j][e], j in rank order, summed into a zero first.
     virtual void moe_weighted_sum(const float* eo, const float* w, int64_t n_tok, int64_t k, int64_t width, float* y) = 0;
+    // out[0] = the first index of the largest of x[0..n), ban's ids counting as -inf and NaN
+    // never the largest; 0 where every value is NaN. The host's greedy choice (runtime/sampler.h's
+    // argmax over logits whose banned ids were set to -inf), so a decode step's token needs 4
+    // bytes from the device, not its logits.
+    virtual void argmax(const float* x, int64_t n, const TokenBan& ban, int32_t* out) = 0;
 };
 
 // Ops::expert_ffn as separate ops, the CPU's way and the CUDA backend's for weights its fused

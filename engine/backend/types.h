@@ -50,6 +50,15 @@ struct ExpertMats {
 
 // One routed expert on m gathered tokens, as Ops::expert_ffn takes it: x's rows rows[j] in,
 // out's rows out_rows[j] out (j < m; backend memory).
+// Token ids a greedy choice must not take (the end-of-generation ids under --ignore-eos): their
+// logits count as -inf, as the host's choice sets them. Passed by value (a kernel argument), so
+// at most kMax; a caller with more takes the logits to the host instead.
+struct TokenBan {
+    static constexpr int kMax = 16;
+    int32_t ids[kMax] = {};
+    int n = 0;
+};
+
 struct ExpertCall {
     ExpertMats mats;
     const int32_t* rows;

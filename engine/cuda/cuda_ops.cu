@@ -314,6 +314,9 @@ public:
     void moe_scatter(const float* src, const int32_t* rows, int64_t m, int64_t width, float* dst) override {
         cuda::moe_scatter(src, rows, m, width, dst, stream_);
     }
+    void argmax(const float* x, int64_t n, const TokenBan& ban, int32_t* out) override {
+        cuda::argmax(x, n, ban, out, stream_);
+    }
     void moe_weighted_sum(const float* eo, const float* w, int64_t n_tok, int64_t k, int64_t width, float* y) override {
         cuda::moe_weighted_sum(eo, w, n_tok, k, width, y, stream_);
     }

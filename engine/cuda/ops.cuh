@@ -5,7 +5,7 @@
 // Each op family's kernels sit beside their launchers in one file named for it: matmul.cu (also
 // embed_tokens), positions.cu, rmsnorm.cu, rope.cu, swiglu.cu, mhc.cu (hc_*), engram_gate.cu,
 // compress_pool.cu, attention.cu (also the indexer), router.cu, moe_group.cu, moe_rows.cu
-// (moe_gather/scatter/weighted_sum); device helpers they share are in common.cuh.
+// (moe_gather/scatter/weighted_sum), argmax.cu; device helpers they share are in common.cuh.
 //
 // Conventions shared by every launcher:
 //  - every pointer is device memory unless said otherwise; activations are float32 row-major
@@ -132,5 +132,8 @@ void moe_scatter(const float* src, const int32_t* rows, int64_t m, int64_t width
                  cudaStream_t stream);
 void moe_weighted_sum(const float* eo, const float* w, int64_t n_tok, int64_t k, int64_t width,
                       float* y, cudaStream_t stream);
+
+// Ops::argmax on the device (engine/cuda/argmax.cu): one block, the same index as the CPU's.
+void argmax(const float* x, int64_t n, const TokenBan& ban, int32_t* out, cudaStream_t stream);
 
 }  // namespace bg::cuda

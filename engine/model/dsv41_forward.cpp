@@ -203,6 +203,7 @@ Forward::Forward(const Model& m, std::unique_ptr<Ops> ops, ExpertProvider& exper
     gather_rows_ = alloc<int32_t>(f.gather_rows);
     scatter_rows_ = alloc<int32_t>(f.scatter_rows);
     expert_counts_ = alloc<int32_t>(f.expert_counts);
+    greedy_ = alloc<int32_t>(f.greedy);
 
     tokens_ = alloc_host<int32_t>(f.tokens);
     out_host_ = alloc_host<float>(f.out_host);
@@ -214,6 +215,7 @@ Forward::Forward(const Model& m, std::unique_ptr<Ops> ops, ExpertProvider& exper
     by_expert_start_ = alloc_host<int32_t>(f.by_expert_start);
     used_experts_ = alloc_host<int32_t>(f.used_experts);
     used_tokens_ = alloc_host<int32_t>(f.used_tokens);
+    greedy_host_ = alloc_host<int32_t>(f.greedy_host);
     if (host_ops_) {
         xf_host_ = alloc_host<float>(f.xf_host);
         host_gather_ = alloc_host<int32_t>(f.host_gather);
@@ -857,6 +859,15 @@ void Forward::final_hidden(const Ubatch& u, int64_t i, float* out) {
     ops_->download(out_host_, x_, E_ * sizeof(float));
     ops_->sync();
     std::memcpy(out, out_host_, E_ * sizeof(float));
+}
+
+int32_t Forward::greedy_token(const Ubatch& u, int64_t i, const TokenBan& ban) {
+    collapse_final(u, i);
+    ops_->matmul(mat(m_.output()), x_, E_, 1, logits_, hp_.n_vocab);
+    ops_->argmax(logits_, hp_.n_vocab, ban, greedy_);
+    ops_->download(greedy_host_, greedy_, sizeof(int32_t));
+    ops_->sync();
+    return greedy_host_[0];
 }
 
 void Forward::logits(const Ubatch& u, int64_t i, float* out) {

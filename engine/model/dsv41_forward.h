@@ -95,6 +95,7 @@ public:
     // token i of the unit, in host memory.
     void final_hidden(const Ubatch& u, int64_t i, float* out);
     void logits(const Ubatch& u, int64_t i, float* out) override;
+    int32_t greedy_token(const Ubatch& u, int64_t i, const TokenBan& ban) override;
     // Milliseconds the CPU has spent computing host-resident experts, and how many, since
     // construction.
     double host_expert_ms() const { return host_expert_ms_; }
@@ -159,6 +160,7 @@ private:
     float *pooled_, *emb_, *erow_, *ekv_, *sg_, *su_, *sh_, *logits_;
     int32_t *bpos_, *gather_rows_, *scatter_rows_;
     int32_t* expert_counts_;   // [n_expert + 1] Ops::group_by_expert's counts
+    int32_t *greedy_, *greedy_host_;  // [1] a decode step's greedy token (Ops::argmax), on the device, on the host
     // Host side
     int32_t* tokens_;          // [n_ctx], for Engram hashing
     float* out_host_;          // [max(n_vocab, n_embd)]

@@ -78,6 +78,7 @@ ForwardLayout ForwardLayout::of(const HParams& hp, const std::vector<LayerRoles>
     f.bpos = mu + 1;
     f.gather_rows = f.scatter_rows = ctx * k;
     f.expert_counts = ne + 1;
+    f.greedy = f.greedy_host = 1;  // a decode step's greedy token (Ops::argmax)
     f.tokens = ctx;
     f.out_host = std::max(hp.n_vocab, E);
     f.emb_host = ub * E;
@@ -140,10 +141,10 @@ ForwardBytes ForwardLayout::bytes(bool memory_is_host, uint64_t device_image_byt
     b.device_work += static_cast<uint64_t>(resident_masks + hot_masks) * sized(resident_mask, 1);
     for (int64_t c : {H, pre, xf, mixf, ids, wts, eo, iota, hflat, mixm, mixa, x, y, qa, q, kvb, att, oa, iq, iw, iscore,
                       rlogits, pooled, emb, erow, ekv, sg, su, sh, logits, bpos, gather_rows,
-                      scatter_rows, expert_counts})
+                      scatter_rows, expert_counts, greedy})
         b.device_work += sized(c, 4);
     for (int64_t c : {tokens, out_host, emb_host, onehot, by_expert_count, by_expert_start, used_experts,
-                      used_tokens})
+                      used_tokens, greedy_host})
         b.host += sized(c, 4);
     b.host += sized(erows, 8);
     if (xf_host > 0) {

@@ -61,10 +61,11 @@ struct ForwardLayout {
     // Work buffers (floats, then int32)
     int64_t hflat = 0, mixm = 0, mixa = 0, x = 0, y = 0, qa = 0, q = 0, kvb = 0, att = 0, oa = 0, iq = 0, iw = 0,
             iscore = 0, rlogits = 0, pooled = 0, emb = 0, erow = 0, ekv = 0, sg = 0, su = 0, sh = 0, logits = 0;
-    int64_t bpos = 0, gather_rows = 0, scatter_rows = 0, expert_counts = 0;
+    int64_t bpos = 0, gather_rows = 0, scatter_rows = 0, expert_counts = 0, greedy = 0;
     // Host (int32 unless said)
     int64_t tokens = 0, out_host = 0 /* float */, emb_host = 0 /* float */, onehot = 0 /* float */,
-            erows = 0 /* uint64 */, by_expert_count = 0, by_expert_start = 0, used_experts = 0, used_tokens = 0;
+            erows = 0 /* uint64 */, by_expert_count = 0, by_expert_start = 0, used_experts = 0, used_tokens = 0,
+            greedy_host = 0;
     // Host-resident experts computed on the CPU (ForwardConfig::host_expert_positions P > 0; all
     // 0 and not allocated otherwise). Host: the call's activations [P][n_embd] (float), its
     // gather and scatter rows, packed-row ids and the packed rows' destinations [P*k] (int32),

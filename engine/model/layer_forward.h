@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/types.h"
+
 namespace bg {
 
 // A unit of work: positions pos0..pos0+n-1, and its routing as the host reads it (only with a
@@ -70,6 +72,10 @@ public:
     }
     // After the last layer: the logits [n_vocab] of token i of the unit, in host memory.
     virtual void logits(const Ubatch& u, int64_t i, float* out) = 0;
+    // After the last layer: the greedy token of token i of the unit (the first index of the
+    // largest logit, ban's ids excluded: what argmax over logits() gives with them set to -inf),
+    // chosen where the logits are (Ops::argmax), so only the token comes to the host.
+    virtual int32_t greedy_token(const Ubatch& u, int64_t i, const TokenBan& ban) = 0;
 };
 
 }  // namespace bg

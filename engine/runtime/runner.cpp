@@ -98,11 +98,31 @@ std::vector<int32_t> Runner::decode(std::vector<float>& logits, int64_t n_gen, S
     out.reserve(static_cast<size_t>(std::max<int64_t>(n_gen, 0)));
     if (units_.empty()) units_.resize(1);
     Ubatch& u = units_[0];
+    // Greedy steps take their token where the logits are (LayerForward::greedy_token), the
+    // banned ids passed along; a sampler that draws, or more banned ids than a ban holds, takes
+    // the logits to the host.
+    TokenBan ban;
+    bool ban_fits = true;
+    if (stop.ignore_eos && stop.eog)
+        for (int32_t id : stop.eog->ids) {
+            if (id < 0 || id >= V) continue;
+            if (ban.n == TokenBan::kMax) {
+                ban_fits = false;
+                break;
+            }
+            ban.ids[ban.n++] = id;
+        }
+    const bool greedy_on_device = (!sampler || sampler->greedy()) && ban_fits;
+    bool have_logits = true;  // logits hold the step's (the prompt's last, or a host step's)
+    int32_t next = -1;        // else the token the device chose
     for (int64_t g = 0; g < n_gen; ++g) {
-        if (stop.ignore_eos && stop.eog)
-            for (int32_t id : stop.eog->ids)
-                if (id < V) logits[id] = -INFINITY;
-        const int32_t t = sampler ? sampler->sample(logits.data(), V) : argmax(logits.data(), V);
+        int32_t t = next;
+        if (have_logits) {
+            if (stop.ignore_eos && stop.eog)
+                for (int32_t id : stop.eog->ids)
+                    if (id >= 0 && id < V) logits[id] = -INFINITY;
+            t = sampler ? sampler->sample(logits.data(), V) : argmax(logits.data(), V);
+        }
         out.push_back(t);
         if (on_token) on_token(t);
         if (g + 1 == n_gen || stop.stopped_at(out)) break;
@@ -110,7 +130,12 @@ std::vector<int32_t> Runner::decode(std::vector<float>& logits, int64_t n_gen, S
         fwd_.embed(u, &t, 1, n_past_);
         fwd_.plan_reads(n_past_, 1);
         for (int64_t l = 0; l < L; ++l) fwd_.layer(l, u);
-        fwd_.logits(u, 0, logits.data());
+        if (greedy_on_device) {
+            next = fwd_.greedy_token(u, 0, ban);
+            have_logits = false;
+        } else {
+            fwd_.logits(u, 0, logits.data());
+        }
         ++n_past_;
     }
     return out;

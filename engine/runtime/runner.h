@@ -52,9 +52,11 @@ public:
                  std::vector<float>* last_logits, std::vector<float>* all_logits = nullptr);
 
     // Decoding after prefill: up to n_gen tokens (`stop` says when fewer), the first taken from
-    // `logits` (the prompt's last logits), each later one from a one-token step. `logits` is
-    // updated in place. Greedy without a sampler; `on_token` (when set) sees each token as soon
-    // as it is chosen, an end-of-generation token included.
+    // `logits` (the prompt's last logits), each later one from a one-token step. Greedy without a
+    // sampler (or with a greedy one): its steps choose on the device (LayerForward::greedy_token)
+    // and `logits` is left as the first choice saw it; a drawing sampler's steps update `logits`
+    // in place. `on_token` (when set) sees each token as soon as it is chosen, an
+    // end-of-generation token included.
     std::vector<int32_t> decode(std::vector<float>& logits, int64_t n_gen, Sampler* sampler = nullptr,
                                 const std::function<void(int32_t)>& on_token = {}, const DecodeStop& stop = {});
 
