@@ -701,9 +701,9 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
         BG_CHECK(n_host_jobs < static_cast<int64_t>(host_jobs_.size()));
         host_jobs_[static_cast<size_t>(n_host_jobs)] = {first_call, n_host_calls - first_call, hp_.swiglu_limit[l]};
         if (host_thread_)
-            host_thread_->submit(run_host_expert, this, n_host_jobs++);
+            host_thread_->submit(run_host_job, this, n_host_jobs++);
         else
-            run_host_expert(this, n_host_jobs++);
+            run_host_job(this, n_host_jobs++);
     };
     // A decode step's experts present now (in VRAM, and the CPU's in host slots) are taken before
     // the shared expert is queued, so the CPU's job starts before this thread spends its launches
@@ -792,7 +792,7 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
     experts_.end_layer();
 }
 
-void Forward::run_host_expert(void* self, int64_t job) {
+void Forward::run_host_job(void* self, int64_t job) {
     auto* f = static_cast<Forward*>(self);
     const HostExpertJob& j = f->host_jobs_[static_cast<size_t>(job)];
     const ExpertCall* calls = &f->host_calls_[static_cast<size_t>(j.first)];

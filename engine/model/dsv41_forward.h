@@ -193,7 +193,7 @@ private:
     };
     std::vector<ExpertCall> host_calls_;  // rows: host_gather_ + its first slot; out_rows: host_pack_
     std::vector<int32_t> host_call_experts_;
-    static void run_host_expert(void* self, int64_t job);
+    static void run_host_job(void* self, int64_t job);
     std::vector<HostExpertJob> host_jobs_;
     // What a job threw (jobs run on host_thread_, which must not throw): rethrown by the call
     // that handed it, after its jobs have ended.
