@@ -1,6 +1,7 @@
 // Logits for the greedy choice's tests (Ops::argmax against the host's runtime/sampler.h argmax):
 // a vocabulary of random logits, and the cases where "the first index of the largest" has to
-// decide (ties, NaN, -inf, banned ids, every value NaN, lengths around the GPU block's 1024).
+// decide (ties, NaN, -inf, banned ids, every value NaN, lengths around a GPU block's and grid's
+// reach).
 #pragma once
 
 #include <cmath>
@@ -60,7 +61,7 @@ inline std::vector<ArgmaxCase> argmax_cases(std::mt19937& rng) {
         c.ban.ids[c.ban.n++] = 1800;  // a NaN banned counts as -inf: the first -inf is still 700
         cs.push_back(c);
     }
-    for (int64_t n : {1, 5, 1023, 1024, 1025, 4097}) cs.push_back({"n " + std::to_string(n), logits(n), {}});
+    for (int64_t n : {1, 5, 1023, 1024, 1025, 4097, 300000}) cs.push_back({"n " + std::to_string(n), logits(n), {}});
     return cs;
 }
 

@@ -271,15 +271,25 @@ TEST_F(GpuTest, FillPositionsExact) {
 }
 
 // argmax (a decode step's greedy token on the device): the host's choice over the logits with the
-// banned ids set to -inf, exactly, in every case that decides (ties, NaN, -inf, bans, lengths
-// around the block's 1024 threads).
+// banned ids set to -inf, exactly, in every case that decides (ties, NaN, -inf, bans, -0 beside
+// +0, lengths around a block and a grid's reach), one word used by every call in turn (each
+// leaves it 0 for the next).
 TEST_F(GpuTest, ArgmaxIsTheHostsGreedyChoice) {
-    for (const bgtest::ArgmaxCase& c : bgtest::argmax_cases(rng_)) {
+    Dev<unsigned long long> word(std::vector<unsigned long long>{0});
+    std::vector<bgtest::ArgmaxCase> cases = bgtest::argmax_cases(rng_);
+    {
+        bgtest::ArgmaxCase c{"-0 before +0 at the max", std::vector<float>(5000, -1.0f), {}};
+        c.x[1234] = -0.0f;
+        c.x[4000] = 0.0f;
+        cases.push_back(c);
+    }
+    for (const bgtest::ArgmaxCase& c : cases) {
         Dev<float> d_x(c.x);
         Dev<int32_t> d_out(1);
-        cuda::argmax(d_x.get(), static_cast<int64_t>(c.x.size()), c.ban, d_out.get(), stream_);
+        cuda::argmax(d_x.get(), static_cast<int64_t>(c.x.size()), c.ban, word.get(), d_out.get(), stream_);
         sync();
         EXPECT_EQ(d_out.download()[0], bgtest::host_greedy(c)) << c.what;
+        EXPECT_EQ(word.download()[0], 0u) << c.what << ": the word is left 0";
     }
 }
 

@@ -111,10 +111,12 @@ inline uint64_t attention_partial_bytes(const OpsLimits& lim) {
 
 // The CUDA ops' own device memory once reserve(lim) ran (engine/cuda/cuda_ops.cu allocates
 // exactly this): the fused kernels' workspace, the FP32 dequantisation scratch, decode
-// attention's partials and, where some expert runs unfused, its scratch. Here so
+// attention's partials, the argmax's word and, where some expert runs unfused, its scratch. Here so
 // `betelgeuse plan` knows it without a device.
+// The CUDA argmax's word (engine/cuda/argmax.cu).
+constexpr uint64_t kArgmaxWordBytes = 8;
 inline uint64_t cuda_ops_device_bytes(const OpsLimits& lim) {
-    uint64_t b = attention_partial_bytes(lim);
+    uint64_t b = attention_partial_bytes(lim) + kArgmaxWordBytes;
     if (lim.matmul.int8_max_cols > 0) b += int8_workspace_bytes(lim.matmul.int8_max_cols, lim.matmul.int8_max_ff);
     if (lim.matmul.quant_max_cols > 0) b += quant_workspace_bytes(lim.matmul.quant_max_cols, lim.matmul.quant_max_ff);
     b += lim.matmul.dequant_bytes;

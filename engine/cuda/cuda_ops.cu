@@ -92,6 +92,8 @@ public:
             for (float** p : {&xg_, &eo_}) *p = own_floats(expert_work_floats_x(lim));
             for (float** p : {&g_, &up_, &h_}) *p = own_floats(expert_work_floats_ff(lim));
         }
+        argmax_word_ = reinterpret_cast<unsigned long long*>(own_floats(kArgmaxWordBytes / sizeof(float)));
+        BG_CUDA_CHECK(cudaMemset(argmax_word_, 0, kArgmaxWordBytes));
         BG_CHECK(own_bytes_ == cuda_ops_device_bytes(lim));
     }
 
@@ -315,7 +317,7 @@ public:
         cuda::moe_scatter(src, rows, m, width, dst, stream_);
     }
     void argmax(const float* x, int64_t n, const TokenBan& ban, int32_t* out) override {
-        cuda::argmax(x, n, ban, out, stream_);
+        cuda::argmax(x, n, ban, argmax_word_, out, stream_);
     }
     void moe_weighted_sum(const float* eo, const float* w, int64_t n_tok, int64_t k, int64_t width, float* y) override {
         cuda::moe_weighted_sum(eo, w, n_tok, k, width, y, stream_);
@@ -343,6 +345,7 @@ private:
     uint64_t own_bytes_ = 0;
     float *xg_ = nullptr, *g_ = nullptr, *up_ = nullptr, *h_ = nullptr, *eo_ = nullptr;  // unfused experts
     AttentionPartials att_part_;  // decode attention's row split (none where lim has no heads)
+    unsigned long long* argmax_word_ = nullptr;  // argmax's running best key, 0 between calls
     std::vector<void*> allocations_;
     cudaEvent_t fences_[kFences] = {};
     std::vector<cudaEvent_t> events_;  // busy pairs, created by reserve

@@ -133,7 +133,9 @@ void moe_scatter(const float* src, const int32_t* rows, int64_t m, int64_t width
 void moe_weighted_sum(const float* eo, const float* w, int64_t n_tok, int64_t k, int64_t width,
                       float* y, cudaStream_t stream);
 
-// Ops::argmax on the device (engine/cuda/argmax.cu): one block, the same index as the CPU's.
-void argmax(const float* x, int64_t n, const TokenBan& ban, int32_t* out, cudaStream_t stream);
+// Ops::argmax on the device (engine/cuda/argmax.cu): the same index as the CPU's. word: 8 bytes
+// of device memory holding 0 (reserve() zeroes it), which the call uses and leaves 0 again.
+void argmax(const float* x, int64_t n, const TokenBan& ban, unsigned long long* word, int32_t* out,
+            cudaStream_t stream);
 
 }  // namespace bg::cuda

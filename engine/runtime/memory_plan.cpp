@@ -166,12 +166,13 @@ MemoryPlan plan_memory(const ModelShape& shape, const RunConfig& cfg, bool cuda,
         for (const auto& [on, what] : {std::pair<bool, const char*>{mn.int8_max_cols > 0, "integer kernels"},
                                        {mn.quant_max_cols > 0, "fused kernels"}})
             if (on) kinds += (kinds.empty() ? "" : ", ") + std::string(what);
-        const uint64_t attention_partials = attention_partial_bytes(fl.ops);  // part of the ops' own
+        // Parts of the ops' own beside the matmul's.
+        const uint64_t decode_scratch = attention_partial_bytes(fl.ops) + kArgmaxWordBytes;
         add(MemoryTier::kVram,
             "matmul workspace (" + (kinds.empty() ? std::string("cuBLAS only") : kinds) + ")" +
                 (mn.dequant_bytes > 0 ? " and dequantisation scratch" : ""),
-            f.device_matmul - attention_partials);
-        add(MemoryTier::kVram, "decode attention's row-split partials", attention_partials);
+            f.device_matmul - decode_scratch);
+        add(MemoryTier::kVram, "decode attention's row-split partials and the greedy choice's word", decode_scratch);
         add(MemoryTier::kHost, "forward buffers and kernel timeline", f.host);
         p.forward_device_bytes = f.device_dense + f.device_caches + f.device_work + f.device_matmul;
         p.forward_host_bytes = f.host;
