@@ -399,7 +399,7 @@ for part in "$@"; do
       nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$dir/machine.txt"
       nproc > "$dir/cores.txt"
       # BG_THREAD_CFGS: other mode:threads pairs (e.g. "hybrid:0 hybrid:13 hybrid:14 cpu:0 cpu:14").
-      for cfg in ${BG_THREAD_CFGS:-gpu:0 cpu:0 hybrid:0 hybrid:16 hybrid:15 hybrid:8}; do  # 0: the default (12 of 16 cores on a GPU since 2026-12-05)
+      for cfg in ${BG_THREAD_CFGS:-gpu:0 cpu:0 hybrid:0 hybrid:16 hybrid:15 hybrid:8}; do  # 0: the default (13 of 16 cores on a GPU since 2026-12-06; 12 before)
         where=${cfg%%:*}; th=${cfg##*:}
         # A pair named again (rounds) gets -2, -3, ... rather than the earlier run's files.
         name="$where-$th"; i=2; while [ -e "$dir/$name.json" ]; do name="$where-$th-$i"; i=$((i + 1)); done

@@ -126,16 +126,18 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
     // On a GPU with an SM limit this makes the limited context current on this thread; the
     // store's streamer thread binds itself to it (Backend::bind_thread).
     backend_ = device->make_backend(bo);
-    // --threads 0: every core, but on a GPU three quarters of them: the thread that issues GPU
-    // work and the expert store's streamer thread run beside the pool while the CPU computes a
-    // decode step's host-resident experts, and the pool's members meet at barriers, so one of
-    // them descheduled holds up the rest. Slice decode, hybrid, on the H200's 16 virtual cores:
-    // 12 threads 88.5, 113.4 and 114.4 tok/s on three machines, 15 threads 89.5, 103.3 and 75.2
-    // (in the last the CPU's experts ran at 8.7 GB/s), 16 threads slower still
-    // (measurements/slice/decode-threads/).
+    // --threads 0: every core, but on a GPU all but three: the thread that issues GPU work and the
+    // expert store's streamer thread run beside the pool while the CPU computes a decode step's
+    // host-resident experts, and the pool's members meet at barriers, so one of them descheduled
+    // holds up the rest (one core is left for the rest of the host). Slice decode, hybrid, on
+    // 16 virtual cores: on an H100 machine of 2026-12-06 08:17, rounds alternated, 12 threads
+    // 150.7, 158.6, 157.1 tok/s, 13 164.6, 175.3, 169.4, 14 166.5, 166.9, 160.8; on another at
+    // 07:22, 15 threads 155.5 against 12's 167.3 and 16 collapsed to 47.7 (a CPU expert 2.4 ms);
+    // on the H200 machines of 2026-12-05, 15 threads 89.5, 103.3 and 75.2 against 12's 88.5, 113.4
+    // and 114.4 (measurements/slice/decode-threads/).
     const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     pool_ = std::make_unique<cpu::ThreadPool>(cfg.threads > 0 ? cfg.threads
-                                              : device->dense_on_device() ? std::max(1, hw - hw / 4)
+                                              : device->dense_on_device() ? std::max(1, hw - 3)
                                                                           : 0);
     // Each reader opens every file of the model once (every shard of a split model).
     expert_reader_ = io::Reader::open(model_->shard_paths(), io_config(cfg), cfg.faults);
