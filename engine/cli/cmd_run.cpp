@@ -85,7 +85,7 @@ void add_model_prompt_flags(CLI::App* cmd, RunConfig& cfg, bool model_required) 
     cmd->add_option("--prompt-seed", cfg.prompt_seed, "Random prompt seed")->capture_default_str();
     cmd->add_flag("--chat", cfg.chat, "Wrap the text prompt in the model's chat format (tokenizer.chat_template)");
     cmd->add_option("--system", cfg.system, "System message of the chat (with --chat)");
-    cmd->add_option("--threads", cfg.threads, "CPU threads (0: all cores; with a GPU all but three)")
+    cmd->add_option("--threads", cfg.threads, "CPU threads (0: all cores; with a GPU a quarter fewer, at most three fewer)")
         ->capture_default_str();
     cmd->add_option("--ubatch", cfg.ubatch, "Tokens per unit of work")->capture_default_str()->check(CLI::PositiveNumber);
     cmd->add_option("--launch-tokens", cfg.launch_tokens,

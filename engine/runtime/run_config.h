@@ -60,7 +60,7 @@ struct RunConfig {
     // integer kernels take 64 tokens a pass (issue 22's measurement: measurements/slice/ubatch/).
     int64_t launch_tokens = 64;
     int64_t passes = 1;               // prefill passes over the same prompt: 1 cold, then warm
-    int threads = 0;                  // 0: all cores (on a GPU all but three: Session says why)
+    int threads = 0;                  // 0: all cores (on a GPU a quarter fewer, at most three: Session says why)
     BackendChoice backend = BackendChoice::kAuto;
     int64_t sm_limit = 0;             // CUDA: run on this many SMs (rounded down to what the GPU allows); 0: all
     SwigluClamp swiglu_clamp = SwigluClamp::kDeepSeek;

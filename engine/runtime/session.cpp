@@ -126,10 +126,10 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
     // On a GPU with an SM limit this makes the limited context current on this thread; the
     // store's streamer thread binds itself to it (Backend::bind_thread).
     backend_ = device->make_backend(bo);
-    // --threads 0: every core, but on a GPU all but three: the thread that issues GPU work and the
-    // expert store's streamer thread run beside the pool while the CPU computes a decode step's
-    // host-resident experts, and the pool's members meet at barriers, so one of them descheduled
-    // holds up the rest (one core is left for the rest of the host). Slice decode, hybrid, on
+    // --threads 0: every core, but on a GPU a quarter of them fewer, three at most: the thread that
+    // issues GPU work and the expert store's streamer thread run beside the pool while the CPU
+    // computes a decode step's host-resident experts, and the pool's members meet at barriers, so
+    // one of them descheduled holds up the rest (one core is left for the rest of the host). Slice decode, hybrid, on
     // 16 virtual cores: on an H100 machine of 2026-12-06 08:17, rounds alternated, 12 threads
     // 150.7, 158.6, 157.1 tok/s, 13 164.6, 175.3, 169.4, 14 166.5, 166.9, 160.8; on another at
     // 07:22, 15 threads 155.5 against 12's 167.3 and 16 collapsed to 47.7 (a CPU expert 2.4 ms);
@@ -137,7 +137,7 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
     // and 114.4 (measurements/slice/decode-threads/).
     const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     pool_ = std::make_unique<cpu::ThreadPool>(cfg.threads > 0 ? cfg.threads
-                                              : device->dense_on_device() ? std::max(1, hw - 3)
+                                              : device->dense_on_device() ? std::max(1, hw - std::clamp(hw / 4, 1, 3))
                                                                           : 0);
     // Each reader opens every file of the model once (every shard of a split model).
     expert_reader_ = io::Reader::open(model_->shard_paths(), io_config(cfg), cfg.faults);
