@@ -731,14 +731,15 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
         got += n_got;
         // The device's together. Each (token, rank) writes its own row of eo, summed in rank
         // order below: the result does not depend on the order the experts arrive in.
-        Unreleased batch{};
-        for (int64_t b = 0; b < n_got; ++b)
-            if (!got_views[b].on_host) batch.experts[batch.n++] = got_experts[b];
-        if (batch.n == 0) continue;
         // An expert still landing (handed out alone): its compute waits for the copy on the
         // device, outside the busy bracket (the wait is not compute).
-        for (int64_t b = 0; b < n_got; ++b)
-            if (!got_views[b].on_host) ops_->wait_event(got_views[b].ready);
+        Unreleased batch{};
+        for (int64_t b = 0; b < n_got; ++b) {
+            if (got_views[b].on_host) continue;
+            batch.experts[batch.n++] = got_experts[b];
+            ops_->wait_event(got_views[b].ready);
+        }
+        if (batch.n == 0) continue;
         int64_t n_calls = 0;
         ops_->busy_begin();
         for (int64_t b = 0; b < n_got; ++b) {
@@ -854,6 +855,11 @@ void Forward::collapse_final(const Ubatch& u, int64_t i) {
     ops_->rmsnorm(x_, vec(m_.output_norm()), E_, 1, hp_.rms_eps, x_);
 }
 
+void Forward::output_head(const Ubatch& u, int64_t i) {
+    collapse_final(u, i);
+    ops_->matmul(mat(m_.output()), x_, E_, 1, logits_, hp_.n_vocab);
+}
+
 void Forward::final_hidden(const Ubatch& u, int64_t i, float* out) {
     collapse_final(u, i);
     ops_->download(out_host_, x_, E_ * sizeof(float));
@@ -862,8 +868,7 @@ void Forward::final_hidden(const Ubatch& u, int64_t i, float* out) {
 }
 
 int32_t Forward::greedy_token(const Ubatch& u, int64_t i, const TokenBan& ban) {
-    collapse_final(u, i);
-    ops_->matmul(mat(m_.output()), x_, E_, 1, logits_, hp_.n_vocab);
+    output_head(u, i);
     ops_->argmax(logits_, hp_.n_vocab, ban, greedy_);
     ops_->download(greedy_host_, greedy_, sizeof(int32_t));
     ops_->sync();
@@ -871,8 +876,7 @@ int32_t Forward::greedy_token(const Ubatch& u, int64_t i, const TokenBan& ban) {
 }
 
 void Forward::logits(const Ubatch& u, int64_t i, float* out) {
-    collapse_final(u, i);
-    ops_->matmul(mat(m_.output()), x_, E_, 1, logits_, hp_.n_vocab);
+    output_head(u, i);
     ops_->download(out_host_, logits_, hp_.n_vocab * sizeof(float));
     ops_->sync();
     std::memcpy(out, out_host_, hp_.n_vocab * sizeof(float));

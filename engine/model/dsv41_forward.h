@@ -128,6 +128,8 @@ private:
     void attention(int64_t l, int64_t p0, int64_t n);
     void blocks(int64_t l, int64_t p0, int64_t n);
     void collapse_final(const Ubatch& u, int64_t i);
+    // collapse_final, then the output head: token i's logits in logits_ [n_vocab], on the device.
+    void output_head(const Ubatch& u, int64_t i);
     void release_finished(int64_t keep);  // releases experts whose fences passed; waits while more than keep
 
     const Model& m_;
