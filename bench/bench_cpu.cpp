@@ -205,10 +205,8 @@ void BM_CpuExpertInt8(benchmark::State& state) {
     cpu::ThreadPool& pool = *g_bench.pool;
     int s = 0;
     for (auto _ : state) {
-        MatView gate_up = ex.gate(s);
-        gate_up.rows = 2 * F;
-        cpu::expert_ffn_int8(pool, scratch, gate_up, ex.down(s), io.x.data(), E, M, 10.0f, SwigluClamp::kDeepSeek,
-                             io.gu.data(), io.h.data(), io.y.data(), isa);
+        cpu::expert_ffn_int8(pool, scratch, {ex.gate(s), ex.up(s), ex.down(s), M}, io.x.data(), E, 10.0f,
+                             SwigluClamp::kDeepSeek, io.gu.data(), io.h.data(), io.y.data(), isa);
         benchmark::DoNotOptimize(io.y.data());
         s = (s + 1) % ex.n_sets;
     }
@@ -426,18 +424,15 @@ void BM_CpuExpertsInt8Layer(benchmark::State& state) {
     for (auto _ : state) {
         for (int64_t i = 0; i < n; ++i) {
             const int set = static_cast<int>((s + i) % ex.n_sets);
-            MatView gate_up = ex.gate(set);
-            gate_up.rows = 2 * F;
-            experts[i] = {gate_up, ex.down(set), 1};
+            experts[i] = {ex.gate(set), ex.up(set), ex.down(set), 1};
         }
         if (together) {
             cpu::experts_ffn_int8(pool, scratch, experts, n, io.x.data(), E, 10.0f, SwigluClamp::kDeepSeek, io.gu.data(),
                                   io.h.data(), io.y.data(), isa);
         } else {
             for (int64_t i = 0; i < n; ++i)
-                cpu::expert_ffn_int8(pool, scratch, experts[i].gate_up, experts[i].down, io.x.data() + i * E, E, 1, 10.0f,
-                                     SwigluClamp::kDeepSeek, io.gu.data() + i * 2 * F, io.h.data() + i * F,
-                                     io.y.data() + i * E, isa);
+                cpu::expert_ffn_int8(pool, scratch, experts[i], io.x.data() + i * E, E, 10.0f, SwigluClamp::kDeepSeek,
+                                     io.gu.data() + i * 2 * F, io.h.data() + i * F, io.y.data() + i * E, isa);
         }
         benchmark::DoNotOptimize(io.y.data());
         s = static_cast<int>((s + n) % ex.n_sets);

@@ -147,6 +147,9 @@ public:
     void moe_scatter(const float* s, const int32_t* rows, int64_t m, int64_t w, float* d) override {
         in_->moe_scatter(s, rows, m, w, d);
     }
+    void moe_scatter_add(const float* s, const int32_t* rows, int64_t m, int64_t w, float* d) override {
+        in_->moe_scatter_add(s, rows, m, w, d);
+    }
     void argmax(const float* x, int64_t n, const bg::TokenBan& ban, int32_t* out) override { in_->argmax(x, n, ban, out); }
     void moe_weighted_sum(const float* eo, const float* w, int64_t n, int64_t k, int64_t width, float* y) override {
         in_->moe_weighted_sum(eo, w, n, k, width, y);

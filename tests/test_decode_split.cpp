@@ -23,7 +23,8 @@ std::vector<uint8_t> split(DecodeExperts mode, const bg::HostPathRates& r, const
     std::vector<uint8_t> on_cpu(tokens.size(), 7);
     std::vector<int32_t> order(tokens.size(), -1);
     const int64_t c = bg::split_host_experts(mode, r, tokens.data(), static_cast<int64_t>(tokens.size()), on_cpu.data(),
-                                             order.data());
+                                             order.data())
+                          .on_cpu;
     int64_t n = 0;
     for (uint8_t v : on_cpu) {
         EXPECT_TRUE(v == 0 || v == 1);
@@ -77,25 +78,31 @@ TEST(DecodeSplit, ACpuProbeTakesOneExpertOnlyWhereTheRatesGiveTheCpuNone) {
     const std::vector<int32_t> tokens = {2, 1, 3, 1};
     std::vector<uint8_t> on_cpu(tokens.size()), want(tokens.size());
     std::vector<int32_t> order(tokens.size());
-    EXPECT_EQ(bg::split_host_experts(DecodeExperts::kHybrid, slow, tokens.data(), 4, on_cpu.data(), order.data(), false), 0);
+    EXPECT_EQ(bg::split_host_experts(DecodeExperts::kHybrid, slow, tokens.data(), 4, on_cpu.data(), order.data(), false).on_cpu,
+              0);
     EXPECT_EQ(on_cpu, (std::vector<uint8_t>{0, 0, 0, 0}));
     bool probed = false;
     EXPECT_EQ(bg::split_host_experts(DecodeExperts::kHybrid, slow, tokens.data(), 4, on_cpu.data(), order.data(), true,
-                                     &probed),
+                                     &probed)
+                  .on_cpu,
               1);
     EXPECT_EQ(on_cpu, (std::vector<uint8_t>{0, 1, 0, 0})) << "the first of the fewest-token experts";
     EXPECT_TRUE(probed);
     for (bool probe : {false, true}) {
         probed = true;
         EXPECT_EQ(bg::split_host_experts(DecodeExperts::kHybrid, h200_like(), tokens.data(), 4, on_cpu.data(),
-                                         order.data(), probe, &probed),
+                                         order.data(), probe, &probed)
+                      .on_cpu,
                   2);
         EXPECT_EQ(on_cpu, (std::vector<uint8_t>{0, 1, 0, 1})) << "probe " << probe;
         EXPECT_FALSE(probed) << "the rates gave the CPU two: no probe";
-        EXPECT_EQ(bg::split_host_experts(DecodeExperts::kGpu, slow, tokens.data(), 4, on_cpu.data(), order.data(), probe), 0);
-        EXPECT_EQ(bg::split_host_experts(DecodeExperts::kCpu, slow, tokens.data(), 4, on_cpu.data(), order.data(), probe), 4);
+        EXPECT_EQ(bg::split_host_experts(DecodeExperts::kGpu, slow, tokens.data(), 4, on_cpu.data(), order.data(), probe).on_cpu,
+                  0);
+        EXPECT_EQ(bg::split_host_experts(DecodeExperts::kCpu, slow, tokens.data(), 4, on_cpu.data(), order.data(), probe).on_cpu,
+                  4);
     }
-    EXPECT_EQ(bg::split_host_experts(DecodeExperts::kHybrid, slow, tokens.data(), 0, on_cpu.data(), order.data(), true), 0);
+    EXPECT_EQ(bg::split_host_experts(DecodeExperts::kHybrid, slow, tokens.data(), 0, on_cpu.data(), order.data(), true).on_cpu,
+              0);
 }
 
 TEST(DecodeSplit, FewestTokensGoToTheCpuAndTheChoiceIsPure) {
@@ -107,6 +114,93 @@ TEST(DecodeSplit, FewestTokensGoToTheCpuAndTheChoiceIsPure) {
     // Equal token counts: earlier in the list first.
     EXPECT_EQ(split(DecodeExperts::kHybrid, h200_like(), {2, 2, 2, 2}),
               (std::vector<uint8_t>{1, 0, 0, 0}));  // 0.71 vs 3 x 0.36 + 0.04 = 1.12: one; two: max(1.42, 0.76)
+}
+
+TEST(DecodeSplit, SplitStepsAreWholeBlocksOfDown) {
+    EXPECT_EQ(bg::split_step_rows(2304, 32), 192) << "MXFP4, Q8_0: 12 steps";
+    EXPECT_EQ(bg::split_step_rows(2304, 256), 256) << "the K-quants: 9 steps";
+    EXPECT_EQ(bg::split_step_rows(64, 32), 32);
+    EXPECT_EQ(bg::split_step_rows(32, 32), 0) << "one step: nothing to split";
+    EXPECT_EQ(bg::split_step_rows(256, 256), 0);
+    EXPECT_EQ(bg::split_step_rows(2048, 1), 128) << "BF16: 32 at least, at most 16 steps";
+}
+
+// An H100 machine's rates of 2026-12-06 07:54 (cpu 0.24 ms an expert, copy 0.355 ms) with four
+// host experts: whole, three on the CPU end at 0.72 ms; split, two whole and half of a third end
+// at max(0.48 + 0.12, 0.355 + 0.5 x 0.355 x 1.1 + 0.03) = 0.60 ms (5/12: max(0.58, 0.61)).
+bg::HostPathRates h100_0754() {
+    bg::HostPathRates r;
+    r.cpu_ms_one = r.cpu_ms_per_token = 0.24;
+    r.copy_ms = 0.355;
+    r.gpu_ms = 0.03;
+    r.part_copy_ratio = 1.1;
+    return r;
+}
+
+TEST(DecodeSplit, OneExpertSplitWhereItEndsBothPathsSooner) {
+    const bg::SplitRows rows{2304, 192};
+    const std::vector<int32_t> tokens = {1, 1, 1, 1};
+    std::vector<uint8_t> on_cpu(4);
+    std::vector<int32_t> order(4);
+    const bg::HostSplit hs =
+        bg::split_host_experts(DecodeExperts::kHybrid, h100_0754(), tokens.data(), 4, on_cpu.data(), order.data(), false,
+                               nullptr, rows);
+    EXPECT_EQ(hs.on_cpu, 2);
+    EXPECT_EQ(on_cpu, (std::vector<uint8_t>{1, 1, 0, 0}));
+    EXPECT_EQ(hs.split, 2) << "the next by tokens, then by position";
+    EXPECT_EQ(hs.cpu_rows, 6 * 192);
+    // The chosen end is no later than any other choice of whole experts and steps.
+    const bg::HostPathRates r = h100_0754();
+    const auto end = [&](int64_t c, int64_t q) {  // c whole on the CPU, q steps of the next
+        const double f = q / 12.0;
+        const double cpu = c * r.cpu_ms_one + f * r.cpu_ms_one;
+        const double rest = (4 - c - (q > 0 ? 1 : 0)) * r.copy_ms;
+        const double copy = rest + (q > 0 ? (1 - f) * r.copy_ms * r.part_copy_ratio : 0) + (c + (q > 0) < 4 || q > 0 ? r.gpu_ms : 0);
+        return std::max(cpu, copy);
+    };
+    const double chosen = end(2, 6);
+    for (int64_t c = 0; c <= 4; ++c)
+        for (int64_t q = 0; q < (c < 4 ? 12 : 1); ++q) EXPECT_LE(chosen, end(c, q) + 1e-12) << c << " " << q;
+    // Pure: the same inputs, the same answer.
+    const bg::HostSplit again =
+        bg::split_host_experts(DecodeExperts::kHybrid, h100_0754(), tokens.data(), 4, on_cpu.data(), order.data(), false,
+                               nullptr, rows);
+    EXPECT_EQ(again.split, hs.split);
+    EXPECT_EQ(again.cpu_rows, hs.cpu_rows);
+}
+
+TEST(DecodeSplit, NoSplitWithoutStepsRatioOrGainAndNeverOutsideHybrid) {
+    const std::vector<int32_t> tokens = {1, 1, 1, 1};
+    std::vector<uint8_t> on_cpu(4);
+    std::vector<int32_t> order(4);
+    const auto split_of = [&](DecodeExperts mode, const bg::HostPathRates& r, bg::SplitRows rows, int64_t n = 4) {
+        return bg::split_host_experts(mode, r, tokens.data(), n, on_cpu.data(), order.data(), false, nullptr, rows);
+    };
+    const bg::SplitRows rows{2304, 192};
+    EXPECT_EQ(split_of(DecodeExperts::kHybrid, h100_0754(), {}).split, -1) << "no steps";
+    bg::HostPathRates unmeasured = h100_0754();
+    unmeasured.part_copy_ratio = 0;
+    EXPECT_EQ(split_of(DecodeExperts::kHybrid, unmeasured, rows).split, -1);
+    EXPECT_EQ(split_of(DecodeExperts::kGpu, h100_0754(), rows).split, -1);
+    EXPECT_EQ(split_of(DecodeExperts::kCpu, h100_0754(), rows).split, -1);
+    // Whole experts end both paths together (two on the CPU 0.48, two copies 0.48 + 0.0): no gain.
+    bg::HostPathRates even = h100_0754();
+    even.copy_ms = 0.24;
+    even.gpu_ms = 0;
+    const bg::HostSplit hs = split_of(DecodeExperts::kHybrid, even, rows);
+    EXPECT_EQ(hs.split, -1);
+    EXPECT_EQ(hs.on_cpu, 2);
+    // A part copied at a hundred times a whole copy's time per byte never pays (at ten, the
+    // smallest part still would: 0.70 ms against 0.72).
+    bg::HostPathRates dear = h100_0754();
+    dear.part_copy_ratio = 100;
+    EXPECT_EQ(split_of(DecodeExperts::kHybrid, dear, rows).split, -1);
+    // A single host expert: split where the CPU alone or the copy alone is slower than both.
+    const bg::HostSplit one = split_of(DecodeExperts::kHybrid, h100_0754(), rows, 1);
+    EXPECT_EQ(one.on_cpu, 0);
+    EXPECT_EQ(one.split, 0);
+    EXPECT_GT(one.cpu_rows, 0);
+    EXPECT_LT(one.cpu_rows, 2304);
 }
 
 TEST(DecodeSplit, AutoIsHybridOnAGpuOnly) {
@@ -159,9 +253,10 @@ TEST(DecodeSplit, SameTokensOnEveryPathAndEachHostByteTakesOnePath) {
             }
             // Every expert the store copied is one it found in host memory or read from disk and
             // did not hand to the CPU; each copy is a whole expert (the tiny model's experts are
-            // all one size).
+            // all one size, and of 32 hidden rows, too few to split: store_test splits them).
             const uint64_t copied = d["host_experts"]["copied_experts"];
             EXPECT_EQ(copied, x["copied_experts"].get<uint64_t>());
+            EXPECT_EQ(x["split_experts"].get<uint64_t>(), 0u);
             EXPECT_EQ(copied, x["host_hits"].get<uint64_t>() + x["disk_fetches"].get<uint64_t>() -
                                   x["cpu_experts"].get<uint64_t>());
             EXPECT_EQ(pcie, copied * s.model().expert_bytes_each(0));

@@ -997,6 +997,17 @@ TEST_F(GpuTest, MoeGatherScatterWeightedSum) {
     for (int64_t s = 0; s < slots; ++s)
         for (int64_t e = 0; e < width; ++e)
             ASSERT_TRUE(same_bits(dst[s * width + e], from[s] < 0 ? sentinel : src[from[s] * width + e])) << s << " " << e;
+    // The add: the CPU's part of a split expert onto the device's part, one rounding each.
+    const std::vector<float> add = normal(rng_, m * width, 1.0f);
+    Dev<float> d_add(add);
+    cuda::moe_scatter_add(d_add.get(), d_dst_rows.get(), m, width, d_dst.get(), stream_);
+    sync();
+    const std::vector<float> summed = d_dst.download();
+    for (int64_t s = 0; s < slots; ++s)
+        for (int64_t e = 0; e < width; ++e) {
+            const float want = from[s] < 0 ? sentinel : src[from[s] * width + e] + add[from[s] * width + e];
+            ASSERT_TRUE(same_bits(summed[s * width + e], want)) << s << " " << e;
+        }
 
     const int64_t k = 6, nt = 5;
     const std::vector<float> eo = normal(rng_, nt * k * width, 1.0f);

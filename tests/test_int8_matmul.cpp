@@ -316,8 +316,9 @@ TEST(Int8Expert, OneJobEqualsItsStepsBitForBit) {
                                     h.data() + t * F);
                     cpu::matmul_int8(pool, steps_scratch, down, h.data(), F, m, y_steps.data(), E, isa);
                     std::vector<float> gu2(gu.size()), h2(h.size()), y_job(y_steps.size(), std::nanf(""));
-                    cpu::expert_ffn_int8(pool, job_scratch, gate_up, down, x.data(), ldx, m, limit,
-                                         SwigluClamp::kDeepSeek, gu2.data(), h2.data(), y_job.data(), isa);
+                    cpu::expert_ffn_int8(pool, job_scratch, {gate_up.slice_rows(0, F), gate_up.slice_rows(F, F), down, m},
+                                         x.data(), ldx, limit, SwigluClamp::kDeepSeek, gu2.data(), h2.data(), y_job.data(),
+                                         isa);
                     ASSERT_EQ(0, std::memcmp(y_steps.data(), y_job.data(), y_job.size() * sizeof(float)))
                         << cpu::cpu_isa_name(isa) << " threads " << threads << " " << type_name(sh.type) << " E " << E
                         << " F " << F << " m " << m;
@@ -351,9 +352,11 @@ TEST(Int8Expert, SeveralInOneJobEachEqualsItselfAloneBitForBit) {
                     gu_w.push_back(bgtest::random_mat(t, 2 * F, E, 0, rng));
                     down_w.push_back(bgtest::random_mat(i % 2 ? GgmlType::MXFP4 : GgmlType::Q8_0, E, F, 0, rng));
                 }
-                for (int64_t i = 0; i < n; ++i)
-                    experts.push_back({MatView{gu_w[i].bytes.data(), gu_w[i].type, E, 2 * F, gu_w[i].stride},
+                for (int64_t i = 0; i < n; ++i) {
+                    const MatView gate_up{gu_w[i].bytes.data(), gu_w[i].type, E, 2 * F, gu_w[i].stride};
+                    experts.push_back({gate_up.slice_rows(0, F), gate_up.slice_rows(F, F),
                                        MatView{down_w[i].bytes.data(), down_w[i].type, F, E, down_w[i].stride}, ms[i]});
+                }
                 const int64_t ldx = E + 3;
                 const std::vector<float> x = bgtest::uniform(rng, m_all * ldx, -1.0f, 1.0f);
                 const float limit = 7.0f;
@@ -365,8 +368,9 @@ TEST(Int8Expert, SeveralInOneJobEachEqualsItselfAloneBitForBit) {
                     const int64_t m = ms[i];
                     std::vector<float> gu1(static_cast<size_t>(m * 2 * F)), h1(static_cast<size_t>(m * F));
                     std::vector<float> y1(static_cast<size_t>(m * E), std::nanf(""));
-                    cpu::expert_ffn_int8(pool, alone_scratch, experts[i].gate_up, experts[i].down, x.data() + t * ldx, ldx,
-                                         m, limit, SwigluClamp::kDeepSeek, gu1.data(), h1.data(), y1.data(), isa);
+                    cpu::expert_ffn_int8(pool, alone_scratch, {experts[i].gate, experts[i].up, experts[i].down, m},
+                                         x.data() + t * ldx, ldx, limit, SwigluClamp::kDeepSeek, gu1.data(), h1.data(),
+                                         y1.data(), isa);
                     ASSERT_EQ(0, std::memcmp(y1.data(), y.data() + t * E, y1.size() * sizeof(float)))
                         << cpu::cpu_isa_name(isa) << " threads " << threads << " expert " << i << " of " << n;
                     ASSERT_EQ(0, std::memcmp(h1.data(), h.data() + t * F, h1.size() * sizeof(float)))

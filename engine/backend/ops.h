@@ -242,6 +242,9 @@ public:
     virtual void moe_gather(const float* x, int64_t ldx, const int32_t* rows, int64_t m, int64_t width, float* out) = 0;
     // dst[rows[j]*width .. + width) = src[j] for j < m (rows distinct).
     virtual void moe_scatter(const float* src, const int32_t* rows, int64_t m, int64_t width, float* dst) = 0;
+    // dst[rows[j]*width .. + width) += src[j] for j < m (rows distinct): the CPU's share of an
+    // expert split between the CPU and the GPU (ExpertMats::hidden_rows) joins the GPU's.
+    virtual void moe_scatter_add(const float* src, const int32_t* rows, int64_t m, int64_t width, float* dst) = 0;
     // One routed expert on m <= OpsLimits::expert_max_tok gathered tokens: for j < m, with
     // x_j = x[rows[j]*ldx ..], out[out_rows[j]*width ..) = down . swiglu(gate . x_j, up . x_j, limit,
     // form), width = e.down.rows, out_rows distinct. The CPU runs exactly moe_gather, matmul

@@ -13,8 +13,6 @@
 
 namespace bg {
 
-// A weight matrix in ggml order: `rows` rows (ne1) of `cols` elements (ne0), each row
-// row_stride bytes apart, stored as `type`. y = W x means y[r] = sum_i W[r][i] * x[i].
 // A backend's event, opaque to the caller: an Ops queue waits for it (Ops::wait_event). Empty
 // where there is nothing to wait for.
 struct DeviceEvent {
@@ -22,6 +20,8 @@ struct DeviceEvent {
     explicit operator bool() const { return handle != nullptr; }
 };
 
+// A weight matrix in ggml order: `rows` rows (ne1) of `cols` elements (ne0), each row
+// row_stride bytes apart, stored as `type`. y = W x means y[r] = sum_i W[r][i] * x[i].
 struct MatView {
     const uint8_t* data = nullptr;
     GgmlType type = GgmlType::F32;
@@ -41,11 +41,30 @@ struct MatView {
         v.rows = n;
         return v;
     }
+    // Columns [c0, c0+n) of every row as their own view (rows keep their stride): c0 and n whole
+    // blocks of the type.
+    MatView slice_cols(int64_t c0, int64_t n) const {
+        BG_CHECK(c0 >= 0 && n > 0 && c0 + n <= cols && c0 % type_traits(type).block_elems == 0 &&
+                 n % type_traits(type).block_elems == 0);
+        const uint64_t skip = row_bytes(type, c0);
+        MatView v = *this;
+        v.data = data ? data + skip : nullptr;
+        v.image_offset = image_offset + skip;
+        v.cols = n;
+        return v;
+    }
 };
 
 // One expert's three matrices: gate, up (n_ff rows of n_embd) and down (n_embd rows of n_ff).
 struct ExpertMats {
     MatView gate, up, down;
+    // Hidden units [f0, f0+n) alone: those rows of gate and up, those columns of down. The
+    // expert's output is the sum of its parts' outputs (each hidden unit's SwiGLU is its own), so
+    // one expert can be split between two backends (runtime/decode_split.h). n and f0 whole blocks
+    // of down's type.
+    ExpertMats hidden_rows(int64_t f0, int64_t n) const {
+        return {gate.slice_rows(f0, n), up.slice_rows(f0, n), down.slice_cols(f0, n)};
+    }
 };
 
 // One routed expert on m gathered tokens, as Ops::expert_ffn takes it: x's rows rows[j] in,

@@ -141,6 +141,10 @@ void add_run_flags(CLI::App* cmd, RunConfig& cfg) {
                     "Where a decode step's host-resident experts are computed: gpu (copied over PCIe) | cpu (by the "
                     "CPU where they lie, no copy) | hybrid (split between the two by rates measured at start-up, so "
                     "both finish together) | auto (hybrid on a GPU, gpu on the CPU backend)");
+    cmd->add_option("--split-experts", cfg.split_experts,
+                    "With --decode-experts hybrid, split one expert a layer between the CPU (its first hidden rows) "
+                    "and a copy (the rest) where that ends both paths sooner than whole experts do (on | off)")
+        ->capture_default_str();
     cmd->add_option("--residency", cfg.residency, "Residency plan from 'betelgeuse profile' (default: highest router bias)");
     cmd->add_flag("--promote", cfg.promote, "Move the H most-used resident experts into VRAM at the end of each pass");
     cmd->add_flag("--preload", cfg.preload,

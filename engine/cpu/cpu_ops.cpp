@@ -236,11 +236,29 @@ public:
     void moe_scatter(const float* src, const int32_t* rows, int64_t m, int64_t width, float* dst) override {
         for (int64_t j = 0; j < m; ++j) std::memcpy(dst + rows[j] * width, src + j * width, width * sizeof(float));
     }
+    void moe_scatter_add(const float* src, const int32_t* rows, int64_t m, int64_t width, float* dst) override {
+        for (int64_t j = 0; j < m; ++j)
+            for (int64_t c = 0; c < width; ++c) dst[rows[j] * width + c] += src[j * width + c];
+    }
     void expert_ffn(const ExpertMats& e, const float* x, int64_t ldx, const int32_t* rows, int64_t m, float limit,
                     SwigluClamp form, float* out, const int32_t* out_rows) override {
+        // F may be part of the expert's hidden rows (ExpertMats::hidden_rows), never more.
         const int64_t E = e.gate.cols, F = e.gate.rows;
-        BG_CHECK(E == lim_.n_embd && F == lim_.n_ff && e.down.rows == E && e.down.cols == F);
+        BG_CHECK(E == lim_.n_embd && F > 0 && F <= lim_.n_ff && e.down.rows == E && e.down.cols == F);
         float* gu = fits(gu_, 2 * m * F);
+        if (lim_.matmul.int8_expert(e.gate.type, e.up.type, e.down.type, E, F)) {
+            // The integer path: the whole expert as one job of the pool (cpu/int8_expert.h), the
+            // same y as matmul, swiglu, matmul.
+            float* xg = fits(xg_, m * E);
+            float* eo = fits(eo_, m * E);
+            BG_CHECK_MSG(m * std::max(E, F) <= static_cast<int64_t>(int8_.xq.size()),
+                         "cpu ops: an integer-path expert larger than reserve() was told of");
+            moe_gather(x, ldx, rows, m, E, xg);
+            cpu::expert_ffn_int8(pool_, int8_, {e.gate, e.up, e.down, m}, xg, E, limit, form, gu, fits(h_, m * F), eo,
+                                 isa_);
+            moe_scatter(eo, out_rows, m, E, out);
+            return;
+        }
         MatView gate_up;
         if (gate_up_together(e, &gate_up)) {
             // Gate and up lie back to back (an expert's slot): one matmul over their 2F rows, so
@@ -250,15 +268,6 @@ public:
             float* h = fits(h_, m * F);
             float* eo = fits(eo_, m * E);
             moe_gather(x, ldx, rows, m, E, xg);
-            if (lim_.matmul.int8_expert(e.gate.type, e.up.type, e.down.type, E, F)) {
-                // The integer path: the whole expert as one job of the pool (cpu/int8_expert.h),
-                // the same y as the three steps below.
-                BG_CHECK_MSG(m * std::max(E, F) <= static_cast<int64_t>(int8_.xq.size()),
-                             "cpu ops: an integer-path expert larger than reserve() was told of");
-                cpu::expert_ffn_int8(pool_, int8_, gate_up, e.down, xg, E, m, limit, form, gu, h, eo, isa_);
-                moe_scatter(eo, out_rows, m, E, out);
-                return;
-            }
             if (e.gate.type == GgmlType::BF16 && e.down.type == GgmlType::BF16) {
                 // BF16 weights (no integer path): one job too (cpu/bf16_expert.h), the same y.
                 cpu::expert_ffn_bf16(pool_, gate_up, e.down, xg, E, m, limit, form, gu, h, eo, isa_);
@@ -274,10 +283,10 @@ public:
         const ExpertScratch s{fits(xg_, m * E), gu, gu + m * F, fits(h_, m * F), fits(eo_, m * E)};
         expert_ffn_by_ops(*this, e, x, ldx, rows, m, limit, form, out, out_rows, s);
     }
-    // The integer path's experts of the batch (gate and up back to back) go together, as one job
-    // of the pool per run of them that fits the scratch (reserve()'s expert_batch_tok): a decode
-    // layer's CPU experts start the team, meet at its barriers and run out of rows once, not once
-    // each. Each expert's y is the same bit for bit as alone (cpu/int8_expert.h). Others alone.
+    // The integer path's experts of the batch go together, as one job of the pool per run of
+    // them that fits the scratch (reserve()'s expert_batch_tok): a decode layer's CPU experts
+    // start the team, meet at its barriers and run out of rows once, not once each. Each expert's
+    // y is the same bit for bit as alone (cpu/int8_expert.h). Others alone.
     void expert_ffn_batch(const ExpertCall* calls, int64_t n, const float* x, int64_t ldx, float limit,
                           SwigluClamp form, float* out) override {
         const int64_t room = expert_work_tok(lim_);
@@ -292,6 +301,7 @@ public:
             BG_CHECK_MSG(run_tok * std::max(E, F) <= static_cast<int64_t>(int8_.xq.size()),
                          "cpu ops: an integer-path expert batch larger than reserve() was told of");
             for (int64_t i = 0, t = 0; i < n_run; t += run[i++]->m) moe_gather(x, ldx, run[i]->rows, run[i]->m, E, xg + t * E);
+            // Each expert's F is at most n_ff: its gu and h fit the scratch of run_tok full ones.
             cpu::experts_ffn_int8(pool_, int8_, experts, n_run, xg, E, limit, form, fits(gu_, 2 * run_tok * F),
                                   fits(h_, run_tok * F), eo, isa_);
             for (int64_t i = 0, t = 0; i < n_run; t += run[i++]->m) moe_scatter(eo + t * E, run[i]->out_rows, run[i]->m, E, out);
@@ -300,17 +310,16 @@ public:
         for (int64_t i = 0; i < n; ++i) {
             const ExpertCall& c = calls[i];
             const ExpertMats& e = c.mats;
-            MatView gate_up;
-            const bool together = e.gate.cols == lim_.n_embd && e.gate.rows == lim_.n_ff && c.m <= room &&
-                                  gate_up_together(e, &gate_up) &&
-                                  lim_.matmul.int8_expert(e.gate.type, e.up.type, e.down.type, lim_.n_embd, lim_.n_ff);
+            const int64_t E = e.gate.cols, F = e.gate.rows;
+            const bool together = E == lim_.n_embd && F > 0 && F <= lim_.n_ff && c.m <= room &&
+                                  lim_.matmul.int8_expert(e.gate.type, e.up.type, e.down.type, E, F);
             if (!together) {
                 expert_ffn(e, x, ldx, c.rows, c.m, limit, form, out, c.out_rows);
                 continue;
             }
             if (n_run == cpu::kMaxJobExperts || run_tok + c.m > room) flush();
             run[n_run] = &c;
-            experts[n_run++] = {gate_up, e.down, c.m};
+            experts[n_run++] = {e.gate, e.up, e.down, c.m};
             run_tok += c.m;
         }
         flush();

@@ -225,7 +225,8 @@ public:
             return;
         }
         // The CPU's sequence.
-        BG_CHECK_MSG(xg_ != nullptr && m <= lim_.expert_max_tok && E == lim_.n_embd && F == lim_.n_ff,
+        // F may be part of the expert's hidden rows (ExpertMats::hidden_rows), never more.
+        BG_CHECK_MSG(xg_ != nullptr && m <= lim_.expert_max_tok && E == lim_.n_embd && F <= lim_.n_ff,
                      "cuda ops: an unfused expert that reserve() was not told of");
         expert_ffn_by_ops(*this, e, x, ldx, rows, m, limit, form, out, out_rows, ExpertScratch{xg_, g_, up_, h_, eo_});
     }
@@ -315,6 +316,9 @@ public:
     }
     void moe_scatter(const float* src, const int32_t* rows, int64_t m, int64_t width, float* dst) override {
         cuda::moe_scatter(src, rows, m, width, dst, stream_);
+    }
+    void moe_scatter_add(const float* src, const int32_t* rows, int64_t m, int64_t width, float* dst) override {
+        cuda::moe_scatter_add(src, rows, m, width, dst, stream_);
     }
     void argmax(const float* x, int64_t n, const TokenBan& ban, int32_t* out) override {
         cuda::argmax(x, n, ban, argmax_word_, out, stream_);

@@ -1,6 +1,6 @@
 // The MoE row shuffles around the routed experts: moe_gather copies the rows a group of tokens
 // sends to one expert into a dense block, moe_scatter puts an expert's output rows back in
-// their slots, moe_weighted_sum adds each token's k expert outputs, weighted, to its row.
+// their slots (moe_scatter_add adds them there: the CPU's share of a split expert), moe_weighted_sum adds each token's k expert outputs, weighted, to its row.
 #include "cuda/check.cuh"
 #include "cuda/common.cuh"
 #include "cuda/ops.cuh"
@@ -18,10 +18,14 @@ __global__ void gather_kernel(const float* x, int64_t ldx, const int32_t* rows, 
     for (int64_t j = blockIdx.y; j < m; j += gridDim.y) out[j * width + e] = x[rows[j] * ldx + e];
 }
 
+template <bool kAdd>
 __global__ void scatter_kernel(const float* src, const int32_t* rows, int64_t m, int64_t width, float* dst) {
     const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (e >= width) return;
-    for (int64_t j = blockIdx.y; j < m; j += gridDim.y) dst[rows[j] * width + e] = src[j * width + e];
+    for (int64_t j = blockIdx.y; j < m; j += gridDim.y) {
+        float& d = dst[rows[j] * width + e];
+        d = kAdd ? d + src[j * width + e] : src[j * width + e];
+    }
 }
 
 __global__ void weighted_sum_kernel(const float* eo, const float* w, int64_t n_tok, int64_t k, int64_t width,
@@ -47,7 +51,13 @@ void moe_gather(const float* x, int64_t ldx, const int32_t* rows, int64_t m, int
 
 void moe_scatter(const float* src, const int32_t* rows, int64_t m, int64_t width, float* dst, cudaStream_t stream) {
     if (m <= 0 || width <= 0) return;
-    scatter_kernel<<<rows_grid(width, m), kThreads, 0, stream>>>(src, rows, m, width, dst);
+    scatter_kernel<false><<<rows_grid(width, m), kThreads, 0, stream>>>(src, rows, m, width, dst);
+    BG_CUDA_CHECK_LAUNCH();
+}
+
+void moe_scatter_add(const float* src, const int32_t* rows, int64_t m, int64_t width, float* dst, cudaStream_t stream) {
+    if (m <= 0 || width <= 0) return;
+    scatter_kernel<true><<<rows_grid(width, m), kThreads, 0, stream>>>(src, rows, m, width, dst);
     BG_CUDA_CHECK_LAUNCH();
 }
 

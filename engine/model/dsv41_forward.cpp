@@ -663,11 +663,16 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
     // host waits for the next expert, the device works through the queued ones. Announced before
     // the shared expert's launches: the provider's copies start the sooner (its first copy began
     // about 100 us after the routing in ecf687b's hybrid trace).
-    experts_.begin_layer(l, used_experts_, used_tokens_, n_used, host_compute);
+    // An expert split between the CPU and the device comes twice (ExpertView::part).
+    const int64_t hand_outs = experts_.begin_layer(l, used_experts_, used_tokens_, n_used, host_compute);
+    BG_CHECK(hand_outs >= n_used && hand_outs <= 2 * n_used);
 
     // Each fence holds a batch of at least one expert, so experts kept unreleased bound the fences.
     const int64_t lag = std::min<int64_t>(Ops::kFences - 1, experts_.max_unreleased());
     int64_t n_packed = 0;  // routing slots the CPU computed, packed in eo_host_
+    // Of those, the rows of a split expert's CPU part [part_pack0, + part_pack_n): added to its
+    // device part's rows, not written.
+    int64_t part_pack0 = 0, part_pack_n = 0;
     int64_t n_host_jobs = 0, n_host_calls = 0;
     // Should the provider throw (a failed read), the CPU's experts still running end before the
     // exception leaves: they write this call's buffers and release to the provider.
@@ -695,6 +700,11 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
                                                               host_pack_ + n_packed};
             host_call_experts_[static_cast<size_t>(n_host_calls++)] = e;
             for (int64_t j = 0; j < m_total; ++j) host_dest_[n_packed + j] = host_scatter_[s0 + j];
+            if (v.part) {
+                BG_CHECK(part_pack_n == 0);  // one split expert a layer at most
+                part_pack0 = n_packed;
+                part_pack_n = m_total;
+            }
             n_packed += m_total;
         }
         if (n_host_calls == first_call) return;
@@ -710,7 +720,7 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
     // (the CPU's path is the longer one of a hybrid layer); the device still runs the shared
     // expert first.
     int64_t n_got = host_compute && shared_first ? experts_.ready_batch_now(got_experts, got_views, kExpertBatch) : 0;
-    BG_CHECK(n_got >= 0 && n_got <= std::min(kExpertBatch, n_used));
+    BG_CHECK(n_got >= 0 && n_got <= std::min(kExpertBatch, hand_outs));
     if (n_got > 0) start_host_job(n_got);
     if (shared_first) {
         ops_->busy_begin();
@@ -720,14 +730,14 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
 
     constexpr int64_t kCalls = 16;  // chunks of an expert's tokens, each a call; launched when full
     ExpertCall calls[kCalls];
-    for (int64_t got = 0; got < n_used; n_got = 0) {
+    for (int64_t got = 0; got < hand_outs; n_got = 0) {
         if (n_got == 0) {
             release_finished(lag);
             n_got = experts_.next_ready_batch(got_experts, got_views, kExpertBatch);
             BG_CHECK(n_got >= 1 && n_got <= kExpertBatch);
             start_host_job(n_got);
         }
-        BG_CHECK(got + n_got <= n_used);
+        BG_CHECK(got + n_got <= hand_outs);
         got += n_got;
         // The device's together. Each (token, rank) writes its own row of eo, summed in rank
         // order below: the result does not depend on the order the experts arrive in.
@@ -771,7 +781,11 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
         // eo. The host buffers are rewritten only after the next layer's sync.
         ops_->upload(eo_up_, eo_host_, n_packed * E_ * sizeof(float));
         ops_->upload(up_rows_, host_dest_, n_packed * sizeof(int32_t));
-        ops_->moe_scatter(eo_up_, up_rows_, n_packed, E_, eo_);
+        // A split expert's device part wrote its rows (queued above); its CPU part adds to them.
+        const int64_t part_end = part_pack0 + part_pack_n;
+        ops_->moe_scatter(eo_up_, up_rows_, part_pack0, E_, eo_);
+        ops_->moe_scatter_add(eo_up_ + part_pack0 * E_, up_rows_ + part_pack0, part_pack_n, E_, eo_);
+        ops_->moe_scatter(eo_up_ + part_end * E_, up_rows_ + part_end, n_packed - part_end, E_, eo_);
     }
 
     // Per launch: y = shared expert + sum over ranks of weight * expert output, then expand.
@@ -804,12 +818,13 @@ void Forward::run_host_job(void* self, int64_t job) {
         if (!f->host_error_) f->host_error_ = std::current_exception();
     }
     const double took_ms = now_ms() - t0;
-    // The provider learns the CPU's rate an expert: each its share of the job by tokens.
-    int64_t tokens = 0;
-    for (int64_t i = 0; i < j.n; ++i) tokens += calls[i].m;
+    // The provider learns the CPU's rate an expert: each its share of the job by weight rows
+    // times tokens (a split expert's part has fewer rows).
+    double work = 0;
+    for (int64_t i = 0; i < j.n; ++i) work += static_cast<double>(calls[i].m * calls[i].mats.gate.rows);
     for (int64_t i = 0; i < j.n; ++i)
         f->experts_.release_computed(f->host_call_experts_[static_cast<size_t>(j.first + i)],
-                                     took_ms * static_cast<double>(calls[i].m) / static_cast<double>(tokens));
+                                     took_ms * static_cast<double>(calls[i].m * calls[i].mats.gate.rows) / work);
     f->host_expert_ms_ += took_ms;
     f->host_experts_ += static_cast<uint64_t>(j.n);
 }

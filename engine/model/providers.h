@@ -17,6 +17,10 @@ struct ExpertView {
     // The matrices are in host memory, to be computed by the CPU where they lie (a host-resident
     // expert of a decode step, --decode-experts); otherwise in the backend's memory.
     bool on_host = false;
+    // Part of an expert split between the paths (ExpertMats::hidden_rows: these matrices are some
+    // of its hidden rows). Its host part's output is added to the device part's (Ops::
+    // moe_scatter_add); the device part's is written as any expert's.
+    bool part = false;
     // Not empty: the bytes are still landing (a copy in flight). Compute queued on a device
     // waits for it first (Ops::wait_event); the host need not.
     DeviceEvent ready;
@@ -32,14 +36,16 @@ public:
     virtual void prepare_layer(int64_t /*layer*/, int64_t /*n_slots*/) {}
     // Announces the distinct experts one unit of work needs in a layer (ascending ids) and how
     // many tokens each serves. Each is then returned exactly once by next_ready, in whatever
-    // order its bytes become present. With host_compute the caller can compute an expert on the
+    // order its bytes become present, or, split between the CPU and the device (host_compute),
+    // as two parts (ExpertView::part), each returned once and released once; returns how many
+    // returns to expect (n plus the split experts). With host_compute the caller can compute an expert on the
     // CPU from host memory (it holds the tokens' activations there), and the provider may return
     // host-resident experts so (ExpertView::on_host) instead of copying them. The caller computes
     // those on a thread of its own (those handed out together in one job) and releases each from
     // there as its job ends (release_computed): a provider that returns them takes release from
     // that thread too.
-    virtual void begin_layer(int64_t layer, const int32_t* experts, const int32_t* tokens, int64_t n,
-                             bool host_compute) = 0;
+    virtual int64_t begin_layer(int64_t layer, const int32_t* experts, const int32_t* tokens, int64_t n,
+                                bool host_compute) = 0;
     // Blocks until an announced expert not yet returned is present, or on its way with an event
     // that passes when it lands (ExpertView::ready); its view stays valid until release(expert).
     virtual int32_t next_ready(ExpertView* view) = 0;
@@ -59,7 +65,8 @@ public:
     virtual int64_t ready_batch_now(int32_t* /*experts*/, ExpertView* /*views*/, int64_t /*max*/) { return 0; }
     virtual void release(int32_t expert) = 0;
     // release for an expert returned on_host, with how long the caller's CPU took to compute it
-    // (a provider that splits by rates learns the CPU's from it). Here only the release.
+    // (a provider that splits by rates learns the CPU's from it; for a part, the part's time).
+    // Here only the release.
     virtual void release_computed(int32_t expert, double cpu_ms) {
         (void)cpu_ms;
         release(expert);

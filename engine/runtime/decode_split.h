@@ -49,22 +49,57 @@ struct HostPathRates {
     // slots are pinned, which a kernel can read in place): recorded beside the copy's path, which
     // the split uses, to see whether skipping the copy would pay.
     double gpu_in_place_ms = 0;
+    // The copy of part of an expert's hidden rows (split_host_experts) against the same share of
+    // a whole copy: that part's rows of gate and up and its columns of down (a 2D copy of the
+    // down projection's rows, each a fraction of its bytes), timed at start-up for half the rows
+    // (TieredExpertStore::probe_host_path). 0: not measured, and no expert is split.
+    double part_copy_ratio = 0;
     double cpu_ms(int64_t tokens) const { return cpu_ms_one + static_cast<double>(tokens - 1) * cpu_ms_per_token; }
     nlohmann::json to_json() const;
 };
 
+// How an expert's hidden rows may be split between the paths: in steps of step_rows (whole
+// blocks of the down projection's type, which its columns are cut at), at least one step on each
+// side. step_rows 0: never.
+struct SplitRows {
+    int64_t n_ff = 0;
+    int64_t step_rows = 0;
+};
+// The split step for experts of n_ff hidden rows whose down projection's blocks hold `block`
+// weights: the smallest multiple of both 32 and block that divides n_ff into at most 16 steps
+// (2304 rows of MXFP4 or Q8_0: 192, 12 steps; of a K-quant: 256, 9); 0 where none does, or where
+// n_ff has fewer than two steps.
+int64_t split_step_rows(int64_t n_ff, int64_t block);
+
+// Where split_host_experts puts the host-resident experts of a layer: on_cpu[i] says which go to
+// the CPU whole; `split`, where not -1, is one more (an index into the list, on_cpu 0) whose hidden
+// rows [0, cpu_rows) the CPU computes in place while the rest are copied and computed on the GPU.
+struct HostSplit {
+    int64_t on_cpu = 0;  // experts the CPU computes whole
+    int64_t split = -1;
+    int64_t cpu_rows = 0;
+};
+
 // Chooses which of n host-resident experts (tokens[i] tokens each) the CPU computes in place:
-// on_cpu[i] = 1 for those, 0 for those copied to the GPU. Returns how many go to the CPU.
+// on_cpu[i] = 1 for those, 0 for those copied to the GPU.
 //   gpu: none. cpu: all. hybrid: the c experts with the fewest tokens (ties by position in the
 //   list), c minimising max(CPU time, copy time + one GPU kernel): the compute thread computes
 //   CPU experts while the copies land, and the GPU kernel of each copied expert is short, so the
 //   layer ends when the slower of the two paths does. Ties choose the smaller c.
-//   probe_cpu (hybrid): where the rates give the CPU none, it takes the expert with the fewest
+//   With whole experts the two paths rarely end together (four host experts of a layer on an H100
+//   machine: three on the CPU end at 0.72 ms where both paths at once would end at 0.58), so
+//   where `rows` allows and rates.part_copy_ratio is measured, the next expert by tokens may be
+//   split (HostSplit): its first cpu_rows hidden rows on the CPU at that share of its CPU time, the
+//   rest copied at their share of a copy times part_copy_ratio. A split is chosen only where it
+//   ends the layer kSplitMinGainMs sooner than the best whole choice.
+//   probe_cpu (hybrid): where the rates give the CPU nothing, it takes the expert with the fewest
 //   tokens anyway, so a CPU rate that is too slow gets measured again (below); *probed (where
 //   given) says whether it did.
 // `order` is n entries of caller scratch (nothing is allocated). A pure function of its inputs.
-int64_t split_host_experts(DecodeExperts mode, const HostPathRates& r, const int32_t* tokens, int64_t n,
-                           uint8_t* on_cpu, int32_t* order, bool probe_cpu = false, bool* probed = nullptr);
+HostSplit split_host_experts(DecodeExperts mode, const HostPathRates& r, const int32_t* tokens, int64_t n,
+                             uint8_t* on_cpu, int32_t* order, bool probe_cpu = false, bool* probed = nullptr,
+                             SplitRows rows = {});
+constexpr double kSplitMinGainMs = 0.01;
 
 // Decode layers in a row whose split gave the CPU none after which the next gives it one
 // (TieredExpertStore): the CPU's rate is learnt only from the experts it computes, so one slow

@@ -26,7 +26,8 @@ nlohmann::json StoreConfig::to_json() const {
             {"speculative", speculative},
             {"lru_slots", lru_slots},
             {"vram_budget_bytes", vram_budget_bytes},  {"host_budget_bytes", host_budget_bytes},
-            {"device_fixed_bytes", device_fixed_bytes}, {"host_fixed_bytes", host_fixed_bytes}};
+            {"device_fixed_bytes", device_fixed_bytes}, {"host_fixed_bytes", host_fixed_bytes},
+            {"split_experts", split_experts}};
 }
 
 StoreCounters StoreCounters::operator-(const StoreCounters& o) const {
@@ -54,6 +55,7 @@ StoreCounters StoreCounters::operator-(const StoreCounters& o) const {
     d.cpu_experts -= o.cpu_experts;
     d.cpu_probes -= o.cpu_probes;
     d.cpu_bytes -= o.cpu_bytes;
+    d.split_experts -= o.split_experts;
     return d;  // max_reads_one_expert_pass is per pass already
 }
 
@@ -83,6 +85,7 @@ nlohmann::json StoreCounters::to_json() const {
             {"cpu_experts", cpu_experts},
             {"cpu_probes", cpu_probes},
             {"cpu_bytes", cpu_bytes},
+            {"split_experts", split_experts},
             {"max_reads_one_expert_pass", max_reads_one_expert_pass}};
 }
 
@@ -113,7 +116,7 @@ TieredExpertStore::TieredExpertStore(const MoeModel& m, Backend& backend, io::Re
     c_.pool_allocations = 2;
     const int64_t ne = shape.n_expert;
     homes_ = std::make_unique<ExpertHomes>(plan, ne, cfg.lru_slots);
-    items_.resize(ne);
+    items_.resize(ne + 1);  // + a split expert's CPU part
     item_of_.assign(ne, -1);
     for (auto* v : {&split_items_, &split_tokens_, &split_order_}) v->assign(ne, 0);
     split_on_cpu_.assign(ne, 0);
@@ -189,16 +192,17 @@ void TieredExpertStore::finish_unused_locked(Item& it) {
     cv_ready_.notify_all();  // end_layer may be waiting for it
 }
 
-void TieredExpertStore::begin_layer(int64_t layer, const int32_t* experts, const int32_t* tokens, int64_t n,
-                                    bool host_compute) {
+int64_t TieredExpertStore::begin_layer(int64_t layer, const int32_t* experts, const int32_t* tokens, int64_t n,
+                                       bool host_compute) {
     std::unique_lock<std::mutex> lk(mu_);
     const bool prepared = prepared_;
     BG_CHECK(prepared ? layer_ == layer : !active_);
     // Items prepare_layer started stay where they are (a copy batch may name them); the
     // experts routing uses beyond them follow.
     const int64_t n_spec = prepared ? n_items_ : 0;
-    BG_CHECK(n <= static_cast<int64_t>(items_.size()));
+    BG_CHECK(n < static_cast<int64_t>(items_.size()));
     for (int64_t j = 0; j < n_spec; ++j) items_[j].unused = true;
+    cpu_part_item_ = -1;
     layer_ = layer;
     if (!prepared) n_items_ = done_ = 0;
     delivered_ = requested_ = 0;
@@ -258,10 +262,31 @@ void TieredExpertStore::begin_layer(int64_t layer, const int32_t* experts, const
         int64_t& idle = cpu_idle_layers_[static_cast<size_t>(layer)];
         const bool probe = host_mode_ == DecodeExperts::kHybrid && n_host > 0 && idle + 1 >= kCpuProbeEveryLayers;
         bool probed = false;
-        const int64_t on_cpu = split_host_experts(host_mode_, rates_[layer], split_tokens_.data(), n_host,
-                                                  split_on_cpu_.data(), split_order_.data(), probe, &probed);
-        const int64_t by_rates = probed ? 0 : on_cpu;
+        const SplitRows rows = cfg_.split_experts ? split_rows_[static_cast<size_t>(layer)] : SplitRows{};
+        const HostSplit hs = split_host_experts(host_mode_, rates_[layer], split_tokens_.data(), n_host,
+                                                split_on_cpu_.data(), split_order_.data(), probe, &probed, rows);
+        const int64_t by_rates = probed ? 0 : hs.on_cpu + (hs.split >= 0 ? 1 : 0);
         if (n_host > 0) idle = by_rates > 0 || probe ? 0 : idle + 1;
+        if (hs.split >= 0) {
+            // The split expert's item is copied, its rows from cpu_rows on; its first rows go to
+            // the CPU as an item of their own, handed out at once with the CPU's others.
+            Item& dev = items_[split_items_[hs.split]];
+            dev.part_first = hs.cpu_rows;
+            dev.part_rows = rows.n_ff - hs.cpu_rows;
+            cpu_part_item_ = n_items_++;
+            Item& cpu = items_[cpu_part_item_];
+            cpu = Item{};
+            cpu.expert = dev.expert;
+            cpu.tokens = dev.tokens;
+            cpu.source = Source::kHost;
+            cpu.stage = Stage::kReady;
+            cpu.on_cpu = true;
+            cpu.host_src = dev.host_src;
+            cpu.part_rows = hs.cpu_rows;
+            ++n_deliver_;
+            ++c_.split_experts;
+            c_.cpu_bytes += part_bytes(layer, 0, hs.cpu_rows);
+        }
         for (int64_t i = 0; i < n_host; ++i) {
             if (!split_on_cpu_[i]) continue;
             Item& it = items_[split_items_[i]];
@@ -282,8 +307,10 @@ void TieredExpertStore::begin_layer(int64_t layer, const int32_t* experts, const
     prepared_ = false;
     active_ = true;
     ++events_;
+    const int64_t hand_outs = n_deliver_;
     lk.unlock();
     cv_work_.notify_all();
+    return hand_outs;
 }
 
 int32_t TieredExpertStore::next_ready(ExpertView* view) {
@@ -357,11 +384,10 @@ int64_t TieredExpertStore::hand_out(int32_t* experts, ExpertView* views, int64_t
     const bool landing = items_[i].stage == Stage::kCopying;
     for (; i >= 0 && n < max; i = cfg_.prefetch && !landing ? find_ready() : -1) {
         Item& it = items_[i];
-        views[n].ready = landing ? it.copy_event : DeviceEvent{};
         it.stage = Stage::kDelivered;
         ++delivered_;
-        m_.expert_views(layer_, it.on_cpu ? it.host_src : it.compute, &views[n].gate, &views[n].up, &views[n].down);
-        views[n].on_host = it.on_cpu;
+        views_of(it, it.on_cpu ? it.host_src : it.compute, &views[n]);
+        views[n].ready = landing ? it.copy_event : DeviceEvent{};
         experts[n++] = it.expert;
     }
     return n;
@@ -377,13 +403,20 @@ void TieredExpertStore::release_computed(int32_t expert, double cpu_ms) {
 void TieredExpertStore::release_item(int32_t expert, double cpu_ms) {
     {
         std::lock_guard<std::mutex> g(mu_);
-        Item& it = items_[item_of_[expert]];
+        // A split expert's CPU part is released with its CPU time, the copied part without.
+        const bool cpu_part = cpu_ms >= 0 && cpu_part_item_ >= 0 && items_[cpu_part_item_].expert == expert;
+        Item& it = items_[cpu_part ? cpu_part_item_ : item_of_[expert]];
         BG_CHECK(it.stage == Stage::kDelivered && (cpu_ms < 0 || it.on_cpu));
         it.stage = Stage::kDone;
         if (cpu_ms >= 0 && it.tokens == 1) {
+            // A part's time stands for its share of the rows.
+            const double whole_ms =
+                it.part_rows > 0 ? cpu_ms * static_cast<double>(split_rows_[static_cast<size_t>(layer_)].n_ff) /
+                                       static_cast<double>(it.part_rows)
+                                 : cpu_ms;
             // A probe's figure replaces the rate: the rate it corrects was never refined since.
             double& r = rates_[static_cast<size_t>(layer_)].cpu_ms_one;
-            r = it.cpu_probe ? cpu_ms : r + kRateWeight * (cpu_ms - r);
+            r = it.cpu_probe ? whole_ms : r + kRateWeight * (whole_ms - r);
         }
         if (it.transient >= 0) pool_->give_transient(it.transient);
         it.transient = -1;
@@ -479,7 +512,9 @@ void TieredExpertStore::complete_read(io::ReadOp* op) {
 bool TieredExpertStore::do_copies(std::unique_lock<std::mutex>& lk) {
     const int64_t limit = cfg_.prefetch ? n_items_ : requested_;
     copy_batch_.clear();
-    for (int64_t i = 0; i < limit && copy_batch_.size() < static_cast<size_t>(Backend::kMaxQueuedCopies); ++i) {
+    // An item takes one copy, or three as a split expert's copied part: its tickets all fit.
+    int tickets = 0;
+    for (int64_t i = 0; i < limit && tickets + 3 <= Backend::kMaxQueuedCopies; ++i) {
         Item& it = items_[i];
         if (it.stage != Stage::kInHost) continue;
         uint8_t* dst;
@@ -491,7 +526,8 @@ bool TieredExpertStore::do_copies(std::unique_lock<std::mutex>& lk) {
             dst = pool_->transient(it.transient);
         }
         it.stage = Stage::kCopying;
-        copy_batch_.push_back({i, dst, it.host_src, m_.expert_bytes_each(layer_), 0});
+        copy_batch_.push_back({i, dst, it.host_src, it.part_first, 0, 0});
+        tickets += it.part_first > 0 ? 3 : 1;
     }
     if (copy_batch_.empty()) return false;
     copies_landing_ += static_cast<int64_t>(copy_batch_.size());
@@ -499,7 +535,10 @@ bool TieredExpertStore::do_copies(std::unique_lock<std::mutex>& lk) {
     const auto t0 = Clock::now();
     const double t0_ms = now_ms();
     const double engine_ms0 = backend_.copy_busy_ms();
-    for (QueuedCopy& q : copy_batch_) q.ticket = backend_.copy_async(q.dst, q.src, q.bytes, CopyKind::kHostToDevice);
+    for (QueuedCopy& q : copy_batch_) {
+        int n_tickets = 0;
+        q.ticket = queue_expert_copy(layer_, q.dst, q.src, q.first_row, &q.bytes, &n_tickets);
+    }
     // Each may be handed out now, with the event its compute waits for on the device.
     lk.lock();
     bool any_event = false;
@@ -517,7 +556,7 @@ bool TieredExpertStore::do_copies(std::unique_lock<std::mutex>& lk) {
         lk.lock();
         Item& it = items_[q.item];
         c_.pcie_bytes += q.bytes;
-        ++c_.copied_experts;
+        if (q.first_row == 0) ++c_.copied_experts;
         if (it.staging >= 0) {
             pool_->give_staging(it.staging);
             it.staging = -1;
@@ -535,9 +574,14 @@ bool TieredExpertStore::do_copies(std::unique_lock<std::mutex>& lk) {
     c_.pcie_wall_ms += wall_ms;
     c_.pcie_ms += engine_ms;
     if (host_mode_ == DecodeExperts::kHybrid && layer_ >= 0) {
-        // What one expert's copy took in this batch (all of one layer's size).
-        double& r = rates_[static_cast<size_t>(layer_)].copy_ms;
-        r += kRateWeight * (engine_ms / static_cast<double>(copy_batch_.size()) - r);
+        // What one whole expert's copy took in this batch (all of one layer's size; a split
+        // expert's part counts as its bytes' share of one, at the start-up figure's ratio).
+        HostPathRates& r = rates_[static_cast<size_t>(layer_)];
+        const double each = static_cast<double>(m_.expert_bytes_each(layer_));
+        double wholes = 0;
+        for (const QueuedCopy& q : copy_batch_)
+            wholes += q.first_row == 0 ? 1.0 : static_cast<double>(q.bytes) / each * std::max(1.0, r.part_copy_ratio);
+        r.copy_ms += kRateWeight * (engine_ms / wholes - r.copy_ms);
     }
     copy_timeline_.add(t0_ms, now_ms());  // batches follow one another on this thread: in order, disjoint
     return true;
@@ -697,6 +741,8 @@ void TieredExpertStore::set_host_compute(DecodeExperts mode, const std::vector<H
     rates_ = rates;
     rates_at_start_ = rates;
     cpu_idle_layers_.assign(static_cast<size_t>(L_), 0);
+    split_rows_.assign(static_cast<size_t>(L_), SplitRows{});
+    for (int64_t l = 0; l < L_; ++l) split_rows_[static_cast<size_t>(l)] = split_rows_of(l);
 }
 
 TieredExpertStore::HostPathProbe TieredExpertStore::probe_host_path(int64_t layer) {
@@ -709,13 +755,24 @@ TieredExpertStore::HostPathProbe TieredExpertStore::probe_host_path(int64_t laye
     uint8_t* device = pool_->transient(pool_->free_transient_list().front());
     const uint64_t bytes = m_.expert_bytes_each(layer);
     HostPathProbe p;
-    std::vector<double> copy_ms;
+    std::vector<double> copy_ms, part_ms;
+    // A split's copy at about half the rows: those from the middle step on.
+    const SplitRows rows = split_rows_of(layer);
+    const int64_t first = rows.step_rows > 0 ? rows.n_ff / rows.step_rows / 2 * rows.step_rows : 0;
     for (int64_t i = 0; i < n; ++i) {
         uint8_t* host = pool_->staging(staging[static_cast<size_t>(i)]);
         read_expert_blocking(layer, static_cast<int32_t>(i), host);
         const auto t0 = Clock::now();
         backend_.copy(device, host, bytes, CopyKind::kHostToDevice);
         copy_ms.push_back(ms_between(t0, Clock::now()));
+        if (first > 0) {
+            uint64_t part = 0;
+            int tickets = 0;
+            const auto t1 = Clock::now();
+            backend_.wait_copy(queue_expert_copy(layer, device, host, first, &part, &tickets));
+            part_ms.push_back(ms_between(t1, Clock::now()));
+            p.part_share = static_cast<double>(part) / static_cast<double>(bytes);
+        }
         ExpertView v;
         m_.expert_views(layer, host, &v.gate, &v.up, &v.down);
         v.on_host = true;
@@ -723,6 +780,10 @@ TieredExpertStore::HostPathProbe TieredExpertStore::probe_host_path(int64_t laye
     }
     std::sort(copy_ms.begin(), copy_ms.end());
     p.copy_ms = copy_ms[copy_ms.size() / 2];
+    if (!part_ms.empty()) {
+        std::sort(part_ms.begin(), part_ms.end());
+        p.copy_part_ms = part_ms[part_ms.size() / 2];
+    }
     backend_.copy(device, pool_->staging(staging.front()), bytes, CopyKind::kHostToDevice);
     m_.expert_views(layer, device, &p.device.gate, &p.device.up, &p.device.down);
     return p;
@@ -748,6 +809,57 @@ void TieredExpertStore::read_expert_blocking(int64_t layer, int32_t e, uint8_t* 
     io::read_blocking(reader_, r.gate.file, dst, r.gate.bytes, r.gate.offset);
     io::read_blocking(reader_, r.up.file, dst + r.gate.bytes, r.up.bytes, r.up.offset);
     io::read_blocking(reader_, r.down.file, dst + r.gate.bytes + r.up.bytes, r.down.bytes, r.down.offset);
+}
+
+void TieredExpertStore::views_of(const Item& it, const uint8_t* base, ExpertView* v) const {
+    *v = ExpertView{};
+    ExpertMats e;
+    m_.expert_views(layer_, base, &e.gate, &e.up, &e.down);
+    if (it.part_rows > 0) e = e.hidden_rows(it.part_first, it.part_rows);
+    v->gate = e.gate, v->up = e.up, v->down = e.down;
+    v->on_host = it.on_cpu;
+    v->part = it.part_rows > 0;
+}
+
+ExpertMats TieredExpertStore::slot_layout(int64_t layer) const {
+    ExpertMats e;
+    m_.expert_views(layer, layout_base(), &e.gate, &e.up, &e.down);
+    return e;
+}
+
+SplitRows TieredExpertStore::split_rows_of(int64_t layer) const {
+    const ExpertMats e = slot_layout(layer);
+    return {e.gate.rows, split_step_rows(e.gate.rows, type_traits(e.down.type).block_elems)};
+}
+
+uint64_t TieredExpertStore::part_bytes(int64_t layer, int64_t first, int64_t n) const {
+    const ExpertMats p = slot_layout(layer).hidden_rows(first, n);
+    return static_cast<uint64_t>(n) * (p.gate.row_stride + p.up.row_stride) +
+           static_cast<uint64_t>(p.down.rows) * row_bytes(p.down.type, n);
+}
+
+uint64_t TieredExpertStore::queue_expert_copy(int64_t layer, uint8_t* dst, const uint8_t* src, int64_t first,
+                                              uint64_t* bytes, int* tickets) {
+    if (first == 0) {
+        *bytes = m_.expert_bytes_each(layer);
+        *tickets = 1;
+        return backend_.copy_async(dst, src, *bytes, CopyKind::kHostToDevice);
+    }
+    const ExpertMats e = slot_layout(layer);
+    const int64_t n = e.gate.rows - first;
+    const ExpertMats p = e.hidden_rows(first, n);
+    const auto at = [&](const MatView& v) { return static_cast<uint64_t>(v.data - layout_base()); };  // offsets in a slot
+    const uint64_t gate_bytes = static_cast<uint64_t>(n) * p.gate.row_stride;
+    const uint64_t up_bytes = static_cast<uint64_t>(n) * p.up.row_stride;
+    const uint64_t down_width = row_bytes(p.down.type, n);
+    backend_.copy_async(dst + at(p.gate), src + at(p.gate), gate_bytes, CopyKind::kHostToDevice);
+    backend_.copy_async(dst + at(p.up), src + at(p.up), up_bytes, CopyKind::kHostToDevice);
+    const uint64_t last =
+        backend_.copy_rows_async(dst + at(p.down), p.down.row_stride, src + at(p.down), p.down.row_stride, down_width,
+                                 static_cast<uint64_t>(p.down.rows), CopyKind::kHostToDevice);
+    *bytes = gate_bytes + up_bytes + down_width * static_cast<uint64_t>(p.down.rows);
+    *tickets = 3;
+    return last;
 }
 
 uint64_t TieredExpertStore::verify_slots() const {

@@ -24,6 +24,10 @@
 // compute on the CPU (begin_layer's host_compute: a decode step), some host-slot experts are not
 // copied at all: next_ready hands them out as host views (ExpertView::on_host) at once, after
 // the ready device-side ones, so the compute thread works through them while copies land.
+// One expert of such a layer may be split (split_host_experts, StoreConfig::split_experts): its
+// first hidden rows handed out as a host view for the CPU, the others copied (those rows of gate
+// and up, those columns of down) into a transient slot, where they lie as in a whole copy, and
+// handed out as a device view: the expert is handed out twice, and released once from each path.
 // Copies in flight: where the backend gives an event for a copy (Backend::copy_event), an expert
 // whose copy is queued is handed out before it lands, alone and in copy order, when nothing
 // present is left, with the event (ExpertView::ready): the compute thread queues its compute
@@ -67,6 +71,7 @@ struct StoreConfig {
     uint64_t host_budget_bytes = 12ull << 30;
     uint64_t device_fixed_bytes = 0;  // other device memory charged to the budget (Engram buffer)
     uint64_t host_fixed_bytes = 0;    // other host memory charged to the budget (dense, caches)
+    bool split_experts = true;        // host compute may split one expert a layer between the paths
     nlohmann::json to_json() const;
 };
 
@@ -90,7 +95,9 @@ struct StoreCounters {
     uint64_t speculative_unused = 0;  // of those, experts routing then did not use (PCIe bytes spent for nothing)
     uint64_t cpu_experts = 0;        // host-resident experts computed by the CPU in place (no copy)
     uint64_t cpu_probes = 0;         // of those, given to it to measure its rate again (kCpuProbeEveryLayers)
-    uint64_t cpu_bytes = 0;          // their bytes
+    uint64_t cpu_bytes = 0;          // their bytes, and those of the CPU's parts of split experts
+    uint64_t split_experts = 0;      // experts split between the CPU and a copy (in neither count above;
+                                     // their bytes in cpu_bytes and pcie_bytes, each part's once)
     uint64_t max_reads_one_expert_pass = 0;  // most disk reads of one (layer, expert) in a pass
     uint64_t pool_allocations = 0;   // start-up allocations; never grows afterwards
 
@@ -116,7 +123,7 @@ public:
     // Speculates (see above) when prefetch and speculation are on and n_slots is at least
     // kSpeculativeSlotsPerCandidate per resident expert of the layer.
     void prepare_layer(int64_t layer, int64_t n_slots) override;
-    void begin_layer(int64_t layer, const int32_t* experts, const int32_t* tokens, int64_t n, bool host_compute) override;
+    int64_t begin_layer(int64_t layer, const int32_t* experts, const int32_t* tokens, int64_t n, bool host_compute) override;
     int32_t next_ready(ExpertView* view) override;
     // Device-side experts first (the GPU starts on them while the CPU takes its own).
     int64_t next_ready_batch(int32_t* experts, ExpertView* views, int64_t max) override;
@@ -168,6 +175,9 @@ public:
         std::vector<ExpertView> host;  // one per expert read
         ExpertView device;             // the first one's copy
         double copy_ms = 0;
+        // The copy of the part a split would copy at about half the rows (the median), and its
+        // share of the expert's bytes; 0 where the layer's experts cannot be split.
+        double copy_part_ms = 0, part_share = 0;
     };
     HostPathProbe probe_host_path(int64_t layer);
 
@@ -204,6 +214,9 @@ private:
         bool unused = false;        // copied on prepare_layer's hint, and routing did not name it: never delivered
         bool on_cpu = false;        // computed by the caller's CPU from host_src (no copy)
         bool cpu_probe = false;     // on_cpu only because the CPU had none for kCpuProbeEveryLayers layers
+        // Part of a split expert: its hidden rows [part_first, part_first + part_rows) alone
+        // (part_rows 0: the whole expert).
+        int64_t part_first = 0, part_rows = 0;
         int32_t staging = -1, transient = -1;
         uint64_t ticket = 0;                // its copy's (kCopying), in copy order
         DeviceEvent copy_event;             // passes when that copy lands (read only while kCopying)
@@ -223,6 +236,22 @@ private:
     // release, and with cpu_ms >= 0 (an on_cpu item) the layer's CPU rate learnt from it.
     void release_item(int32_t expert, double cpu_ms);
     void read_expert_blocking(int64_t layer, int32_t e, uint8_t* dst) const;
+    // The views of an item's expert (or its part) in the slot at base.
+    void views_of(const Item& it, const uint8_t* base, ExpertView* v) const;
+    // Queues the copy of hidden rows [first, n_ff) of a layer's expert from the slot at src to the
+    // slot at dst: the whole slot as one copy where first is 0, else those rows of gate and up and
+    // those columns of down (a 2D copy), at the places a whole copy puts them. Returns the last
+    // ticket; *bytes gets the bytes copied and *tickets the copies queued.
+    uint64_t queue_expert_copy(int64_t layer, uint8_t* dst, const uint8_t* src, int64_t first, uint64_t* bytes,
+                               int* tickets);
+    // The bytes of hidden rows [first, first + n) of a layer's expert.
+    uint64_t part_bytes(int64_t layer, int64_t first, int64_t n) const;
+    // A layer's expert matrices as they lie in a slot: views of the slot at layout_base() (any
+    // slot holds any layer's expert; this one is only looked at), so data - layout_base() is each
+    // matrix's offset in any slot. And how they may be split (split_step_rows of down's type).
+    ExpertMats slot_layout(int64_t layer) const;
+    const uint8_t* layout_base() const { return pool_->transient(0); }
+    SplitRows split_rows_of(int64_t layer) const;
 
     const MoeModel& m_;
     Backend& backend_;
@@ -232,13 +261,14 @@ private:
     int64_t L_ = 0, S_ = 0, H_ = 0, T_ = 0;
     std::unique_ptr<ExpertSlotPool> pool_;  // the memory (allocated once, budgets checked)
     std::unique_ptr<ExpertHomes> homes_;     // where each expert lives: tiers, slots, LRU, promotion
-    std::vector<Item> items_;                          // [n_expert], the current layer's work
+    std::vector<Item> items_;                          // [n_expert + 1], the current layer's work (+1: a CPU part)
     std::vector<int32_t> item_of_;                     // [n_expert] -> index in items_
     std::vector<io::ReadOp*> done_ops_;                // [3 * n_expert] poll output
     struct QueuedCopy {
         int64_t item = -1;
         uint8_t* dst = nullptr;
         const uint8_t* src = nullptr;
+        int64_t first_row = 0;  // hidden rows [first_row, n_ff) (0: the whole expert)
         uint64_t bytes = 0, ticket = 0;
     };
     std::vector<QueuedCopy> copy_batch_;               // [<= Backend::kMaxQueuedCopies]
@@ -266,6 +296,8 @@ private:
     std::vector<int64_t> cpu_idle_layers_;       // [layer] decode layers in a row the split gave the CPU none
     std::vector<int32_t> split_items_, split_tokens_, split_order_;  // [n_expert] begin_layer's host split
     std::vector<uint8_t> split_on_cpu_;                              // [n_expert]
+    std::vector<SplitRows> split_rows_;  // [layer] how its experts may be split (set_host_compute)
+    int64_t cpu_part_item_ = -1;         // the current layer's CPU part of a split expert, or -1
     StoreCounters c_;
     std::string error_;  // an I/O error seen by the streamer, rethrown to the compute thread
 };

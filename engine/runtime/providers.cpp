@@ -17,11 +17,12 @@ PreadExpertProvider::PreadExpertProvider(const MoeModel& m) : m_(m) {
     buf_.resize(most);
 }
 
-void PreadExpertProvider::begin_layer(int64_t layer, const int32_t* experts, const int32_t*, int64_t n, bool) {
+int64_t PreadExpertProvider::begin_layer(int64_t layer, const int32_t* experts, const int32_t*, int64_t n, bool) {
     layer_ = layer;
     list_ = experts;
     n_ = n;
     next_ = 0;
+    return n;
 }
 
 int32_t PreadExpertProvider::next_ready(ExpertView* v) {

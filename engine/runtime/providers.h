@@ -14,7 +14,7 @@ namespace bg {
 class PreadExpertProvider final : public ExpertProvider {
 public:
     explicit PreadExpertProvider(const MoeModel& m);
-    void begin_layer(int64_t layer, const int32_t* experts, const int32_t* tokens, int64_t n, bool host_compute) override;
+    int64_t begin_layer(int64_t layer, const int32_t* experts, const int32_t* tokens, int64_t n, bool host_compute) override;
     int32_t next_ready(ExpertView* view) override;
     void release(int32_t) override {}
     void end_layer() override {}

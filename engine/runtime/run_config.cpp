@@ -76,6 +76,7 @@ nlohmann::json RunConfig::to_json() const {
         {"preload", preload},
         {"transient_slots", transient_slots},
         {"speculative_copies", speculative_copies},
+        {"split_experts", split_experts},
         {"lru_slots", lru_slots},
         {"io", enum_name(io)},
         {"queue_depth", queue_depth},

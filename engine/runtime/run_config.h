@@ -83,6 +83,9 @@ struct RunConfig {
     // Layer-major, resident-only: copy a layer's host-resident experts while its attention half
     // computes, before routing names the used ones (ExpertProvider::prepare_layer).
     bool speculative_copies = true;
+    // --split-experts: hybrid decode may split one expert a layer between the CPU and a copy
+    // (runtime/decode_split.h).
+    bool split_experts = true;
     int64_t lru_slots = 0;            // host LRU cache for non-resident experts
     io::IoEngine io = io::IoEngine::kUring;
     uint32_t queue_depth = 64;

@@ -162,6 +162,7 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
     sc.lru_slots = cfg.lru_slots;
     sc.prefetch = order_ == PrefillOrder::kLayerMajor;
     sc.speculative = cfg.speculative_copies;
+    sc.split_experts = cfg.split_experts;
     sc.vram_budget_bytes = cfg.vram_budget_mib * mib;
     sc.host_budget_bytes = cfg.host_budget_mib * mib;
     sc.device_fixed_bytes = engram_->buffer_bytes() + memory_.forward_device_bytes + vram_reserve_bytes_;
@@ -231,6 +232,8 @@ void Session::measure_host_paths() {
         const TieredExpertStore::HostPathProbe p = store_->probe_host_path(l);
         HostPathRates& r = rates[l];
         r.copy_ms = p.copy_ms;
+        // What a split's copy costs against its share of a whole one.
+        if (p.part_share > 0 && p.copy_ms > 0) r.part_copy_ratio = p.copy_part_ms / (p.part_share * p.copy_ms);
         r.gpu_ms = fwd_->time_expert_ms(p.device, l, 1, 3);
         // Each of the host slots' experts read once in turn, the first again at the end (its
         // bytes left the caches since), so each run reads its weights from memory as decode does;
@@ -457,6 +460,9 @@ nlohmann::json Session::run(bool verbose, const std::function<void(int32_t)>& on
                           {"cpu_busy_ms", fwd_->host_expert_ms() - host_ms0},
                           {"cpu_gb_s", fwd_->host_expert_ms() > host_ms0 ? dd.cpu_bytes / ((fwd_->host_expert_ms() - host_ms0) * 1e6) : 0.0},
                           {"copied_experts", dd.copied_experts},
+                          // split between the two: each part's bytes in cpu_bytes or copied_bytes
+                          {"split_experts", dd.split_experts},
+                          {"split", cfg_.split_experts},
                           {"copied_bytes", dd.pcie_bytes},
                           {"copy_busy_ms", dd.pcie_ms},
                           {"cpu_share_of_host_bytes",
