@@ -368,10 +368,13 @@ std::string targets_line(const json& r, const json& cfg) {
             // plus the GPU's kernel time.
             const auto cpu_bytes = median_of(cfg, 0, "host_experts.cpu_bytes"),
                        copied = median_of(cfg, 0, "host_experts.copied_bytes");
+            // Each host expert byte once (a split expert's down is copied whole while the CPU
+            // reads some of its columns); results before host_bytes existed: the two paths' sum.
+            const auto host_bytes = median_of(cfg, 0, "host_experts.host_bytes");
             const auto host_read = probe("host_read_gb_s");
             const bool copies_allowed = copied && *copied > 0;
             if (gpu && cpu_bytes && *cpu_bytes > 0 && host_read) {
-                const double host_mb = (*cpu_bytes + (copied ? *copied : 0.0)) / *steps / 1e6;
+                const double host_mb = (host_bytes ? *host_bytes : *cpu_bytes + (copied ? *copied : 0.0)) / *steps / 1e6;
                 const double rate = *host_read + (copies_allowed ? *pinned : 0.0);
                 const double host_ms = host_mb / rate, bound = host_ms + *gpu / *steps;
                 d += "; host-resident experts " + fmt_num(host_mb, 1) + " MB per token, " +

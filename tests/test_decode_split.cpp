@@ -126,14 +126,15 @@ TEST(DecodeSplit, SplitStepsAreWholeBlocksOfDown) {
 }
 
 // An H100 machine's rates of 2026-12-06 07:54 (cpu 0.24 ms an expert, copy 0.355 ms) with four
-// host experts: whole, three on the CPU end at 0.72 ms; split, two whole and half of a third end
-// at max(0.48 + 0.12, 0.355 + 0.5 x 0.355 x 1.1 + 0.03) = 0.60 ms (5/12: max(0.58, 0.61)).
+// host experts: whole, three on the CPU end at 0.72 ms; split, two whole and 7/12 of a third end
+// at max(0.48 + 0.14, 0.355 + (1/3 + 2/3 x 5/12) x 0.355 + 0.03) = 0.62 ms (half: max(0.60,
+// 0.622)), with a part's copy a third of a whole one (down) plus its rows' share of the rest.
 bg::HostPathRates h100_0754() {
     bg::HostPathRates r;
     r.cpu_ms_one = r.cpu_ms_per_token = 0.24;
     r.copy_ms = 0.355;
     r.gpu_ms = 0.03;
-    r.part_copy_ratio = 1.1;
+    r.part_copy_fixed = 1.0 / 3;
     return r;
 }
 
@@ -148,17 +149,17 @@ TEST(DecodeSplit, OneExpertSplitWhereItEndsBothPathsSooner) {
     EXPECT_EQ(hs.on_cpu, 2);
     EXPECT_EQ(on_cpu, (std::vector<uint8_t>{1, 1, 0, 0}));
     EXPECT_EQ(hs.split, 2) << "the next by tokens, then by position";
-    EXPECT_EQ(hs.cpu_rows, 6 * 192);
+    EXPECT_EQ(hs.cpu_rows, 7 * 192);
     // The chosen end is no later than any other choice of whole experts and steps.
     const bg::HostPathRates r = h100_0754();
     const auto end = [&](int64_t c, int64_t q) {  // c whole on the CPU, q steps of the next
         const double f = q / 12.0;
         const double cpu = c * r.cpu_ms_one + f * r.cpu_ms_one;
         const double rest = (4 - c - (q > 0 ? 1 : 0)) * r.copy_ms;
-        const double copy = rest + (q > 0 ? (1 - f) * r.copy_ms * r.part_copy_ratio : 0) + (c + (q > 0) < 4 || q > 0 ? r.gpu_ms : 0);
+        const double copy = rest + (q > 0 ? r.part_copy_ms(1 - f) : 0) + (c + (q > 0) < 4 || q > 0 ? r.gpu_ms : 0);
         return std::max(cpu, copy);
     };
-    const double chosen = end(2, 6);
+    const double chosen = end(2, 7);
     for (int64_t c = 0; c <= 4; ++c)
         for (int64_t q = 0; q < (c < 4 ? 12 : 1); ++q) EXPECT_LE(chosen, end(c, q) + 1e-12) << c << " " << q;
     // Pure: the same inputs, the same answer.
@@ -179,7 +180,7 @@ TEST(DecodeSplit, NoSplitWithoutStepsRatioOrGainAndNeverOutsideHybrid) {
     const bg::SplitRows rows{2304, 192};
     EXPECT_EQ(split_of(DecodeExperts::kHybrid, h100_0754(), {}).split, -1) << "no steps";
     bg::HostPathRates unmeasured = h100_0754();
-    unmeasured.part_copy_ratio = 0;
+    unmeasured.part_copy_fixed = -1;
     EXPECT_EQ(split_of(DecodeExperts::kHybrid, unmeasured, rows).split, -1);
     EXPECT_EQ(split_of(DecodeExperts::kGpu, h100_0754(), rows).split, -1);
     EXPECT_EQ(split_of(DecodeExperts::kCpu, h100_0754(), rows).split, -1);
@@ -190,10 +191,9 @@ TEST(DecodeSplit, NoSplitWithoutStepsRatioOrGainAndNeverOutsideHybrid) {
     const bg::HostSplit hs = split_of(DecodeExperts::kHybrid, even, rows);
     EXPECT_EQ(hs.split, -1);
     EXPECT_EQ(hs.on_cpu, 2);
-    // A part copied at a hundred times a whole copy's time per byte never pays (at ten, the
-    // smallest part still would: 0.70 ms against 0.72).
+    // A part whose copy costs a whole one whatever its rows never pays.
     bg::HostPathRates dear = h100_0754();
-    dear.part_copy_ratio = 100;
+    dear.part_copy_fixed = 1;
     EXPECT_EQ(split_of(DecodeExperts::kHybrid, dear, rows).split, -1);
     // A single host expert: split where the CPU alone or the copy alone is slower than both.
     const bg::HostSplit one = split_of(DecodeExperts::kHybrid, h100_0754(), rows, 1);

@@ -559,10 +559,10 @@ TEST(Store, ReadyExpertsComeTogetherAndTheCpuRateFollowsTheCallersTime) {
 // One expert split between the paths (split_host_experts, given rates that make a split the
 // fastest choice): begin_layer announces one hand-out more; the split expert comes twice, its
 // first cpu_rows hidden rows as a host view into its host slot (with the others the CPU takes
-// whole), the rest as a device view into a transient slot holding exactly those rows of gate and
-// up and those columns of down from the file; each part's bytes are counted once (cpu_bytes,
-// pcie_bytes), they add up to the expert's, and the CPU part's time teaches the CPU rate as its
-// share of a whole expert.
+// whole), the rest as a device view into a transient slot holding those rows of gate and up and
+// those columns of down as the file has them; cpu_bytes counts the CPU's rows, pcie_bytes what
+// was copied (the part's rows of gate and up, all of down), and the CPU part's time teaches the
+// CPU rate as its share of a whole expert.
 TEST(Store, AnExpertSplitBetweenThePathsComesTwiceWithItsOwnRowsAndBytes) {
     bg::RunConfig c = tiny_cfg();
     c.model_path = bgtest::preset_model(bg::QuantPreset::kMxfp4Moe);  // 256 hidden rows, steps of 32
@@ -571,10 +571,11 @@ TEST(Store, AnExpertSplitBetweenThePathsComesTwiceWithItsOwnRowsAndBytes) {
     st.preload();
     const bg::ResidencyPlan& plan = s.plan();
     const int64_t L = plan.n_layer(), layer = L - 1;
-    // Six host experts at 1 ms on the CPU, 1.5 ms a copy: whole, four on the CPU end at 4 ms;
-    // three and 5/8 of a fourth at max(3.625, 2 x 1.5 + 3/8 x 1.5) = 3.625.
+    // Six host experts at 1 ms on the CPU, 1.5 ms a copy, a part's copy its rows' share of one:
+    // whole, four on the CPU end at 4 ms; three and 5/8 of a fourth at max(3.625, 2 x 1.5 + 3/8
+    // x 1.5) = 3.625.
     std::vector<bg::HostPathRates> rates(static_cast<size_t>(L));
-    for (auto& r : rates) r.cpu_ms_one = r.cpu_ms_per_token = 1.0, r.copy_ms = 1.5, r.gpu_ms = 0, r.part_copy_ratio = 1;
+    for (auto& r : rates) r.cpu_ms_one = r.cpu_ms_per_token = 1.0, r.copy_ms = 1.5, r.gpu_ms = 0, r.part_copy_fixed = 0;
     st.set_host_compute(bg::DecodeExperts::kHybrid, rates);
 
     std::set<int32_t> hot(plan.hot_ids[layer].begin(), plan.hot_ids[layer].end());
@@ -644,8 +645,9 @@ TEST(Store, AnExpertSplitBetweenThePathsComesTwiceWithItsOwnRowsAndBytes) {
     const uint64_t cpu_part = static_cast<uint64_t>(f) * (slot.gate.row_stride + slot.up.row_stride) +
                               static_cast<uint64_t>(E) * bg::row_bytes(slot.down.type, f);
     const uint64_t copy_part = static_cast<uint64_t>(F - f) * (slot.gate.row_stride + slot.up.row_stride) +
-                               static_cast<uint64_t>(E) * bg::row_bytes(slot.down.type, F - f);
-    EXPECT_EQ(cpu_part + copy_part, each);
+                               static_cast<uint64_t>(E) * slot.down.row_stride;
+    EXPECT_EQ(cpu_part + copy_part - static_cast<uint64_t>(E) * bg::row_bytes(slot.down.type, f), each)
+        << "the CPU's columns of down are the only bytes both paths read";
     EXPECT_EQ(d.split_experts, 1u);
     EXPECT_EQ(d.cpu_experts, 3u);
     EXPECT_EQ(d.copied_experts, 2u);
@@ -672,11 +674,6 @@ public:
     void copy(uint8_t* dst, const uint8_t* src, uint64_t bytes, bg::CopyKind kind) override { base_->copy(dst, src, bytes, kind); }
     uint64_t copy_async(uint8_t* dst, const uint8_t* src, uint64_t bytes, bg::CopyKind kind) override {
         base_->copy(dst, src, bytes, kind);
-        return ++queued_;
-    }
-    uint64_t copy_rows_async(uint8_t* dst, uint64_t dst_pitch, const uint8_t* src, uint64_t src_pitch, uint64_t width,
-                             uint64_t rows, bg::CopyKind kind) override {
-        base_->copy_rows_async(dst, dst_pitch, src, src_pitch, width, rows, kind);
         return ++queued_;
     }
     void wait_copy(uint64_t ticket) override {

@@ -20,7 +20,7 @@ nlohmann::json HostPathRates::to_json() const {
             {"copy_ms", copy_ms},
             {"gpu_ms", gpu_ms},
             {"gpu_in_place_ms", gpu_in_place_ms},
-            {"part_copy_ratio", part_copy_ratio}};
+            {"part_copy_fixed", part_copy_fixed}};
 }
 
 int64_t split_step_rows(int64_t n_ff, int64_t block) {
@@ -61,7 +61,7 @@ HostSplit split_host_experts(DecodeExperts mode, const HostPathRates& r, const i
     }
     // Or c whole and part of expert order[c]: its first q steps of rows on the CPU.
     const int64_t steps = rows.step_rows > 0 ? rows.n_ff / rows.step_rows : 0;
-    if (steps >= 2 && r.part_copy_ratio > 0) {
+    if (steps >= 2 && r.part_copy_fixed >= 0) {
         double split_best = best - kSplitMinGainMs;
         cpu_c = 0;
         for (int64_t c = 0; c < n; ++c) {
@@ -69,7 +69,7 @@ HostSplit split_host_experts(DecodeExperts mode, const HostPathRates& r, const i
             const double copy_rest = static_cast<double>(n - c - 1) * r.copy_ms + r.gpu_ms;
             for (int64_t q = 1; q < steps; ++q) {
                 const double f = static_cast<double>(q) / static_cast<double>(steps);  // the CPU's share
-                const double end = std::max(cpu_c + f * cpu_one, copy_rest + (1 - f) * r.copy_ms * r.part_copy_ratio);
+                const double end = std::max(cpu_c + f * cpu_one, copy_rest + r.part_copy_ms(1 - f));
                 if (end < split_best) split_best = end, out.split = order[c], out.cpu_rows = q * rows.step_rows, best_c = c;
             }
             cpu_c += cpu_one;

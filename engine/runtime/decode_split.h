@@ -49,11 +49,13 @@ struct HostPathRates {
     // slots are pinned, which a kernel can read in place): recorded beside the copy's path, which
     // the split uses, to see whether skipping the copy would pay.
     double gpu_in_place_ms = 0;
-    // The copy of part of an expert's hidden rows (split_host_experts) against the same share of
-    // a whole copy: that part's rows of gate and up and its columns of down (a 2D copy of the
-    // down projection's rows, each a fraction of its bytes), timed at start-up for half the rows
-    // (TieredExpertStore::probe_host_path). 0: not measured, and no expert is split.
-    double part_copy_ratio = 0;
+    // The copy of part of an expert's hidden rows (split_host_experts: its rows of gate and up, and
+    // the whole of down, which the GPU reads those columns of) costs copy_ms times (fixed + (1 -
+    // fixed) x its share of the rows): part_copy_fixed, measured at start-up from such a copy at
+    // about half the rows (TieredExpertStore::probe_host_path), is about down's share of the
+    // expert's bytes. < 0: not measured, and no expert is split.
+    double part_copy_fixed = -1;
+    double part_copy_ms(double rows_share) const { return copy_ms * (part_copy_fixed + (1 - part_copy_fixed) * rows_share); }
     double cpu_ms(int64_t tokens) const { return cpu_ms_one + static_cast<double>(tokens - 1) * cpu_ms_per_token; }
     nlohmann::json to_json() const;
 };
@@ -88,9 +90,9 @@ struct HostSplit {
 //   layer ends when the slower of the two paths does. Ties choose the smaller c.
 //   With whole experts the two paths rarely end together (four host experts of a layer on an H100
 //   machine: three on the CPU end at 0.72 ms where both paths at once would end at 0.58), so
-//   where `rows` allows and rates.part_copy_ratio is measured, the next expert by tokens may be
+//   where `rows` allows and rates.part_copy_fixed is measured, the next expert by tokens may be
 //   split (HostSplit): its first cpu_rows hidden rows on the CPU at that share of its CPU time, the
-//   rest copied at their share of a copy times part_copy_ratio. A split is chosen only where it
+//   rest copied at rates.part_copy_ms of their share. A split is chosen only where it
 //   ends the layer kSplitMinGainMs sooner than the best whole choice.
 //   probe_cpu (hybrid): where the rates give the CPU nothing, it takes the expert with the fewest
 //   tokens anyway, so a CPU rate that is too slow gets measured again (below); *probed (where

@@ -512,9 +512,9 @@ void TieredExpertStore::complete_read(io::ReadOp* op) {
 bool TieredExpertStore::do_copies(std::unique_lock<std::mutex>& lk) {
     const int64_t limit = cfg_.prefetch ? n_items_ : requested_;
     copy_batch_.clear();
-    // An item takes one copy, or three as a split expert's copied part: its tickets all fit.
+    // An item takes one copy, or two as a split expert's copied part: its tickets all fit.
     int tickets = 0;
-    for (int64_t i = 0; i < limit && tickets + 3 <= Backend::kMaxQueuedCopies; ++i) {
+    for (int64_t i = 0; i < limit && tickets + 2 <= Backend::kMaxQueuedCopies; ++i) {
         Item& it = items_[i];
         if (it.stage != Stage::kInHost) continue;
         uint8_t* dst;
@@ -527,7 +527,7 @@ bool TieredExpertStore::do_copies(std::unique_lock<std::mutex>& lk) {
         }
         it.stage = Stage::kCopying;
         copy_batch_.push_back({i, dst, it.host_src, it.part_first, 0, 0});
-        tickets += it.part_first > 0 ? 3 : 1;
+        tickets += it.part_first > 0 ? 2 : 1;
     }
     if (copy_batch_.empty()) return false;
     copies_landing_ += static_cast<int64_t>(copy_batch_.size());
@@ -575,12 +575,11 @@ bool TieredExpertStore::do_copies(std::unique_lock<std::mutex>& lk) {
     c_.pcie_ms += engine_ms;
     if (host_mode_ == DecodeExperts::kHybrid && layer_ >= 0) {
         // What one whole expert's copy took in this batch (all of one layer's size; a split
-        // expert's part counts as its bytes' share of one, at the start-up figure's ratio).
+        // expert's part counts as its bytes' share of one: contiguous copies, at the same rate).
         HostPathRates& r = rates_[static_cast<size_t>(layer_)];
         const double each = static_cast<double>(m_.expert_bytes_each(layer_));
         double wholes = 0;
-        for (const QueuedCopy& q : copy_batch_)
-            wholes += q.first_row == 0 ? 1.0 : static_cast<double>(q.bytes) / each * std::max(1.0, r.part_copy_ratio);
+        for (const QueuedCopy& q : copy_batch_) wholes += static_cast<double>(q.bytes) / each;
         r.copy_ms += kRateWeight * (engine_ms / wholes - r.copy_ms);
     }
     copy_timeline_.add(t0_ms, now_ms());  // batches follow one another on this thread: in order, disjoint
@@ -771,7 +770,7 @@ TieredExpertStore::HostPathProbe TieredExpertStore::probe_host_path(int64_t laye
             const auto t1 = Clock::now();
             backend_.wait_copy(queue_expert_copy(layer, device, host, first, &part, &tickets));
             part_ms.push_back(ms_between(t1, Clock::now()));
-            p.part_share = static_cast<double>(part) / static_cast<double>(bytes);
+            p.part_rows_share = static_cast<double>(rows.n_ff - first) / static_cast<double>(rows.n_ff);
         }
         ExpertView v;
         m_.expert_views(layer, host, &v.gate, &v.up, &v.down);
@@ -840,25 +839,27 @@ uint64_t TieredExpertStore::part_bytes(int64_t layer, int64_t first, int64_t n) 
 
 uint64_t TieredExpertStore::queue_expert_copy(int64_t layer, uint8_t* dst, const uint8_t* src, int64_t first,
                                               uint64_t* bytes, int* tickets) {
+    const uint64_t each = m_.expert_bytes_each(layer);
     if (first == 0) {
-        *bytes = m_.expert_bytes_each(layer);
+        *bytes = each;
         *tickets = 1;
-        return backend_.copy_async(dst, src, *bytes, CopyKind::kHostToDevice);
+        return backend_.copy_async(dst, src, each, CopyKind::kHostToDevice);
     }
+    // Gate's rows from `first` on, then up's rows from `first` on and the whole of down, which lie
+    // back to back to the slot's end. Down's columns [first, n_ff) alone would be a 2D copy of
+    // n_embd short rows: on an H100 machine (2026-12-06 10:31) a part copied so took 1.5-2.4
+    // times its bytes' share of a whole copy, where the CPU's columns of down copied too cost
+    // them at the copy's full rate.
     const ExpertMats e = slot_layout(layer);
-    const int64_t n = e.gate.rows - first;
-    const ExpertMats p = e.hidden_rows(first, n);
-    const auto at = [&](const MatView& v) { return static_cast<uint64_t>(v.data - layout_base()); };  // offsets in a slot
-    const uint64_t gate_bytes = static_cast<uint64_t>(n) * p.gate.row_stride;
-    const uint64_t up_bytes = static_cast<uint64_t>(n) * p.up.row_stride;
-    const uint64_t down_width = row_bytes(p.down.type, n);
-    backend_.copy_async(dst + at(p.gate), src + at(p.gate), gate_bytes, CopyKind::kHostToDevice);
-    backend_.copy_async(dst + at(p.up), src + at(p.up), up_bytes, CopyKind::kHostToDevice);
-    const uint64_t last =
-        backend_.copy_rows_async(dst + at(p.down), p.down.row_stride, src + at(p.down), p.down.row_stride, down_width,
-                                 static_cast<uint64_t>(p.down.rows), CopyKind::kHostToDevice);
-    *bytes = gate_bytes + up_bytes + down_width * static_cast<uint64_t>(p.down.rows);
-    *tickets = 3;
+    const auto at = [&](const MatView& v, int64_t row) {
+        return static_cast<uint64_t>(v.data - layout_base()) + static_cast<uint64_t>(row) * v.row_stride;
+    };
+    BG_CHECK(at(e.gate, e.gate.rows) <= at(e.up, 0) && at(e.up, e.up.rows) <= at(e.down, 0) && at(e.down, e.down.rows) <= each);
+    const uint64_t gate0 = at(e.gate, first), gate1 = at(e.gate, e.gate.rows), up0 = at(e.up, first);
+    backend_.copy_async(dst + gate0, src + gate0, gate1 - gate0, CopyKind::kHostToDevice);
+    const uint64_t last = backend_.copy_async(dst + up0, src + up0, each - up0, CopyKind::kHostToDevice);
+    *bytes = (gate1 - gate0) + (each - up0);
+    *tickets = 2;
     return last;
 }
 

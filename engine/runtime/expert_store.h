@@ -175,9 +175,9 @@ public:
         std::vector<ExpertView> host;  // one per expert read
         ExpertView device;             // the first one's copy
         double copy_ms = 0;
-        // The copy of the part a split would copy at about half the rows (the median), and its
-        // share of the expert's bytes; 0 where the layer's experts cannot be split.
-        double copy_part_ms = 0, part_share = 0;
+        // The copy of the part a split would copy at about half the rows (the median), and the
+        // share of the hidden rows it is for; 0 where the layer's experts cannot be split.
+        double copy_part_ms = 0, part_rows_share = 0;
     };
     HostPathProbe probe_host_path(int64_t layer);
 

@@ -232,8 +232,9 @@ void Session::measure_host_paths() {
         const TieredExpertStore::HostPathProbe p = store_->probe_host_path(l);
         HostPathRates& r = rates[l];
         r.copy_ms = p.copy_ms;
-        // What a split's copy costs against its share of a whole one.
-        if (p.part_share > 0 && p.copy_ms > 0) r.part_copy_ratio = p.copy_part_ms / (p.part_share * p.copy_ms);
+        // What a split's copy costs beyond its rows' share of a whole one (HostPathRates).
+        if (p.part_rows_share > 0 && p.part_rows_share < 1 && p.copy_ms > 0)
+            r.part_copy_fixed = std::clamp((p.copy_part_ms / p.copy_ms - p.part_rows_share) / (1 - p.part_rows_share), 0.0, 1.0);
         r.gpu_ms = fwd_->time_expert_ms(p.device, l, 1, 3);
         // Each of the host slots' experts read once in turn, the first again at the end (its
         // bytes left the caches since), so each run reads its weights from memory as decode does;
@@ -460,8 +461,12 @@ nlohmann::json Session::run(bool verbose, const std::function<void(int32_t)>& on
                           {"cpu_busy_ms", fwd_->host_expert_ms() - host_ms0},
                           {"cpu_gb_s", fwd_->host_expert_ms() > host_ms0 ? dd.cpu_bytes / ((fwd_->host_expert_ms() - host_ms0) * 1e6) : 0.0},
                           {"copied_experts", dd.copied_experts},
-                          // split between the two: each part's bytes in cpu_bytes or copied_bytes
+                          // split between the two: the CPU's rows in cpu_bytes, the copied part (its
+                          // rows of gate and up, all of down) in copied_bytes
                           {"split_experts", dd.split_experts},
+                          // the host-resident (and disk-read) experts' bytes, each once: what the
+                          // two paths had to move between them
+                          {"host_bytes", dd.host_hit_bytes + dd.disk_bytes},
                           {"split", cfg_.split_experts},
                           {"copied_bytes", dd.pcie_bytes},
                           {"copy_busy_ms", dd.pcie_ms},
