@@ -566,6 +566,7 @@ TEST(Store, ReadyExpertsComeTogetherAndTheCpuRateFollowsTheCallersTime) {
 TEST(Store, AnExpertSplitBetweenThePathsComesTwiceWithItsOwnRowsAndBytes) {
     bg::RunConfig c = tiny_cfg();
     c.model_path = bgtest::preset_model(bg::QuantPreset::kMxfp4Moe);  // 256 hidden rows, steps of 32
+    c.split_experts = true;  // --split-experts on
     bg::Session s(c);
     bg::TieredExpertStore& st = s.store();
     st.preload();
@@ -658,6 +659,41 @@ TEST(Store, AnExpertSplitBetweenThePathsComesTwiceWithItsOwnRowsAndBytes) {
     const double got_rate = st.host_path_rates()[layer].cpu_ms_one;
     EXPECT_LT(got_rate, 1.0);
     EXPECT_GE(got_rate, 1.0 + bg::TieredExpertStore::kRateWeight * (0.8 - 1.0) - 1e-12);
+}
+
+// --split-experts off (the default): the same rates split nothing; four go to the CPU whole.
+TEST(Store, SplitExpertsOffKeepsExpertsWhole) {
+    bg::RunConfig c = tiny_cfg();
+    c.model_path = bgtest::preset_model(bg::QuantPreset::kMxfp4Moe);
+    bg::Session s(c);
+    bg::TieredExpertStore& st = s.store();
+    st.preload();
+    const bg::ResidencyPlan& plan = s.plan();
+    const int64_t L = plan.n_layer(), layer = L - 1;
+    std::vector<bg::HostPathRates> rates(static_cast<size_t>(L));
+    for (auto& r : rates) r.cpu_ms_one = r.cpu_ms_per_token = 1.0, r.copy_ms = 1.5, r.gpu_ms = 0, r.part_copy_fixed = 0;
+    st.set_host_compute(bg::DecodeExperts::kHybrid, rates);
+    std::set<int32_t> want(plan.hot_ids[layer].begin(), plan.hot_ids[layer].end());
+    for (int32_t e : plan.resident[layer]) want.insert(e);
+    const std::vector<int32_t> experts(want.begin(), want.end());
+    const std::vector<int32_t> tokens(experts.size(), 1);
+    const int64_t n = static_cast<int64_t>(experts.size());
+    const bg::StoreCounters before = st.counters();
+    st.begin_pass();
+    ASSERT_EQ(st.begin_layer(layer, experts.data(), tokens.data(), n, true), n);
+    std::vector<int32_t> got(static_cast<size_t>(n));
+    std::vector<bg::ExpertView> views(static_cast<size_t>(n));
+    for (int64_t k = 0; k < n;) k += st.next_ready_batch(got.data() + k, views.data() + k, n - k);
+    for (int64_t i = 0; i < n; ++i) {
+        EXPECT_FALSE(views[static_cast<size_t>(i)].part);
+        if (views[static_cast<size_t>(i)].on_host) st.release_computed(got[static_cast<size_t>(i)], 1.0);
+        else st.release(got[static_cast<size_t>(i)]);
+    }
+    st.end_layer();
+    const bg::StoreCounters d = st.counters() - before;
+    EXPECT_EQ(d.split_experts, 0u);
+    EXPECT_EQ(d.cpu_experts, 4u);
+    EXPECT_EQ(d.copied_experts, 2u);
 }
 
 

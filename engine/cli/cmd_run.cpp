@@ -143,7 +143,8 @@ void add_run_flags(CLI::App* cmd, RunConfig& cfg) {
                     "both finish together) | auto (hybrid on a GPU, gpu on the CPU backend)");
     cmd->add_option("--split-experts", cfg.split_experts,
                     "With --decode-experts hybrid, split one expert a layer between the CPU (its first hidden rows) "
-                    "and a copy (the rest) where that ends both paths sooner than whole experts do (on | off)")
+                    "and a copy (the rest) where the measured rates say that ends both paths sooner than whole experts "
+                    "do (on | off; off by default: measured not faster on every host)")
         ->capture_default_str();
     cmd->add_option("--residency", cfg.residency, "Residency plan from 'betelgeuse profile' (default: highest router bias)");
     cmd->add_flag("--promote", cfg.promote, "Move the H most-used resident experts into VRAM at the end of each pass");

@@ -84,8 +84,10 @@ struct RunConfig {
     // computes, before routing names the used ones (ExpertProvider::prepare_layer).
     bool speculative_copies = true;
     // --split-experts: hybrid decode may split one expert a layer between the CPU and a copy
-    // (runtime/decode_split.h).
-    bool split_experts = true;
+    // (runtime/decode_split.h). Off by default: on the H100 machines of 2026-12-06 it gave +2.5 to
+    // +4 % on one host (down's columns as a 2D copy) and -1.5 % on another (down copied whole, as
+    // now), eight rounds alternated (measurements/slice/decode-threads, REPRODUCING.md).
+    bool split_experts = false;
     int64_t lru_slots = 0;            // host LRU cache for non-resident experts
     io::IoEngine io = io::IoEngine::kUring;
     uint32_t queue_depth = 64;
