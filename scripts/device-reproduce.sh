@@ -399,16 +399,22 @@ for part in "$@"; do
       nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$dir/machine.txt"
       nproc > "$dir/cores.txt"
       # BG_THREAD_CFGS: other mode:threads pairs (e.g. "hybrid:0 hybrid:13 hybrid:14 cpu:0 cpu:14").
-      # Modes hybrid-split and hybrid-nosplit are hybrid with --split-experts on and off (off is the default).
+      # Modes hybrid-split, hybrid-splitwhole and hybrid-nosplit are hybrid with --split-experts on (down's
+      # columns copied, --split-copy columns), on (all of down copied) and off (the default).
       for cfg in ${BG_THREAD_CFGS:-gpu:0 cpu:0 hybrid:0 hybrid:16 hybrid:15 hybrid:8}; do  # 0: the default (13 of 16 cores on a GPU since 2026-12-06; 12 before)
         where=${cfg%%:*}; th=${cfg##*:}
-        split=off; [ "$where" = hybrid-split ] && split=on
+        split=()  # plain modes pass nothing: engines from before --split-experts run them too
+        case $where in
+          hybrid-nosplit) split=(--split-experts off) ;;
+          hybrid-split) split=(--split-experts on --split-copy columns) ;;
+          hybrid-splitwhole) split=(--split-experts on --split-copy whole-down) ;;
+        esac
         # A pair named again (rounds) gets -2, -3, ... rather than the earlier run's files.
         name="$where-$th"; i=2; while [ -e "$dir/$name.json" ]; do name="$where-$th-$i"; i=$((i + 1)); done
         note "slice decode, --decode-experts $where --threads $th ($name)"
         "$bin" run --backend cuda --model models/slice.gguf --file scenarios/prompts/64-tokens.txt --passes 2 --gen 32 --ignore-eos \
           --routing resident-only --prefill layer-major --ubatch 16 --promote --slots 20 --hot 5 --transient-slots 12 \
-          --host-budget 2875 --vram-budget 3068 --threads $th --decode-experts ${where%%-*} --split-experts $split \
+          --host-budget 2875 --vram-budget 3068 --threads $th --decode-experts ${where%%-*} ${split[@]+"${split[@]}"} \
           --metrics-json "$dir/$name.json" > "$dir/$name.log" 2>&1 || status=1
         grep -E "^decode" "$dir/$name.log" | tee -a "$log"
         python3 -c "import json,sys; m=json.load(open(sys.argv[1])); d=m['decode']; h=d['host_experts']; print(sys.argv[2], 'threads', m['engine']['threads'], 'decode %.1f tok/s' % d['decode_tok_s'], 'gpu_busy_ms', round(d['gpu_busy_ms'] or -1, 1), {k: (round(v, 3) if isinstance(v, float) else v) for k, v in h.items() if not k.startswith('rates')}, 'L0 start', h['rates_by_layer'][:1], 'L0 end', h['rates_by_layer_at_end'][:1])" "$dir/$name.json" "$cfg" 2>&1 | tee -a "$log"

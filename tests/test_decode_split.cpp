@@ -135,6 +135,7 @@ bg::HostPathRates h100_0754() {
     r.copy_ms = 0.355;
     r.gpu_ms = 0.03;
     r.part_copy_fixed = 1.0 / 3;
+    r.part_copy_slope = 2.0 / 3;
     return r;
 }
 
@@ -194,6 +195,7 @@ TEST(DecodeSplit, NoSplitWithoutStepsRatioOrGainAndNeverOutsideHybrid) {
     // A part whose copy costs a whole one whatever its rows never pays.
     bg::HostPathRates dear = h100_0754();
     dear.part_copy_fixed = 1;
+    dear.part_copy_slope = 0;
     EXPECT_EQ(split_of(DecodeExperts::kHybrid, dear, rows).split, -1);
     // A single host expert: split where the CPU alone or the copy alone is slower than both.
     const bg::HostSplit one = split_of(DecodeExperts::kHybrid, h100_0754(), rows, 1);

@@ -63,6 +63,35 @@ TEST(GpuBackend, QueuedCopiesLandAndTheirEngineTimeIsMeasured) {
     be->free_host(back);
 }
 
+// A row copy (copy_rows_async: one 2D copy) moves exactly the columns it names of every row, at
+// unaligned offsets and widths (a split expert's down columns: 17-byte MXFP4 blocks), queued
+// with whole copies under the same tickets; the bytes around them stay as they were.
+TEST(GpuBackend, RowCopiesMoveOnlyTheirColumns) {
+    if (bg::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    auto be = bg::cuda::make_cuda_backend();
+    const uint64_t pitch = 1224, rows = 5120, bytes = pitch * rows, at = 36 * 17, width = pitch - at;
+    uint8_t* h = be->alloc_host(bytes);
+    uint8_t* back = be->alloc_host(bytes);
+    uint8_t* d = be->alloc_device(bytes);
+    std::mt19937 gen(std::random_device{}());
+    for (uint64_t i = 0; i < bytes; ++i) h[i] = static_cast<uint8_t>(gen());
+    std::memset(back, 0xA5, bytes);
+    be->copy(d, back, bytes, bg::CopyKind::kHostToDevice);  // every device byte 0xA5
+    const uint64_t t1 = be->copy_async(d, h, 100, bg::CopyKind::kHostToDevice);
+    const uint64_t t2 = be->copy_rows_async(d + at, pitch, h + at, pitch, width, rows, bg::CopyKind::kHostToDevice);
+    EXPECT_GT(t2, t1);
+    be->wait_copy(t2);
+    be->copy(back, d, bytes, bg::CopyKind::kDeviceToHost);
+    for (uint64_t r = 0; r < rows; ++r)
+        for (uint64_t c = 0; c < pitch; ++c) {
+            const bool copied = (r == 0 && c < 100) || c >= at;
+            ASSERT_EQ(back[r * pitch + c], copied ? h[r * pitch + c] : 0xA5) << "row " << r << " byte " << c;
+        }
+    be->free_device(d);
+    be->free_host(h);
+    be->free_host(back);
+}
+
 TEST(GpuBackend, PcieProbeMeasuresSomething) {
     if (bg::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
     const bg::cuda::PcieProbe p = bg::cuda::probe_pcie(64 << 20, 3);

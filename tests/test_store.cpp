@@ -564,101 +564,107 @@ TEST(Store, ReadyExpertsComeTogetherAndTheCpuRateFollowsTheCallersTime) {
 // was copied (the part's rows of gate and up, all of down), and the CPU part's time teaches the
 // CPU rate as its share of a whole expert.
 TEST(Store, AnExpertSplitBetweenThePathsComesTwiceWithItsOwnRowsAndBytes) {
-    bg::RunConfig c = tiny_cfg();
-    c.model_path = bgtest::preset_model(bg::QuantPreset::kMxfp4Moe);  // 256 hidden rows, steps of 32
-    c.split_experts = true;  // --split-experts on
-    bg::Session s(c);
-    bg::TieredExpertStore& st = s.store();
-    st.preload();
-    const bg::ResidencyPlan& plan = s.plan();
-    const int64_t L = plan.n_layer(), layer = L - 1;
-    // Six host experts at 1 ms on the CPU, 1.5 ms a copy, a part's copy its rows' share of one:
-    // whole, four on the CPU end at 4 ms; three and 5/8 of a fourth at max(3.625, 2 x 1.5 + 3/8
-    // x 1.5) = 3.625.
-    std::vector<bg::HostPathRates> rates(static_cast<size_t>(L));
-    for (auto& r : rates) r.cpu_ms_one = r.cpu_ms_per_token = 1.0, r.copy_ms = 1.5, r.gpu_ms = 0, r.part_copy_fixed = 0;
-    st.set_host_compute(bg::DecodeExperts::kHybrid, rates);
+    for (const bg::SplitCopy form : {bg::SplitCopy::kColumns, bg::SplitCopy::kWholeDown}) {
+        SCOPED_TRACE(bg::enum_name(form));
+        bg::RunConfig c = tiny_cfg();
+        c.split_copy = form;
+        c.model_path = bgtest::preset_model(bg::QuantPreset::kMxfp4Moe);  // 256 hidden rows, steps of 32
+        c.split_experts = true;  // --split-experts on
+        bg::Session s(c);
+        bg::TieredExpertStore& st = s.store();
+        st.preload();
+        const bg::ResidencyPlan& plan = s.plan();
+        const int64_t L = plan.n_layer(), layer = L - 1;
+        // Six host experts at 1 ms on the CPU, 1.5 ms a copy, a part's copy its rows' share of one:
+        // whole, four on the CPU end at 4 ms; three and 5/8 of a fourth at max(3.625, 2 x 1.5 + 3/8
+        // x 1.5) = 3.625.
+        std::vector<bg::HostPathRates> rates(static_cast<size_t>(L));
+        for (auto& r : rates) r.cpu_ms_one = r.cpu_ms_per_token = 1.0, r.copy_ms = 1.5, r.gpu_ms = 0, r.part_copy_fixed = 0, r.part_copy_slope = 1;
+        st.set_host_compute(bg::DecodeExperts::kHybrid, rates);
 
-    std::set<int32_t> hot(plan.hot_ids[layer].begin(), plan.hot_ids[layer].end());
-    std::set<int32_t> want(hot);
-    for (int32_t e : plan.resident[layer]) want.insert(e);
-    const std::vector<int32_t> experts(want.begin(), want.end());
-    const std::vector<int32_t> tokens(experts.size(), 1);
-    const int64_t n = static_cast<int64_t>(experts.size());
-    ASSERT_EQ(n - static_cast<int64_t>(hot.size()), 6) << "six host-resident experts";
-    std::vector<int32_t> host_ids;
-    for (int32_t e : experts)
-        if (!hot.count(e)) host_ids.push_back(e);
-    const int32_t split_id = host_ids[3];  // three whole to the CPU, by position; the fourth split
+        std::set<int32_t> hot(plan.hot_ids[layer].begin(), plan.hot_ids[layer].end());
+        std::set<int32_t> want(hot);
+        for (int32_t e : plan.resident[layer]) want.insert(e);
+        const std::vector<int32_t> experts(want.begin(), want.end());
+        const std::vector<int32_t> tokens(experts.size(), 1);
+        const int64_t n = static_cast<int64_t>(experts.size());
+        ASSERT_EQ(n - static_cast<int64_t>(hot.size()), 6) << "six host-resident experts";
+        std::vector<int32_t> host_ids;
+        for (int32_t e : experts)
+            if (!hot.count(e)) host_ids.push_back(e);
+        const int32_t split_id = host_ids[3];  // three whole to the CPU, by position; the fourth split
 
-    const bg::StoreCounters before = st.counters();
-    st.begin_pass();
-    ASSERT_EQ(st.begin_layer(layer, experts.data(), tokens.data(), n, true), n + 1);
-    std::vector<int32_t> got(static_cast<size_t>(n + 1));
-    std::vector<bg::ExpertView> views(static_cast<size_t>(n + 1));
-    for (int64_t k = 0; k < n + 1;) k += st.next_ready_batch(got.data() + k, views.data() + k, n + 1 - k);
+        const bg::StoreCounters before = st.counters();
+        st.begin_pass();
+        ASSERT_EQ(st.begin_layer(layer, experts.data(), tokens.data(), n, true), n + 1);
+        std::vector<int32_t> got(static_cast<size_t>(n + 1));
+        std::vector<bg::ExpertView> views(static_cast<size_t>(n + 1));
+        for (int64_t k = 0; k < n + 1;) k += st.next_ready_batch(got.data() + k, views.data() + k, n + 1 - k);
 
-    bg::ExpertMats slot;  // the split expert's matrices in its host slot, from a whole host view's layout
-    const bg::ExpertRanges r = s.model().expert_ranges(layer, split_id);
-    std::vector<uint8_t> file(r.total());
-    bg::pread_exact(s.model().fd(r.gate.file), file.data(), r.gate.bytes, r.gate.offset, "test");
-    bg::pread_exact(s.model().fd(r.up.file), file.data() + r.gate.bytes, r.up.bytes, r.up.offset, "test");
-    bg::pread_exact(s.model().fd(r.down.file), file.data() + r.gate.bytes + r.up.bytes, r.down.bytes, r.down.offset, "test");
-    s.model().expert_views(layer, file.data(), &slot.gate, &slot.up, &slot.down);
-    const int64_t F = slot.gate.rows, E = slot.gate.cols, f = 5 * 32;
-    int64_t parts = 0, cpu_whole = 0;
-    for (int64_t i = 0; i <= n; ++i) {
-        const bg::ExpertView& v = views[static_cast<size_t>(i)];
-        if (got[static_cast<size_t>(i)] != split_id) {
-            EXPECT_FALSE(v.part);
-            EXPECT_EQ(v.gate.rows, F);
-            cpu_whole += v.on_host ? 1 : 0;
-            continue;
+        bg::ExpertMats slot;  // the split expert's matrices in its host slot, from a whole host view's layout
+        const bg::ExpertRanges r = s.model().expert_ranges(layer, split_id);
+        std::vector<uint8_t> file(r.total());
+        bg::pread_exact(s.model().fd(r.gate.file), file.data(), r.gate.bytes, r.gate.offset, "test");
+        bg::pread_exact(s.model().fd(r.up.file), file.data() + r.gate.bytes, r.up.bytes, r.up.offset, "test");
+        bg::pread_exact(s.model().fd(r.down.file), file.data() + r.gate.bytes + r.up.bytes, r.down.bytes, r.down.offset, "test");
+        s.model().expert_views(layer, file.data(), &slot.gate, &slot.up, &slot.down);
+        const int64_t F = slot.gate.rows, E = slot.gate.cols, f = 5 * 32;
+        int64_t parts = 0, cpu_whole = 0;
+        for (int64_t i = 0; i <= n; ++i) {
+            const bg::ExpertView& v = views[static_cast<size_t>(i)];
+            if (got[static_cast<size_t>(i)] != split_id) {
+                EXPECT_FALSE(v.part);
+                EXPECT_EQ(v.gate.rows, F);
+                cpu_whole += v.on_host ? 1 : 0;
+                continue;
+            }
+            ++parts;
+            EXPECT_TRUE(v.part);
+            const bg::ExpertMats want_part = slot.hidden_rows(v.on_host ? 0 : f, v.on_host ? f : F - f);
+            EXPECT_EQ(v.gate.rows, want_part.gate.rows);
+            EXPECT_EQ(v.up.rows, want_part.up.rows);
+            EXPECT_EQ(v.down.cols, want_part.down.cols);
+            EXPECT_EQ(v.down.rows, E);
+            // The part's bytes, where the views point, are the file's: rows of gate and up, then
+            // the columns of each of down's rows.
+            for (const auto& [have, want_m] : {std::pair{v.gate, want_part.gate}, std::pair{v.up, want_part.up}})
+                EXPECT_EQ(0, std::memcmp(have.data, want_m.data, have.rows * have.row_stride));
+            const uint64_t width = bg::row_bytes(v.down.type, v.down.cols);
+            for (int64_t row = 0; row < E; ++row)
+                ASSERT_EQ(0, std::memcmp(v.down.data + row * v.down.row_stride, want_part.down.data + row * want_part.down.row_stride,
+                                         width))
+                    << (v.on_host ? "host" : "device") << " part, down row " << row;
         }
-        ++parts;
-        EXPECT_TRUE(v.part);
-        const bg::ExpertMats want_part = slot.hidden_rows(v.on_host ? 0 : f, v.on_host ? f : F - f);
-        EXPECT_EQ(v.gate.rows, want_part.gate.rows);
-        EXPECT_EQ(v.up.rows, want_part.up.rows);
-        EXPECT_EQ(v.down.cols, want_part.down.cols);
-        EXPECT_EQ(v.down.rows, E);
-        // The part's bytes, where the views point, are the file's: rows of gate and up, then
-        // the columns of each of down's rows.
-        for (const auto& [have, want_m] : {std::pair{v.gate, want_part.gate}, std::pair{v.up, want_part.up}})
-            EXPECT_EQ(0, std::memcmp(have.data, want_m.data, have.rows * have.row_stride));
-        const uint64_t width = bg::row_bytes(v.down.type, v.down.cols);
-        for (int64_t row = 0; row < E; ++row)
-            ASSERT_EQ(0, std::memcmp(v.down.data + row * v.down.row_stride, want_part.down.data + row * want_part.down.row_stride,
-                                     width))
-                << (v.on_host ? "host" : "device") << " part, down row " << row;
-    }
-    EXPECT_EQ(parts, 2);
-    EXPECT_EQ(cpu_whole, 3);
-    for (int64_t i = 0; i <= n; ++i) {
-        const bg::ExpertView& v = views[static_cast<size_t>(i)];
-        if (v.on_host) st.release_computed(got[static_cast<size_t>(i)], v.part ? 0.5 : 1.0);
-        else st.release(got[static_cast<size_t>(i)]);
-    }
-    st.end_layer();
+        EXPECT_EQ(parts, 2);
+        EXPECT_EQ(cpu_whole, 3);
+        for (int64_t i = 0; i <= n; ++i) {
+            const bg::ExpertView& v = views[static_cast<size_t>(i)];
+            if (v.on_host) st.release_computed(got[static_cast<size_t>(i)], v.part ? 0.5 : 1.0);
+            else st.release(got[static_cast<size_t>(i)]);
+        }
+        st.end_layer();
 
-    const bg::StoreCounters d = st.counters() - before;
-    const uint64_t each = s.model().expert_bytes_each(layer);
-    const uint64_t cpu_part = static_cast<uint64_t>(f) * (slot.gate.row_stride + slot.up.row_stride) +
-                              static_cast<uint64_t>(E) * bg::row_bytes(slot.down.type, f);
-    const uint64_t copy_part = static_cast<uint64_t>(F - f) * (slot.gate.row_stride + slot.up.row_stride) +
-                               static_cast<uint64_t>(E) * slot.down.row_stride;
-    EXPECT_EQ(cpu_part + copy_part - static_cast<uint64_t>(E) * bg::row_bytes(slot.down.type, f), each)
-        << "the CPU's columns of down are the only bytes both paths read";
-    EXPECT_EQ(d.split_experts, 1u);
-    EXPECT_EQ(d.cpu_experts, 3u);
-    EXPECT_EQ(d.copied_experts, 2u);
-    EXPECT_EQ(d.cpu_bytes, 3 * each + cpu_part);
-    EXPECT_EQ(d.pcie_bytes, 2 * each + copy_part);
-    // The part's 0.5 ms stands for 0.5 x 256 / 160 = 0.8 ms a whole expert; the whole ones' 1 ms
-    // each leave the rate at 1 ms, so the last release decides it whichever order they came in.
-    const double got_rate = st.host_path_rates()[layer].cpu_ms_one;
-    EXPECT_LT(got_rate, 1.0);
-    EXPECT_GE(got_rate, 1.0 + bg::TieredExpertStore::kRateWeight * (0.8 - 1.0) - 1e-12);
+        const bg::StoreCounters d = st.counters() - before;
+        const uint64_t each = s.model().expert_bytes_each(layer);
+        const uint64_t cpu_part = static_cast<uint64_t>(f) * (slot.gate.row_stride + slot.up.row_stride) +
+                                  static_cast<uint64_t>(E) * bg::row_bytes(slot.down.type, f);
+        const uint64_t cpu_down = static_cast<uint64_t>(E) * bg::row_bytes(slot.down.type, f);  // its columns of down
+        const uint64_t copy_part = static_cast<uint64_t>(F - f) * (slot.gate.row_stride + slot.up.row_stride) +
+                                   static_cast<uint64_t>(E) * bg::row_bytes(slot.down.type, F - f) +
+                                   (form == bg::SplitCopy::kWholeDown ? cpu_down : 0);
+        EXPECT_EQ(cpu_part + copy_part - (form == bg::SplitCopy::kWholeDown ? cpu_down : 0), each)
+            << "with all of down copied, the CPU's columns of it are the only bytes both paths read; else none";
+        EXPECT_EQ(d.split_experts, 1u);
+        EXPECT_EQ(d.cpu_experts, 3u);
+        EXPECT_EQ(d.copied_experts, 2u);
+        EXPECT_EQ(d.cpu_bytes, 3 * each + cpu_part);
+        EXPECT_EQ(d.pcie_bytes, 2 * each + copy_part);
+        // The part's 0.5 ms stands for 0.5 x 256 / 160 = 0.8 ms a whole expert; the whole ones' 1 ms
+        // each leave the rate at 1 ms, so the last release decides it whichever order they came in.
+        const double got_rate = st.host_path_rates()[layer].cpu_ms_one;
+        EXPECT_LT(got_rate, 1.0);
+        EXPECT_GE(got_rate, 1.0 + bg::TieredExpertStore::kRateWeight * (0.8 - 1.0) - 1e-12);
+    }
 }
 
 // --split-experts off (the default): the same rates split nothing; four go to the CPU whole.
@@ -671,7 +677,7 @@ TEST(Store, SplitExpertsOffKeepsExpertsWhole) {
     const bg::ResidencyPlan& plan = s.plan();
     const int64_t L = plan.n_layer(), layer = L - 1;
     std::vector<bg::HostPathRates> rates(static_cast<size_t>(L));
-    for (auto& r : rates) r.cpu_ms_one = r.cpu_ms_per_token = 1.0, r.copy_ms = 1.5, r.gpu_ms = 0, r.part_copy_fixed = 0;
+    for (auto& r : rates) r.cpu_ms_one = r.cpu_ms_per_token = 1.0, r.copy_ms = 1.5, r.gpu_ms = 0, r.part_copy_fixed = 0, r.part_copy_slope = 1;
     st.set_host_compute(bg::DecodeExperts::kHybrid, rates);
     std::set<int32_t> want(plan.hot_ids[layer].begin(), plan.hot_ids[layer].end());
     for (int32_t e : plan.resident[layer]) want.insert(e);
@@ -710,6 +716,11 @@ public:
     void copy(uint8_t* dst, const uint8_t* src, uint64_t bytes, bg::CopyKind kind) override { base_->copy(dst, src, bytes, kind); }
     uint64_t copy_async(uint8_t* dst, const uint8_t* src, uint64_t bytes, bg::CopyKind kind) override {
         base_->copy(dst, src, bytes, kind);
+        return ++queued_;
+    }
+    uint64_t copy_rows_async(uint8_t* dst, uint64_t dst_pitch, const uint8_t* src, uint64_t src_pitch, uint64_t width,
+                             uint64_t rows, bg::CopyKind kind) override {
+        base_->copy_rows_async(dst, dst_pitch, src, src_pitch, width, rows, kind);
         return ++queued_;
     }
     void wait_copy(uint64_t ticket) override {

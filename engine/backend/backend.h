@@ -36,6 +36,11 @@ public:
     // and not yet waited for.
     static constexpr int kMaxQueuedCopies = 64;
     virtual uint64_t copy_async(uint8_t* dst, const uint8_t* src, uint64_t bytes, CopyKind kind) = 0;
+    // copy_async of `rows` rows of `width` bytes, row i from src + i * src_pitch to dst + i *
+    // dst_pitch, as one copy and one ticket (on a GPU one 2D copy): a matrix's columns, such as
+    // the down projection's share of an expert split between the CPU and the GPU.
+    virtual uint64_t copy_rows_async(uint8_t* dst, uint64_t dst_pitch, const uint8_t* src, uint64_t src_pitch,
+                                     uint64_t width, uint64_t rows, CopyKind kind) = 0;
     virtual void wait_copy(uint64_t ticket) = 0;
     // An event that passes once copy `ticket` has landed, for a compute queue to wait for on the
     // device (Ops::wait_event) instead of the host waiting: what was queued behind it starts as

@@ -146,6 +146,9 @@ void add_run_flags(CLI::App* cmd, RunConfig& cfg) {
                     "and a copy (the rest) where the measured rates say that ends both paths sooner than whole experts "
                     "do (on | off; off by default: measured not faster on every host)")
         ->capture_default_str();
+    add_enum_option(cmd, cfg.split_copy,
+                    "How a split expert's copied part travels: columns (its rows of gate and up, its columns of down "
+                    "as a 2D copy) | whole-down (its rows of gate and up, all of down: contiguous, more bytes)");
     cmd->add_option("--residency", cfg.residency, "Residency plan from 'betelgeuse profile' (default: highest router bias)");
     cmd->add_flag("--promote", cfg.promote, "Move the H most-used resident experts into VRAM at the end of each pass");
     cmd->add_flag("--preload", cfg.preload,

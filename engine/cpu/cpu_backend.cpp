@@ -22,6 +22,12 @@ public:
         copy(dst, src, bytes, kind);
         return ++tickets_;
     }
+    uint64_t copy_rows_async(uint8_t* dst, uint64_t dst_pitch, const uint8_t* src, uint64_t src_pitch, uint64_t width,
+                             uint64_t rows, CopyKind) override {
+        BG_CHECK(width <= dst_pitch && width <= src_pitch);
+        for (uint64_t r = 0; r < rows; ++r) std::memcpy(dst + r * dst_pitch, src + r * src_pitch, width);
+        return ++tickets_;
+    }
     void wait_copy(uint64_t ticket) override { BG_CHECK(ticket <= tickets_); }
     uint64_t device_used_bytes() const override { return 0; }
     bool device_is_host_addressable() const override { return true; }

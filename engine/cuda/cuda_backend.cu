@@ -95,6 +95,21 @@ public:
         check(cudaEventRecord(copy_done_[ticket % kMaxQueuedCopies], copy_stream_), "cudaEventRecord");
         return ticket;
     }
+    uint64_t copy_rows_async(uint8_t* dst, uint64_t dst_pitch, const uint8_t* src, uint64_t src_pitch, uint64_t width,
+                             uint64_t rows, CopyKind kind) override {
+        BG_CHECK(width <= dst_pitch && width <= src_pitch);
+        if (kind == CopyKind::kHostToHost) {
+            for (uint64_t r = 0; r < rows; ++r) std::memcpy(dst + r * dst_pitch, src + r * src_pitch, width);
+            return waited_;
+        }
+        BG_CHECK(queued_ - waited_ < static_cast<uint64_t>(kMaxQueuedCopies));
+        if (queued_ == waited_) check(cudaEventRecord(batch_start_, copy_stream_), "cudaEventRecord");
+        check(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows, cuda_kind(kind), copy_stream_),
+              "cudaMemcpy2DAsync");
+        const uint64_t ticket = ++queued_;
+        check(cudaEventRecord(copy_done_[ticket % kMaxQueuedCopies], copy_stream_), "cudaEventRecord");
+        return ticket;
+    }
     void wait_copy(uint64_t ticket) override {
         BG_CHECK(ticket <= queued_);
         if (ticket <= waited_) return;

@@ -20,7 +20,8 @@ nlohmann::json HostPathRates::to_json() const {
             {"copy_ms", copy_ms},
             {"gpu_ms", gpu_ms},
             {"gpu_in_place_ms", gpu_in_place_ms},
-            {"part_copy_fixed", part_copy_fixed}};
+            {"part_copy_fixed", part_copy_fixed},
+            {"part_copy_slope", part_copy_slope}};
 }
 
 int64_t split_step_rows(int64_t n_ff, int64_t block) {

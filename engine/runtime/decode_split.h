@@ -49,15 +49,28 @@ struct HostPathRates {
     // slots are pinned, which a kernel can read in place): recorded beside the copy's path, which
     // the split uses, to see whether skipping the copy would pay.
     double gpu_in_place_ms = 0;
-    // The copy of part of an expert's hidden rows (split_host_experts: its rows of gate and up, and
-    // the whole of down, which the GPU reads those columns of) costs copy_ms times (fixed + (1 -
-    // fixed) x its share of the rows): part_copy_fixed, measured at start-up from such a copy at
-    // about half the rows (TieredExpertStore::probe_host_path), is about down's share of the
-    // expert's bytes. < 0: not measured, and no expert is split.
-    double part_copy_fixed = -1;
-    double part_copy_ms(double rows_share) const { return copy_ms * (part_copy_fixed + (1 - part_copy_fixed) * rows_share); }
+    // The copy of part of an expert's hidden rows (split_host_experts) costs copy_ms times
+    // (part_copy_fixed + part_copy_slope x its share of the rows), fitted at start-up to such a
+    // copy at about half the rows (TieredExpertStore::probe_host_path) in the form the run copies
+    // parts (SplitCopy): with down's columns, fixed 0 and the slope measured; with all of down,
+    // the slope 1 - fixed and fixed measured (about down's share of the bytes). part_copy_fixed
+    // < 0: not measured, and no expert is split.
+    double part_copy_fixed = -1, part_copy_slope = 0;
+    double part_copy_ms(double rows_share) const { return copy_ms * (part_copy_fixed + part_copy_slope * rows_share); }
     double cpu_ms(int64_t tokens) const { return cpu_ms_one + static_cast<double>(tokens - 1) * cpu_ms_per_token; }
     nlohmann::json to_json() const;
+};
+
+// How a split expert's copied part (its hidden rows [f, n_ff)) reaches the device: those rows of
+// gate and up, and of down either those columns (a 2D copy of n_embd short rows: the fewest
+// bytes, but the copy engine takes each row apart) or all of it (contiguous with up's rows: at
+// the copy's full rate, but the CPU's columns cross too, and the copy engine's extra reads of host
+// memory compete with the CPU's). Which pays depends on the machine: --split-copy.
+enum class SplitCopy : uint8_t { kColumns, kWholeDown };
+template <>
+struct EnumNames<SplitCopy> {
+    static constexpr NamedValue<SplitCopy> kNames[] = {{SplitCopy::kColumns, "columns"}, {SplitCopy::kWholeDown, "whole-down"}};
+    static constexpr const char* kWhat = "--split-copy";
 };
 
 // How an expert's hidden rows may be split between the paths: in steps of step_rows (whole

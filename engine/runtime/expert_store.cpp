@@ -27,7 +27,7 @@ nlohmann::json StoreConfig::to_json() const {
             {"lru_slots", lru_slots},
             {"vram_budget_bytes", vram_budget_bytes},  {"host_budget_bytes", host_budget_bytes},
             {"device_fixed_bytes", device_fixed_bytes}, {"host_fixed_bytes", host_fixed_bytes},
-            {"split_experts", split_experts}};
+            {"split_experts", split_experts}, {"split_copy", enum_name(split_copy)}};
 }
 
 StoreCounters StoreCounters::operator-(const StoreCounters& o) const {
@@ -512,9 +512,9 @@ void TieredExpertStore::complete_read(io::ReadOp* op) {
 bool TieredExpertStore::do_copies(std::unique_lock<std::mutex>& lk) {
     const int64_t limit = cfg_.prefetch ? n_items_ : requested_;
     copy_batch_.clear();
-    // An item takes one copy, or two as a split expert's copied part: its tickets all fit.
+    // An item takes one copy, or up to three as a split expert's copied part: its tickets all fit.
     int tickets = 0;
-    for (int64_t i = 0; i < limit && tickets + 2 <= Backend::kMaxQueuedCopies; ++i) {
+    for (int64_t i = 0; i < limit && tickets + 3 <= Backend::kMaxQueuedCopies; ++i) {
         Item& it = items_[i];
         if (it.stage != Stage::kInHost) continue;
         uint8_t* dst;
@@ -527,7 +527,7 @@ bool TieredExpertStore::do_copies(std::unique_lock<std::mutex>& lk) {
         }
         it.stage = Stage::kCopying;
         copy_batch_.push_back({i, dst, it.host_src, it.part_first, 0, 0});
-        tickets += it.part_first > 0 ? 2 : 1;
+        tickets += it.part_first > 0 ? 3 : 1;
     }
     if (copy_batch_.empty()) return false;
     copies_landing_ += static_cast<int64_t>(copy_batch_.size());
@@ -575,11 +575,13 @@ bool TieredExpertStore::do_copies(std::unique_lock<std::mutex>& lk) {
     c_.pcie_ms += engine_ms;
     if (host_mode_ == DecodeExperts::kHybrid && layer_ >= 0) {
         // What one whole expert's copy took in this batch (all of one layer's size; a split
-        // expert's part counts as its bytes' share of one: contiguous copies, at the same rate).
+        // expert's part counts as the share of one its start-up fit gives it).
         HostPathRates& r = rates_[static_cast<size_t>(layer_)];
-        const double each = static_cast<double>(m_.expert_bytes_each(layer_));
+        const double n_ff = static_cast<double>(split_rows_[static_cast<size_t>(layer_)].n_ff);
         double wholes = 0;
-        for (const QueuedCopy& q : copy_batch_) wholes += static_cast<double>(q.bytes) / each;
+        for (const QueuedCopy& q : copy_batch_)
+            wholes += q.first_row == 0 ? 1.0
+                                       : r.part_copy_fixed + r.part_copy_slope * (n_ff - static_cast<double>(q.first_row)) / n_ff;
         r.copy_ms += kRateWeight * (engine_ms / wholes - r.copy_ms);
     }
     copy_timeline_.add(t0_ms, now_ms());  // batches follow one another on this thread: in order, disjoint
@@ -845,11 +847,8 @@ uint64_t TieredExpertStore::queue_expert_copy(int64_t layer, uint8_t* dst, const
         *tickets = 1;
         return backend_.copy_async(dst, src, each, CopyKind::kHostToDevice);
     }
-    // Gate's rows from `first` on, then up's rows from `first` on and the whole of down, which lie
-    // back to back to the slot's end. Down's columns [first, n_ff) alone would be a 2D copy of
-    // n_embd short rows: on an H100 machine (2026-12-06 10:31) a part copied so took 1.5-2.4
-    // times its bytes' share of a whole copy, where the CPU's columns of down copied too cost
-    // them at the copy's full rate.
+    // Gate's rows from `first` on; then up's rows from `first` on and, per StoreConfig::split_copy,
+    // down's columns from `first` on (a 2D copy) or all of down (it follows up to the slot's end).
     const ExpertMats e = slot_layout(layer);
     const auto at = [&](const MatView& v, int64_t row) {
         return static_cast<uint64_t>(v.data - layout_base()) + static_cast<uint64_t>(row) * v.row_stride;
@@ -857,10 +856,19 @@ uint64_t TieredExpertStore::queue_expert_copy(int64_t layer, uint8_t* dst, const
     BG_CHECK(at(e.gate, e.gate.rows) <= at(e.up, 0) && at(e.up, e.up.rows) <= at(e.down, 0) && at(e.down, e.down.rows) <= each);
     const uint64_t gate0 = at(e.gate, first), gate1 = at(e.gate, e.gate.rows), up0 = at(e.up, first);
     backend_.copy_async(dst + gate0, src + gate0, gate1 - gate0, CopyKind::kHostToDevice);
-    const uint64_t last = backend_.copy_async(dst + up0, src + up0, each - up0, CopyKind::kHostToDevice);
-    *bytes = (gate1 - gate0) + (each - up0);
-    *tickets = 2;
-    return last;
+    if (cfg_.split_copy == SplitCopy::kWholeDown) {
+        *bytes = (gate1 - gate0) + (each - up0);
+        *tickets = 2;
+        return backend_.copy_async(dst + up0, src + up0, each - up0, CopyKind::kHostToDevice);
+    }
+    const uint64_t up1 = at(e.up, e.up.rows);
+    backend_.copy_async(dst + up0, src + up0, up1 - up0, CopyKind::kHostToDevice);
+    const MatView down = e.down.slice_cols(first, e.down.cols - first);
+    const uint64_t down0 = static_cast<uint64_t>(down.data - layout_base()), width = row_bytes(down.type, down.cols);
+    *bytes = (gate1 - gate0) + (up1 - up0) + width * static_cast<uint64_t>(down.rows);
+    *tickets = 3;
+    return backend_.copy_rows_async(dst + down0, down.row_stride, src + down0, down.row_stride, width,
+                                    static_cast<uint64_t>(down.rows), CopyKind::kHostToDevice);
 }
 
 uint64_t TieredExpertStore::verify_slots() const {

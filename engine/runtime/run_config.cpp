@@ -77,6 +77,7 @@ nlohmann::json RunConfig::to_json() const {
         {"transient_slots", transient_slots},
         {"speculative_copies", speculative_copies},
         {"split_experts", split_experts},
+        {"split_copy", enum_name(split_copy)},
         {"lru_slots", lru_slots},
         {"io", enum_name(io)},
         {"queue_depth", queue_depth},

@@ -88,6 +88,7 @@ struct RunConfig {
     // +4 % on one host (down's columns as a 2D copy) and -1.5 % on another (down copied whole, as
     // now), eight rounds alternated (measurements/slice/decode-threads, REPRODUCING.md).
     bool split_experts = false;
+    SplitCopy split_copy = SplitCopy::kColumns;  // --split-copy: how a split expert's copied part travels
     int64_t lru_slots = 0;            // host LRU cache for non-resident experts
     io::IoEngine io = io::IoEngine::kUring;
     uint32_t queue_depth = 64;

@@ -163,6 +163,7 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
     sc.prefetch = order_ == PrefillOrder::kLayerMajor;
     sc.speculative = cfg.speculative_copies;
     sc.split_experts = cfg.split_experts;
+    sc.split_copy = cfg.split_copy;
     sc.vram_budget_bytes = cfg.vram_budget_mib * mib;
     sc.host_budget_bytes = cfg.host_budget_mib * mib;
     sc.device_fixed_bytes = engram_->buffer_bytes() + memory_.forward_device_bytes + vram_reserve_bytes_;
@@ -232,9 +233,18 @@ void Session::measure_host_paths() {
         const TieredExpertStore::HostPathProbe p = store_->probe_host_path(l);
         HostPathRates& r = rates[l];
         r.copy_ms = p.copy_ms;
-        // What a split's copy costs beyond its rows' share of a whole one (HostPathRates).
-        if (p.part_rows_share > 0 && p.part_rows_share < 1 && p.copy_ms > 0)
-            r.part_copy_fixed = std::clamp((p.copy_part_ms / p.copy_ms - p.part_rows_share) / (1 - p.part_rows_share), 0.0, 1.0);
+        // What a split's copied part costs against a whole copy (HostPathRates), in the form the
+        // run copies parts.
+        if (p.part_rows_share > 0 && p.part_rows_share < 1 && p.copy_ms > 0) {
+            const double share = p.copy_part_ms / p.copy_ms;
+            if (cfg_.split_copy == SplitCopy::kColumns) {
+                r.part_copy_fixed = 0;
+                r.part_copy_slope = share / p.part_rows_share;
+            } else {
+                r.part_copy_fixed = std::clamp((share - p.part_rows_share) / (1 - p.part_rows_share), 0.0, 1.0);
+                r.part_copy_slope = 1 - r.part_copy_fixed;
+            }
+        }
         r.gpu_ms = fwd_->time_expert_ms(p.device, l, 1, 3);
         // Each of the host slots' experts read once in turn, the first again at the end (its
         // bytes left the caches since), so each run reads its weights from memory as decode does;
