@@ -400,7 +400,7 @@ for part in "$@"; do
       nproc > "$dir/cores.txt"
       # BG_THREAD_CFGS: other mode:threads pairs (e.g. "hybrid:0 hybrid:13 hybrid:14 cpu:0 cpu:14").
       # Modes hybrid-split, hybrid-splitwhole and hybrid-nosplit are hybrid with --split-experts on (down's
-      # columns copied, --split-copy columns), on (all of down copied) and off (the default).
+      # columns copied, --split-copy columns: the default), on (all of down copied) and off.
       for cfg in ${BG_THREAD_CFGS:-gpu:0 cpu:0 hybrid:0 hybrid:16 hybrid:15 hybrid:8}; do  # 0: the default (13 of 16 cores on a GPU since 2026-12-06; 12 before)
         where=${cfg%%:*}; th=${cfg##*:}
         split=()  # plain modes pass nothing: engines from before --split-experts run them too

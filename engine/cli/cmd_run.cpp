@@ -144,7 +144,7 @@ void add_run_flags(CLI::App* cmd, RunConfig& cfg) {
     cmd->add_option("--split-experts", cfg.split_experts,
                     "With --decode-experts hybrid, split one expert a layer between the CPU (its first hidden rows) "
                     "and a copy (the rest) where the measured rates say that ends both paths sooner than whole experts "
-                    "do (on | off; off by default: measured not faster on every host)")
+                    "do (on | off)")
         ->capture_default_str();
     add_enum_option(cmd, cfg.split_copy,
                     "How a split expert's copied part travels: columns (its rows of gate and up, its columns of down "

@@ -71,7 +71,7 @@ struct StoreConfig {
     uint64_t host_budget_bytes = 12ull << 30;
     uint64_t device_fixed_bytes = 0;  // other device memory charged to the budget (Engram buffer)
     uint64_t host_fixed_bytes = 0;    // other host memory charged to the budget (dense, caches)
-    bool split_experts = false;       // host compute may split one expert a layer between the paths
+    bool split_experts = true;        // host compute may split one expert a layer between the paths
     SplitCopy split_copy = SplitCopy::kColumns;  // how a split expert's copied part travels
     nlohmann::json to_json() const;
 };

@@ -84,10 +84,11 @@ struct RunConfig {
     // computes, before routing names the used ones (ExpertProvider::prepare_layer).
     bool speculative_copies = true;
     // --split-experts: hybrid decode may split one expert a layer between the CPU and a copy
-    // (runtime/decode_split.h). Off by default: on the H100 machines of 2026-12-06 it gave +2.5 to
-    // +4 % on one host (down's columns as a 2D copy) and -1.5 % on another (down copied whole, as
-    // now), eight rounds alternated (measurements/slice/decode-threads, REPRODUCING.md).
-    bool split_experts = false;
+    // (runtime/decode_split.h). On by default, down's columns copied (--split-copy columns): on the
+    // H100 machines of 2026-12-06, alternated rounds of one binary, +2.5 to +4 % (10:31) and a
+    // median +4.4 % (10:53) against whole experts; with all of down copied -1.5 % (10:40) and
+    // +1.5 % (10:53) (measurements/slice/decode-threads, REPRODUCING.md).
+    bool split_experts = true;
     SplitCopy split_copy = SplitCopy::kColumns;  // --split-copy: how a split expert's copied part travels
     int64_t lru_slots = 0;            // host LRU cache for non-resident experts
     io::IoEngine io = io::IoEngine::kUring;
