@@ -569,7 +569,6 @@ TEST(Store, AnExpertSplitBetweenThePathsComesTwiceWithItsOwnRowsAndBytes) {
         bg::RunConfig c = tiny_cfg();
         c.split_copy = form;
         c.model_path = bgtest::preset_model(bg::QuantPreset::kMxfp4Moe);  // 256 hidden rows, steps of 32
-        c.split_experts = true;  // --split-experts on
         bg::Session s(c);
         bg::TieredExpertStore& st = s.store();
         st.preload();
@@ -667,10 +666,11 @@ TEST(Store, AnExpertSplitBetweenThePathsComesTwiceWithItsOwnRowsAndBytes) {
     }
 }
 
-// --split-experts off (the default): the same rates split nothing; four go to the CPU whole.
+// --split-experts off: the same rates split nothing; four go to the CPU whole.
 TEST(Store, SplitExpertsOffKeepsExpertsWhole) {
     bg::RunConfig c = tiny_cfg();
     c.model_path = bgtest::preset_model(bg::QuantPreset::kMxfp4Moe);
+    c.split_experts = false;
     bg::Session s(c);
     bg::TieredExpertStore& st = s.store();
     st.preload();
