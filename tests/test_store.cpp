@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -532,7 +533,9 @@ TEST(Store, ReadyExpertsComeTogetherAndTheCpuRateFollowsTheCallersTime) {
     ASSERT_EQ(n_got, n) << "every expert was present at once";
     for (int64_t i = 0; i < n; ++i) {
         EXPECT_EQ(views[i].on_host, hot.count(got[i]) == 0) << "expert " << got[i];
-        if (i > 0 && views[i - 1].on_host) EXPECT_TRUE(views[i].on_host) << "VRAM experts first";
+        if (i > 0 && views[i - 1].on_host) {
+            EXPECT_TRUE(views[i].on_host) << "VRAM experts first";
+        }
     }
     std::vector<int32_t> sorted(got.begin(), got.end());
     std::sort(sorted.begin(), sorted.end());
@@ -556,6 +559,35 @@ TEST(Store, ReadyExpertsComeTogetherAndTheCpuRateFollowsTheCallersTime) {
 }
 
 
+// A decode layer for the split tests: the MXFP4 tiny-blocks model (256 hidden rows, steps of 32),
+// its last layer's two hot and six host-resident experts (ascending ids, one token each), the
+// store preloaded and told rates by which a split is the fastest choice: six host experts at 1 ms
+// on the CPU, 1.5 ms a copy, a part's copy its rows' share of one; whole, four on the CPU end at
+// 4 ms; three and 5/8 of a fourth at max(3.625, 2 x 1.5 + 3/8 x 1.5) = 3.625.
+struct SplitLayer {
+    std::unique_ptr<bg::Session> session;
+    int64_t layer = 0;
+    std::vector<int32_t> experts, tokens, host_ids;  // host_ids: the host-resident ones, ascending
+    explicit SplitLayer(bg::RunConfig c) {
+        c.model_path = bgtest::preset_model(bg::QuantPreset::kMxfp4Moe);
+        session = std::make_unique<bg::Session>(c);
+        bg::TieredExpertStore& st = session->store();
+        st.preload();
+        const bg::ResidencyPlan& plan = session->plan();
+        layer = plan.n_layer() - 1;
+        std::vector<bg::HostPathRates> rates(static_cast<size_t>(plan.n_layer()));
+        for (auto& r : rates) r.cpu_ms_one = r.cpu_ms_per_token = 1.0, r.copy_ms = 1.5, r.gpu_ms = 0, r.part_copy_fixed = 0, r.part_copy_slope = 1;
+        st.set_host_compute(bg::DecodeExperts::kHybrid, rates);
+        const std::set<int32_t> hot(plan.hot_ids[layer].begin(), plan.hot_ids[layer].end());
+        std::set<int32_t> want(hot);
+        for (int32_t e : plan.resident[layer]) want.insert(e);
+        experts.assign(want.begin(), want.end());
+        tokens.assign(experts.size(), 1);
+        for (int32_t e : experts)
+            if (!hot.count(e)) host_ids.push_back(e);
+    }
+};
+
 // One expert split between the paths (split_host_experts, given rates that make a split the
 // fastest choice): begin_layer announces one hand-out more; the split expert comes twice, its
 // first cpu_rows hidden rows as a host view into its host slot (with the others the CPU takes
@@ -568,29 +600,13 @@ TEST(Store, AnExpertSplitBetweenThePathsComesTwiceWithItsOwnRowsAndBytes) {
         SCOPED_TRACE(bg::enum_name(form));
         bg::RunConfig c = tiny_cfg();
         c.split_copy = form;
-        c.model_path = bgtest::preset_model(bg::QuantPreset::kMxfp4Moe);  // 256 hidden rows, steps of 32
-        bg::Session s(c);
+        SplitLayer sl(c);
+        bg::Session& s = *sl.session;
         bg::TieredExpertStore& st = s.store();
-        st.preload();
-        const bg::ResidencyPlan& plan = s.plan();
-        const int64_t L = plan.n_layer(), layer = L - 1;
-        // Six host experts at 1 ms on the CPU, 1.5 ms a copy, a part's copy its rows' share of one:
-        // whole, four on the CPU end at 4 ms; three and 5/8 of a fourth at max(3.625, 2 x 1.5 + 3/8
-        // x 1.5) = 3.625.
-        std::vector<bg::HostPathRates> rates(static_cast<size_t>(L));
-        for (auto& r : rates) r.cpu_ms_one = r.cpu_ms_per_token = 1.0, r.copy_ms = 1.5, r.gpu_ms = 0, r.part_copy_fixed = 0, r.part_copy_slope = 1;
-        st.set_host_compute(bg::DecodeExperts::kHybrid, rates);
-
-        std::set<int32_t> hot(plan.hot_ids[layer].begin(), plan.hot_ids[layer].end());
-        std::set<int32_t> want(hot);
-        for (int32_t e : plan.resident[layer]) want.insert(e);
-        const std::vector<int32_t> experts(want.begin(), want.end());
-        const std::vector<int32_t> tokens(experts.size(), 1);
+        const int64_t layer = sl.layer;
+        const std::vector<int32_t>&experts = sl.experts, &tokens = sl.tokens, &host_ids = sl.host_ids;
         const int64_t n = static_cast<int64_t>(experts.size());
-        ASSERT_EQ(n - static_cast<int64_t>(hot.size()), 6) << "six host-resident experts";
-        std::vector<int32_t> host_ids;
-        for (int32_t e : experts)
-            if (!hot.count(e)) host_ids.push_back(e);
+        ASSERT_EQ(host_ids.size(), 6u) << "six host-resident experts";
         const int32_t split_id = host_ids[3];  // three whole to the CPU, by position; the fourth split
 
         const bg::StoreCounters before = st.counters();
@@ -669,20 +685,11 @@ TEST(Store, AnExpertSplitBetweenThePathsComesTwiceWithItsOwnRowsAndBytes) {
 // --split-experts off: the same rates split nothing; four go to the CPU whole.
 TEST(Store, SplitExpertsOffKeepsExpertsWhole) {
     bg::RunConfig c = tiny_cfg();
-    c.model_path = bgtest::preset_model(bg::QuantPreset::kMxfp4Moe);
     c.split_experts = false;
-    bg::Session s(c);
-    bg::TieredExpertStore& st = s.store();
-    st.preload();
-    const bg::ResidencyPlan& plan = s.plan();
-    const int64_t L = plan.n_layer(), layer = L - 1;
-    std::vector<bg::HostPathRates> rates(static_cast<size_t>(L));
-    for (auto& r : rates) r.cpu_ms_one = r.cpu_ms_per_token = 1.0, r.copy_ms = 1.5, r.gpu_ms = 0, r.part_copy_fixed = 0, r.part_copy_slope = 1;
-    st.set_host_compute(bg::DecodeExperts::kHybrid, rates);
-    std::set<int32_t> want(plan.hot_ids[layer].begin(), plan.hot_ids[layer].end());
-    for (int32_t e : plan.resident[layer]) want.insert(e);
-    const std::vector<int32_t> experts(want.begin(), want.end());
-    const std::vector<int32_t> tokens(experts.size(), 1);
+    SplitLayer sl(c);
+    bg::TieredExpertStore& st = sl.session->store();
+    const int64_t layer = sl.layer;
+    const std::vector<int32_t>&experts = sl.experts, &tokens = sl.tokens;
     const int64_t n = static_cast<int64_t>(experts.size());
     const bg::StoreCounters before = st.counters();
     st.begin_pass();
@@ -818,7 +825,9 @@ TEST(Store, CopiesInFlightComeAloneInCopyOrderWithTheirEvents) {
         std::vector<int32_t> sorted(got.begin(), got.end());
         std::sort(sorted.begin(), sorted.end());
         EXPECT_EQ(sorted, experts);
-        if (gated) EXPECT_EQ(n_landing, n_copied) << "the gate held every copy: each came on its way";
+        if (gated) {
+            EXPECT_EQ(n_landing, n_copied) << "the gate held every copy: each came on its way";
+        }
         // Released before the copies land (a device's compute waited for them on its own).
         for (int32_t e : got) st.release(e);
         std::atomic<bool> ended{false};
