@@ -273,6 +273,7 @@ int64_t TieredExpertStore::begin_layer(int64_t layer, const int32_t* experts, co
             Item& dev = items_[split_items_[hs.split]];
             dev.part_first = hs.cpu_rows;
             dev.part_rows = rows.n_ff - hs.cpu_rows;
+            BG_CHECK(n_items_ < static_cast<int64_t>(items_.size()));
             cpu_part_item_ = n_items_++;
             Item& cpu = items_[cpu_part_item_];
             cpu = Item{};
@@ -535,10 +536,7 @@ bool TieredExpertStore::do_copies(std::unique_lock<std::mutex>& lk) {
     const auto t0 = Clock::now();
     const double t0_ms = now_ms();
     const double engine_ms0 = backend_.copy_busy_ms();
-    for (QueuedCopy& q : copy_batch_) {
-        int n_tickets = 0;
-        q.ticket = queue_expert_copy(layer_, q.dst, q.src, q.first_row, &q.bytes, &n_tickets);
-    }
+    for (QueuedCopy& q : copy_batch_) q.ticket = queue_expert_copy(layer_, q.dst, q.src, q.first_row, &q.bytes);
     // Each may be handed out now, with the event its compute waits for on the device.
     lk.lock();
     bool any_event = false;
@@ -768,9 +766,8 @@ TieredExpertStore::HostPathProbe TieredExpertStore::probe_host_path(int64_t laye
         copy_ms.push_back(ms_between(t0, Clock::now()));
         if (first > 0) {
             uint64_t part = 0;
-            int tickets = 0;
             const auto t1 = Clock::now();
-            backend_.wait_copy(queue_expert_copy(layer, device, host, first, &part, &tickets));
+            backend_.wait_copy(queue_expert_copy(layer, device, host, first, &part));
             part_ms.push_back(ms_between(t1, Clock::now()));
             p.part_rows_share = static_cast<double>(rows.n_ff - first) / static_cast<double>(rows.n_ff);
         }
@@ -840,11 +837,10 @@ uint64_t TieredExpertStore::part_bytes(int64_t layer, int64_t first, int64_t n) 
 }
 
 uint64_t TieredExpertStore::queue_expert_copy(int64_t layer, uint8_t* dst, const uint8_t* src, int64_t first,
-                                              uint64_t* bytes, int* tickets) {
+                                              uint64_t* bytes) {
     const uint64_t each = m_.expert_bytes_each(layer);
     if (first == 0) {
         *bytes = each;
-        *tickets = 1;
         return backend_.copy_async(dst, src, each, CopyKind::kHostToDevice);
     }
     // Gate's rows from `first` on; then up's rows from `first` on and, per StoreConfig::split_copy,
@@ -858,7 +854,6 @@ uint64_t TieredExpertStore::queue_expert_copy(int64_t layer, uint8_t* dst, const
     backend_.copy_async(dst + gate0, src + gate0, gate1 - gate0, CopyKind::kHostToDevice);
     if (cfg_.split_copy == SplitCopy::kWholeDown) {
         *bytes = (gate1 - gate0) + (each - up0);
-        *tickets = 2;
         return backend_.copy_async(dst + up0, src + up0, each - up0, CopyKind::kHostToDevice);
     }
     const uint64_t up1 = at(e.up, e.up.rows);
@@ -866,7 +861,6 @@ uint64_t TieredExpertStore::queue_expert_copy(int64_t layer, uint8_t* dst, const
     const MatView down = e.down.slice_cols(first, e.down.cols - first);
     const uint64_t down0 = static_cast<uint64_t>(down.data - layout_base()), width = row_bytes(down.type, down.cols);
     *bytes = (gate1 - gate0) + (up1 - up0) + width * static_cast<uint64_t>(down.rows);
-    *tickets = 3;
     return backend_.copy_rows_async(dst + down0, down.row_stride, src + down0, down.row_stride, width,
                                     static_cast<uint64_t>(down.rows), CopyKind::kHostToDevice);
 }

@@ -241,10 +241,10 @@ private:
     void views_of(const Item& it, const uint8_t* base, ExpertView* v) const;
     // Queues the copy of hidden rows [first, n_ff) of a layer's expert from the slot at src to the
     // slot at dst: the whole slot as one copy where first is 0, else those rows of gate and up and
-    // those columns of down (a 2D copy), at the places a whole copy puts them. Returns the last
-    // ticket; *bytes gets the bytes copied and *tickets the copies queued.
-    uint64_t queue_expert_copy(int64_t layer, uint8_t* dst, const uint8_t* src, int64_t first, uint64_t* bytes,
-                               int* tickets);
+    // those columns of down (a 2D copy) or all of down (StoreConfig::split_copy), at the places a
+    // whole copy puts them: one copy, or up to three. Returns the last ticket; *bytes gets the
+    // bytes copied.
+    uint64_t queue_expert_copy(int64_t layer, uint8_t* dst, const uint8_t* src, int64_t first, uint64_t* bytes);
     // The bytes of hidden rows [first, first + n) of a layer's expert.
     uint64_t part_bytes(int64_t layer, int64_t first, int64_t n) const;
     // A layer's expert matrices as they lie in a slot: views of the slot at layout_base() (any
