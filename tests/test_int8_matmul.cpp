@@ -381,6 +381,75 @@ TEST(Int8Expert, SeveralInOneJobEachEqualsItselfAloneBitForBit) {
     }
 }
 
+// Parts of experts in one job (a split expert's CPU rows, ExpertMats::hidden_rows: gate's and up's
+// first rows, down's first columns, so gate and up do not lie back to back and each expert has
+// its own width): each part's y and h are bit for bit what it gives alone, beside whole experts,
+// the parts' h packed one after another; and the two parts of an expert sum to its whole y
+// within float rounding (each hidden unit's SwiGLU is its own).
+TEST(Int8Expert, PartsOfExpertsInOneJobEachEqualItselfAloneAndSumToTheWhole) {
+    auto rng = bgtest::fresh_rng();
+    constexpr int64_t E = 512, F = 256;
+    for (const cpu::CpuIsa isa : {cpu::CpuIsa::kPortable, cpu::CpuIsa::kAvx2, cpu::CpuIsa::kAvx512}) {
+        if (!cpu::cpu_isa_usable(isa)) continue;
+        for (const int threads : {1, 3}) {
+            cpu::ThreadPool pool(threads);
+            cpu::Int8MatmulScratch alone_scratch, job_scratch;
+            std::vector<bgtest::HostMat> gu_w, down_w;
+            std::vector<ExpertMats> whole;
+            for (const GgmlType t : {GgmlType::MXFP4, GgmlType::Q8_0, GgmlType::MXFP4}) {
+                gu_w.push_back(bgtest::random_mat(t, 2 * F, E, 0, rng));
+                down_w.push_back(bgtest::random_mat(t, E, F, 0, rng));
+            }
+            for (size_t i = 0; i < gu_w.size(); ++i) {
+                const MatView gate_up{gu_w[i].bytes.data(), gu_w[i].type, E, 2 * F, gu_w[i].stride};
+                whole.push_back({gate_up.slice_rows(0, F), gate_up.slice_rows(F, F),
+                                 MatView{down_w[i].bytes.data(), down_w[i].type, F, E, down_w[i].stride}});
+            }
+            // Expert 0 split at 96 rows (both parts in the job), expert 1 whole, expert 2's first 160.
+            const std::vector<ExpertMats> parts = {whole[0].hidden_rows(0, 96), whole[1], whole[2].hidden_rows(0, 160),
+                                                   whole[0].hidden_rows(96, F - 96)};
+            const std::vector<int64_t> ms = {1, 2, 1, 1};
+            const int64_t n = static_cast<int64_t>(parts.size());
+            std::vector<cpu::Int8Expert> experts;
+            int64_t m_all = 0, hidden_all = 0;
+            for (int64_t i = 0; i < n; ++i) {
+                experts.push_back({parts[i].gate, parts[i].up, parts[i].down, ms[i]});
+                m_all += ms[i];
+                hidden_all += ms[i] * parts[i].gate.rows;
+            }
+            // Expert 0's parts see the same token (rows 0 and 4 of x alike).
+            const int64_t ldx = E + 3;
+            std::vector<float> x = bgtest::uniform(rng, m_all * ldx, -1.0f, 1.0f);
+            std::copy(x.begin(), x.begin() + E, x.begin() + 4 * ldx);
+            const float limit = 7.0f;
+            std::vector<float> gu(static_cast<size_t>(2 * hidden_all)), h(static_cast<size_t>(hidden_all), std::nanf(""));
+            std::vector<float> y(static_cast<size_t>(m_all * E), std::nanf(""));
+            cpu::experts_ffn_int8(pool, job_scratch, experts.data(), n, x.data(), ldx, limit, SwigluClamp::kDeepSeek,
+                                  gu.data(), h.data(), y.data(), isa);
+            for (int64_t i = 0, t = 0, u = 0; i < n; t += ms[i], u += ms[i] * parts[i].gate.rows, ++i) {
+                const int64_t m = ms[i], Fi = parts[i].gate.rows;
+                std::vector<float> gu1(static_cast<size_t>(m * 2 * Fi)), h1(static_cast<size_t>(m * Fi));
+                std::vector<float> y1(static_cast<size_t>(m * E), std::nanf(""));
+                cpu::expert_ffn_int8(pool, alone_scratch, experts[i], x.data() + t * ldx, ldx, limit, SwigluClamp::kDeepSeek,
+                                     gu1.data(), h1.data(), y1.data(), isa);
+                ASSERT_EQ(0, std::memcmp(y1.data(), y.data() + t * E, y1.size() * sizeof(float)))
+                    << cpu::cpu_isa_name(isa) << " threads " << threads << " part " << i;
+                ASSERT_EQ(0, std::memcmp(h1.data(), h.data() + u, h1.size() * sizeof(float)))
+                    << cpu::cpu_isa_name(isa) << " threads " << threads << " part " << i;
+            }
+            // Expert 0 whole against its two parts (rows 0 and 4 of y) summed.
+            std::vector<float> gu0(static_cast<size_t>(2 * F)), h0(static_cast<size_t>(F)), y0(static_cast<size_t>(E));
+            cpu::expert_ffn_int8(pool, alone_scratch, {whole[0].gate, whole[0].up, whole[0].down, 1}, x.data(), ldx, limit,
+                                 SwigluClamp::kDeepSeek, gu0.data(), h0.data(), y0.data(), isa);
+            double worst = 0, scale = 0;
+            for (int64_t c = 0; c < E; ++c) scale = std::max(scale, static_cast<double>(std::fabs(y0[c])));
+            for (int64_t c = 0; c < E; ++c)
+                worst = std::max(worst, std::fabs(static_cast<double>(y[c]) + y[4 * E + c] - y0[c]) / scale);
+            EXPECT_LT(worst, 1e-5) << cpu::cpu_isa_name(isa);
+        }
+    }
+}
+
 // The CPU Ops' expert batch (a decode layer's CPU experts in one call): every call's output rows,
 // gathered tokens and scattered rows, bit for bit what expert_ffn writes for it alone, whichever
 // go together: integer-path experts in slot layout (runs cut where the scratch or the job's 16
