@@ -9,6 +9,7 @@
 #include "backend/pool_channel.h"
 #include "cpu/bf16_expert.h"
 #include "cpu/expert_job.h"
+#include "cpu/argmax.h"
 #include "cpu/int8_expert.h"
 #include "cpu/int8_matmul.h"
 #include "cpu/ops.h"
@@ -336,19 +337,7 @@ public:
     }
 
     void argmax(const float* x, int64_t n, const TokenBan& ban, int32_t* out) override {
-        float m = -INFINITY;
-        int64_t at = -1;
-        // The first index of the largest: a later equal value does not replace it, NaN never
-        // compares, and -inf counts (a banned id, as -inf, is the choice only where all else is
-        // -inf or NaN). The ban is looked at only where a value would take the lead.
-        for (int64_t i = 0; i < n; ++i) {
-            float v = x[i];
-            if (!(v > m || (v == m && at < 0))) continue;
-            for (int b = 0; b < ban.n; ++b)
-                if (ban.ids[b] == i) v = -INFINITY;
-            if (v > m || (v == m && at < 0)) m = v, at = i;
-        }
-        out[0] = static_cast<int32_t>(at < 0 ? 0 : at);
+        out[0] = cpu::argmax(x, n, ban);
     }
 
 private:

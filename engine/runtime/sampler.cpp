@@ -11,37 +11,6 @@
 
 namespace bg {
 
-int32_t argmax(const float* x, int64_t n) {
-    // Two passes over the vocabulary: its largest value (a comparison that is false for NaN skips
-    // it), then the first index holding it. One pass with the index beside the running best is a
-    // chain of dependent compares and branches: 73-120 us for a 129,280-entry vocabulary on one
-    // core of the development machine, the host's work between two decode steps.
-    float m = -INFINITY;
-    int64_t i = 0;
-#if defined(__SSE2__)
-    // Sixteen running maxima: maxps(v, m) is v > m ? v : m, as the plain loop below.
-    __m128 best[4] = {_mm_set1_ps(-INFINITY), _mm_set1_ps(-INFINITY), _mm_set1_ps(-INFINITY), _mm_set1_ps(-INFINITY)};
-    for (; i + 16 <= n; i += 16)
-        for (int k = 0; k < 4; ++k) best[k] = _mm_max_ps(_mm_loadu_ps(x + i + 4 * k), best[k]);
-    alignas(16) float lanes[16];
-    for (int k = 0; k < 4; ++k) _mm_store_ps(lanes + 4 * k, best[k]);
-    for (float v : lanes) m = v > m ? v : m;
-#endif
-    for (; i < n; ++i) m = x[i] > m ? x[i] : m;
-    i = 0;
-#if defined(__SSE2__)
-    const __m128 want = _mm_set1_ps(m);
-    for (; i + 16 <= n; i += 16) {
-        int hit = 0;
-        for (int k = 0; k < 4; ++k) hit |= _mm_movemask_ps(_mm_cmpeq_ps(_mm_loadu_ps(x + i + 4 * k), want)) << (4 * k);
-        if (hit) return static_cast<int32_t>(i + __builtin_ctz(static_cast<unsigned>(hit)));
-    }
-#endif
-    for (; i < n; ++i)
-        if (x[i] == m) return static_cast<int32_t>(i);
-    return 0;  // every value NaN
-}
-
 Sampler::Sampler(const SamplingConfig& cfg) : cfg_(cfg), rng_(mix_seed(cfg.seed, 0x5A3B)) {
     if (!(cfg.temp >= 0.0) || !std::isfinite(cfg.temp)) fail("--temp must be a finite number >= 0, got %g", cfg.temp);
     if (!(cfg.top_p >= 0.0 && cfg.top_p <= 1.0)) fail("--top-p must be in [0, 1], got %g", cfg.top_p);
