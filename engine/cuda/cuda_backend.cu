@@ -88,12 +88,7 @@ public:
             std::memcpy(dst, src, bytes);
             return waited_;  // nothing queued: done already
         }
-        BG_CHECK(queued_ - waited_ < static_cast<uint64_t>(kMaxQueuedCopies));
-        if (queued_ == waited_) check(cudaEventRecord(batch_start_, copy_stream_), "cudaEventRecord");  // a batch begins
-        check(cudaMemcpyAsync(dst, src, bytes, cuda_kind(kind), copy_stream_), "cudaMemcpyAsync");
-        const uint64_t ticket = ++queued_;
-        check(cudaEventRecord(copy_done_[ticket % kMaxQueuedCopies], copy_stream_), "cudaEventRecord");
-        return ticket;
+        return enqueue([&] { check(cudaMemcpyAsync(dst, src, bytes, cuda_kind(kind), copy_stream_), "cudaMemcpyAsync"); });
     }
     uint64_t copy_rows_async(uint8_t* dst, uint64_t dst_pitch, const uint8_t* src, uint64_t src_pitch, uint64_t width,
                              uint64_t rows, CopyKind kind) override {
@@ -102,13 +97,10 @@ public:
             for (uint64_t r = 0; r < rows; ++r) std::memcpy(dst + r * dst_pitch, src + r * src_pitch, width);
             return waited_;
         }
-        BG_CHECK(queued_ - waited_ < static_cast<uint64_t>(kMaxQueuedCopies));
-        if (queued_ == waited_) check(cudaEventRecord(batch_start_, copy_stream_), "cudaEventRecord");
-        check(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows, cuda_kind(kind), copy_stream_),
-              "cudaMemcpy2DAsync");
-        const uint64_t ticket = ++queued_;
-        check(cudaEventRecord(copy_done_[ticket % kMaxQueuedCopies], copy_stream_), "cudaEventRecord");
-        return ticket;
+        return enqueue([&] {
+            check(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows, cuda_kind(kind), copy_stream_),
+                  "cudaMemcpy2DAsync");
+        });
     }
     void wait_copy(uint64_t ticket) override {
         BG_CHECK(ticket <= queued_);
@@ -137,6 +129,16 @@ public:
     }
 
 private:
+    // Queues one copy (issue() puts it on copy_stream_) as the next ticket, with its landing event.
+    template <class Issue>
+    uint64_t enqueue(Issue&& issue) {
+        BG_CHECK(queued_ - waited_ < static_cast<uint64_t>(kMaxQueuedCopies));
+        if (queued_ == waited_) check(cudaEventRecord(batch_start_, copy_stream_), "cudaEventRecord");  // a batch begins
+        issue();
+        const uint64_t ticket = ++queued_;
+        check(cudaEventRecord(copy_done_[ticket % kMaxQueuedCopies], copy_stream_), "cudaEventRecord");
+        return ticket;
+    }
     static cudaMemcpyKind cuda_kind(CopyKind kind) {
         return kind == CopyKind::kHostToDevice   ? cudaMemcpyHostToDevice
                : kind == CopyKind::kDeviceToHost ? cudaMemcpyDeviceToHost

@@ -24,6 +24,18 @@ nlohmann::json HostPathRates::to_json() const {
             {"part_copy_slope", part_copy_slope}};
 }
 
+void HostPathRates::fit_part_copy(SplitCopy form, double part_ms, double rows_share) {
+    BG_CHECK(rows_share > 0 && rows_share < 1 && copy_ms > 0 && part_ms >= 0);
+    const double share = part_ms / copy_ms;
+    if (form == SplitCopy::kColumns) {
+        part_copy_fixed = 0;
+        part_copy_slope = share / rows_share;
+    } else {
+        part_copy_fixed = std::clamp((share - rows_share) / (1 - rows_share), 0.0, 1.0);
+        part_copy_slope = 1 - part_copy_fixed;
+    }
+}
+
 int64_t split_step_rows(int64_t n_ff, int64_t block) {
     BG_CHECK(n_ff >= 0 && block >= 1);
     const int64_t base = std::lcm<int64_t>(32, block);

@@ -38,6 +38,18 @@ DecodeExperts resolve_decode_experts(DecodeExperts mode, bool on_gpu);
 // units keep the GPU path (their experts serve many tokens each, where the GPU wins).
 inline int64_t host_expert_positions(DecodeExperts resolved) { return resolved == DecodeExperts::kGpu ? 0 : 1; }
 
+// How a split expert's copied part (its hidden rows [f, n_ff)) reaches the device: those rows of
+// gate and up, and of down either those columns (a 2D copy of n_embd short rows: the fewest
+// bytes, but the copy engine takes each row apart) or all of it (contiguous with up's rows: at
+// the copy's full rate, but the CPU's columns cross too, and the copy engine's extra reads of host
+// memory compete with the CPU's). Which pays depends on the machine: --split-copy.
+enum class SplitCopy : uint8_t { kColumns, kWholeDown };
+template <>
+struct EnumNames<SplitCopy> {
+    static constexpr NamedValue<SplitCopy> kNames[] = {{SplitCopy::kColumns, "columns"}, {SplitCopy::kWholeDown, "whole-down"}};
+    static constexpr const char* kWhat = "--split-copy";
+};
+
 // What one host-resident expert costs on each path, measured at start-up on a real expert of
 // the model (Session: TieredExpertStore::probe_host_path and Forward::time_expert_ms).
 struct HostPathRates {
@@ -57,20 +69,11 @@ struct HostPathRates {
     // < 0: not measured, and no expert is split.
     double part_copy_fixed = -1, part_copy_slope = 0;
     double part_copy_ms(double rows_share) const { return copy_ms * (part_copy_fixed + part_copy_slope * rows_share); }
+    // Fits part_copy_fixed and part_copy_slope (copy_ms set) to one part's copy of part_ms for a
+    // rows_share of the rows (0 < rows_share < 1), copied in the given form (SplitCopy).
+    void fit_part_copy(SplitCopy form, double part_ms, double rows_share);
     double cpu_ms(int64_t tokens) const { return cpu_ms_one + static_cast<double>(tokens - 1) * cpu_ms_per_token; }
     nlohmann::json to_json() const;
-};
-
-// How a split expert's copied part (its hidden rows [f, n_ff)) reaches the device: those rows of
-// gate and up, and of down either those columns (a 2D copy of n_embd short rows: the fewest
-// bytes, but the copy engine takes each row apart) or all of it (contiguous with up's rows: at
-// the copy's full rate, but the CPU's columns cross too, and the copy engine's extra reads of host
-// memory compete with the CPU's). Which pays depends on the machine: --split-copy.
-enum class SplitCopy : uint8_t { kColumns, kWholeDown };
-template <>
-struct EnumNames<SplitCopy> {
-    static constexpr NamedValue<SplitCopy> kNames[] = {{SplitCopy::kColumns, "columns"}, {SplitCopy::kWholeDown, "whole-down"}};
-    static constexpr const char* kWhat = "--split-copy";
 };
 
 // How an expert's hidden rows may be split between the paths: in steps of step_rows (whole

@@ -769,7 +769,6 @@ TieredExpertStore::HostPathProbe TieredExpertStore::probe_host_path(int64_t laye
             const auto t1 = Clock::now();
             backend_.wait_copy(queue_expert_copy(layer, device, host, first, &part));
             part_ms.push_back(ms_between(t1, Clock::now()));
-            p.part_rows_share = static_cast<double>(rows.n_ff - first) / static_cast<double>(rows.n_ff);
         }
         ExpertView v;
         m_.expert_views(layer, host, &v.gate, &v.up, &v.down);
@@ -781,6 +780,7 @@ TieredExpertStore::HostPathProbe TieredExpertStore::probe_host_path(int64_t laye
     if (!part_ms.empty()) {
         std::sort(part_ms.begin(), part_ms.end());
         p.copy_part_ms = part_ms[part_ms.size() / 2];
+        p.part_rows_share = static_cast<double>(rows.n_ff - first) / static_cast<double>(rows.n_ff);
     }
     backend_.copy(device, pool_->staging(staging.front()), bytes, CopyKind::kHostToDevice);
     m_.expert_views(layer, device, &p.device.gate, &p.device.up, &p.device.down);

@@ -235,16 +235,8 @@ void Session::measure_host_paths() {
         r.copy_ms = p.copy_ms;
         // What a split's copied part costs against a whole copy (HostPathRates), in the form the
         // run copies parts.
-        if (p.part_rows_share > 0 && p.part_rows_share < 1 && p.copy_ms > 0) {
-            const double share = p.copy_part_ms / p.copy_ms;
-            if (cfg_.split_copy == SplitCopy::kColumns) {
-                r.part_copy_fixed = 0;
-                r.part_copy_slope = share / p.part_rows_share;
-            } else {
-                r.part_copy_fixed = std::clamp((share - p.part_rows_share) / (1 - p.part_rows_share), 0.0, 1.0);
-                r.part_copy_slope = 1 - r.part_copy_fixed;
-            }
-        }
+        if (p.part_rows_share > 0 && p.part_rows_share < 1 && p.copy_ms > 0)
+            r.fit_part_copy(cfg_.split_copy, p.copy_part_ms, p.part_rows_share);
         r.gpu_ms = fwd_->time_expert_ms(p.device, l, 1, 3);
         // Each of the host slots' experts read once in turn, the first again at the end (its
         // bytes left the caches since), so each run reads its weights from memory as decode does;
@@ -472,7 +464,7 @@ nlohmann::json Session::run(bool verbose, const std::function<void(int32_t)>& on
                           {"cpu_gb_s", fwd_->host_expert_ms() > host_ms0 ? dd.cpu_bytes / ((fwd_->host_expert_ms() - host_ms0) * 1e6) : 0.0},
                           {"copied_experts", dd.copied_experts},
                           // split between the two: the CPU's rows in cpu_bytes, the copied part (its
-                          // rows of gate and up, all of down) in copied_bytes
+                          // rows of gate and up, and of down its columns or all of it) in copied_bytes
                           {"split_experts", dd.split_experts},
                           // the host-resident (and disk-read) experts' bytes, each once: what the
                           // two paths had to move between them
