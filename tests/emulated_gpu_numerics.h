@@ -59,6 +59,7 @@ public:
     void sync() override { in_->sync(); }
     void record_fence(int i) override { in_->record_fence(i); }
     bool fence_passed(int i, bool w) override { return in_->fence_passed(i, w); }
+    void wait_host_word(const uint32_t* w, uint32_t v) override { in_->wait_host_word(w, v); }
     void busy_begin() override { in_->busy_begin(); }
     void busy_end() override { in_->busy_end(); }
 

@@ -10,14 +10,17 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <thread>
 #include <tuple>
 #include <vector>
 
+#include "backend/host_word.h"
 #include "cpu/cpu_ops.h"
 #include "cpu/thread_pool.h"
 #include "cuda/check.cuh"
@@ -226,6 +229,48 @@ TEST_F(GpuCudaOps, GroupByExpertMatchesTheCpu) {
         EXPECT_EQ(gather, want_gather);
         EXPECT_EQ(scatter, want_scatter);
     }
+}
+
+// Ops::wait_host_word: ops queued after the wait run only once another host thread publishes the
+// word (here 5 ms on): the fence after them has not passed before, and the buffer they write
+// holds the value uploaded after the wait; an earlier value of the word, or one already reached
+// (a wrapped sequence counts as reached), does not hold the queue.
+TEST_F(GpuCudaOps, QueueWaitsForTheHostWordAndGoesOnOnceItIsPublished) {
+    std::unique_ptr<Ops> gpu = cuda::make_cuda_ops();
+    gpu->reserve(OpsLimits{});
+    auto* word = static_cast<uint32_t*>(gpu->alloc_host(sizeof(uint32_t)));
+    auto* src = static_cast<int32_t*>(gpu->alloc_host(sizeof(int32_t)));
+    auto* dst = static_cast<int32_t*>(gpu->alloc(sizeof(int32_t)));
+    int32_t got = 0;
+    for (const uint32_t start : {0u, 0xFFFFFFFEu}) {
+        SCOPED_TRACE(start);
+        publish_host_word(word, start);
+        *src = -1;
+        gpu->upload(dst, src, sizeof(int32_t));
+        gpu->wait_host_word(word, start);  // reached already
+        gpu->wait_host_word(word, start - 5);
+        gpu->sync();
+        const uint32_t next = start + 3;  // wraps from 0xFFFFFFFE
+        gpu->wait_host_word(word, next);
+        gpu->upload(dst, src, sizeof(int32_t));
+        gpu->download(&got, dst, sizeof(int32_t));
+        gpu->record_fence(0);
+        std::thread writer([&] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            *src = 42;  // what the queued upload reads, published by the word
+            publish_host_word(word, next);
+        });
+        const auto t0 = std::chrono::steady_clock::now();
+        bool passed_early = false;
+        while (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(3)) passed_early |= gpu->fence_passed(0, false);
+        EXPECT_FALSE(passed_early) << "the queue ran before the word was published";
+        EXPECT_TRUE(gpu->fence_passed(0, true));
+        writer.join();
+        gpu->sync();
+        EXPECT_EQ(got, 42);
+    }
+    gpu->free_host(word);
+    gpu->free_host(src);
 }
 
 }  // namespace

@@ -3,13 +3,17 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <vector>
 
+#include "backend/host_word.h"
 #include "cpu/bf16_expert.h"
+#include "cpu/cpu_ops.h"
 #include "cpu/ops.h"
 #include "cpu/thread_pool.h"
 #include "ops_reference.h"
@@ -715,4 +719,37 @@ TEST(Ops, TopKTies) {
         top_k(v.data(), n, k, got.data());
         ASSERT_EQ(got, ref::top_k(v, k)) << "n=" << n << " k=" << k;
     }
+}
+
+// The host word is a wrapping sequence: reached at its value and past it (by less than 2^31),
+// across the wrap too.
+TEST(HostWord, ReachedIsASequenceComparisonThatWraps) {
+    EXPECT_TRUE(bg::host_word_reached(7, 7));
+    EXPECT_TRUE(bg::host_word_reached(8, 7));
+    EXPECT_FALSE(bg::host_word_reached(6, 7));
+    EXPECT_TRUE(bg::host_word_reached(1, 0xFFFFFFFFu));
+    EXPECT_FALSE(bg::host_word_reached(0xFFFFFFFFu, 1));
+    EXPECT_FALSE(bg::host_word_reached(0x80000007u, 7)) << "2^31 past is behind";
+}
+
+// The CPU's ops run as they are queued: Ops::wait_host_word returns at once for a word already
+// reached, and otherwise once another thread publishes it (what it wrote before is seen after).
+TEST(Ops, CpuWaitHostWordReturnsOnceAnotherThreadPublishesIt) {
+    ThreadPool pool(2);
+    std::unique_ptr<bg::Ops> ops = bg::cpu::make_cpu_ops(pool);
+    uint32_t word = 0;
+    int payload = 0;
+    ops->wait_host_word(&word, 0);
+    ops->wait_host_word(&word, 0xFFFFFFF0u);
+    std::atomic<bool> published{false};
+    std::thread writer([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        payload = 42;
+        published.store(true);
+        bg::publish_host_word(&word, 2);
+    });
+    ops->wait_host_word(&word, 2);
+    EXPECT_TRUE(published.load());
+    EXPECT_EQ(payload, 42);
+    writer.join();
 }

@@ -559,6 +559,96 @@ TEST(Store, ReadyExpertsComeTogetherAndTheCpuRateFollowsTheCallersTime) {
 }
 
 
+// The CPU's experts may end after end_layer (hybrid decode queues the device's next work while
+// they compute): end_layer returns with them still out, and the next layer's begin_layer (like
+// every call between layers) waits for their releases, whose times still teach the layer's CPU
+// rate. The releasing thread starts only once end_layer has returned.
+TEST(Store, ALayerWhoseCpuExpertsOutlastEndLayerEndsWithTheirReleases) {
+    bg::RunConfig c = tiny_cfg();
+    bg::Session s(c);
+    bg::TieredExpertStore& st = s.store();
+    st.preload();
+    const bg::ResidencyPlan& plan = s.plan();
+    const int64_t L = plan.n_layer(), layer = L - 1;
+    std::vector<bg::HostPathRates> rates(static_cast<size_t>(L));
+    for (auto& r : rates) r.cpu_ms_one = 1.0, r.copy_ms = 1.0, r.gpu_ms = 0.1;
+    st.set_host_compute(bg::DecodeExperts::kCpu, rates);
+    std::set<int32_t> want(plan.hot_ids[layer].begin(), plan.hot_ids[layer].end());
+    for (int32_t e : plan.resident[layer]) want.insert(e);
+    const std::vector<int32_t> experts(want.begin(), want.end());
+    const std::vector<int32_t> tokens(experts.size(), 1);
+    const int64_t n = static_cast<int64_t>(experts.size());
+
+    st.begin_pass();
+    for (int round = 0; round < 2; ++round) {
+        SCOPED_TRACE(round);
+        ASSERT_EQ(st.begin_layer(layer, experts.data(), tokens.data(), n, true), n);
+        std::vector<int32_t> got(experts.size());
+        std::vector<bg::ExpertView> views(experts.size());
+        ASSERT_EQ(st.next_ready_batch(got.data(), views.data(), n), n);
+        std::vector<int32_t> on_cpu;
+        for (int64_t i = 0; i < n; ++i) {
+            if (views[i].on_host)
+                on_cpu.push_back(got[i]);
+            else
+                st.release(got[i]);
+        }
+        ASSERT_FALSE(on_cpu.empty()) << "no CPU expert: no test";
+        std::atomic<bool> ended{false};
+        std::atomic<int64_t> released{0};
+        std::thread cpu([&] {
+            while (!ended.load()) std::this_thread::yield();
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+            for (int32_t e : on_cpu) {
+                released.fetch_add(1);  // before: seen by whoever the release lets go
+                st.release_computed(e, 4.0);
+            }
+        });
+        st.end_layer();
+        ended.store(true);
+        const double rate = st.host_path_rates()[layer].cpu_ms_one;  // waits for the layer's end
+        EXPECT_EQ(released.load(), static_cast<int64_t>(on_cpu.size())) << "a call between layers ran before the CPU's releases";
+        if (round == 0) {
+            double want_rate = 1.0;
+            for (size_t i = 0; i < on_cpu.size(); ++i) want_rate += bg::TieredExpertStore::kRateWeight * (4.0 - want_rate);
+            EXPECT_NEAR(rate, want_rate, 1e-12);
+        }
+        cpu.join();
+    }
+    // begin_layer itself waits too: a third layer begun while the CPU's experts are still out.
+    ASSERT_EQ(st.begin_layer(layer, experts.data(), tokens.data(), n, true), n);
+    std::vector<int32_t> got(experts.size());
+    std::vector<bg::ExpertView> views(experts.size());
+    ASSERT_EQ(st.next_ready_batch(got.data(), views.data(), n), n);
+    std::vector<int32_t> on_cpu;
+    for (int64_t i = 0; i < n; ++i) {
+        if (views[i].on_host)
+            on_cpu.push_back(got[i]);
+        else
+            st.release(got[i]);
+    }
+    std::atomic<int64_t> released{0};
+    st.end_layer();
+    std::thread cpu([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        for (int32_t e : on_cpu) {
+            released.fetch_add(1);
+            st.release_computed(e, 4.0);
+        }
+    });
+    ASSERT_EQ(st.begin_layer(layer, experts.data(), tokens.data(), n, true), n);
+    EXPECT_EQ(released.load(), static_cast<int64_t>(on_cpu.size())) << "begin_layer ran before the CPU's releases";
+    cpu.join();
+    ASSERT_EQ(st.next_ready_batch(got.data(), views.data(), n), n);
+    for (int64_t i = 0; i < n; ++i) {
+        if (views[i].on_host)
+            st.release_computed(got[i], 1.0);
+        else
+            st.release(got[i]);
+    }
+    st.end_layer();
+}
+
 // A decode layer for the split tests: the MXFP4 tiny-blocks model (256 hidden rows, steps of 32),
 // its last layer's two hot and six host-resident experts (ascending ids, one token each), the
 // store preloaded and told rates by which a split is the fastest choice: six host experts at 1 ms

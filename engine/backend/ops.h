@@ -169,6 +169,13 @@ public:
     virtual void wait_event(DeviceEvent e) { (void)e; }
     // Whether fence i has passed; with wait, blocks until it has.
     virtual bool fence_passed(int i, bool wait) = 0;
+    // The ops queued after this wait until the 32-bit word at word_host (alloc_host memory) has
+    // reached `value`, compared as a sequence that wraps ((int32_t)(word - value) >= 0). Another
+    // host thread advances the word (with a release store) once what those ops read in host
+    // memory is written: a device is handed work that follows the CPU's before the CPU is done
+    // (hybrid decode queues a layer's dense chain while the CPU computes its experts), and the
+    // queueing thread does not wait. The CPU's ops, run when queued, wait here for the word.
+    virtual void wait_host_word(const uint32_t* word_host, uint32_t value) = 0;
     // Busy time: brackets around queued compute (no-ops where not measured: the CPU).
     virtual void busy_begin() = 0;
     virtual void busy_end() = 0;

@@ -4,8 +4,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <vector>
 
+#include "backend/host_word.h"
 #include "backend/pool_channel.h"
 #include "cpu/bf16_expert.h"
 #include "cpu/expert_job.h"
@@ -14,6 +16,7 @@
 #include "cpu/int8_matmul.h"
 #include "cpu/ops.h"
 #include "cpu/routing.h"
+#include "cpu/spin_wait.h"
 #include "tensor/fp8_rows.h"
 #include "util/check.h"
 
@@ -82,6 +85,12 @@ public:
     void expect_work(int64_t us) override { pool_.stay_awake(us); }
     void record_fence(int) override {}
     bool fence_passed(int, bool) override { return true; }
+    void wait_host_word(const uint32_t* word_host, uint32_t value) override {
+        for (int i = 1; !host_word_reached(load_host_word(word_host), value); ++i) {
+            BG_CPU_RELAX();
+            if (i % 1024 == 0) std::this_thread::yield();
+        }
+    }
     void busy_begin() override {}
     void busy_end() override {}
 

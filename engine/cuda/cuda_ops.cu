@@ -128,6 +128,9 @@ public:
     void wait_event(DeviceEvent e) override {
         if (e) BG_CUDA_CHECK(cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(const_cast<void*>(e.handle)), 0));
     }
+    void wait_host_word(const uint32_t* word_host, uint32_t value) override {
+        cuda::wait_host_word(word_host, value, stream_);
+    }
     bool fence_passed(int i, bool wait) override {
         if (wait) {
             BG_CUDA_CHECK(cudaEventSynchronize(fences_[i]));

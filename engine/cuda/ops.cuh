@@ -5,7 +5,8 @@
 // Each op family's kernels sit beside their launchers in one file named for it: matmul.cu (also
 // embed_tokens), positions.cu, rmsnorm.cu, rope.cu, swiglu.cu, mhc.cu (hc_*), engram_gate.cu,
 // compress_pool.cu, attention.cu (also the indexer), router.cu, moe_group.cu, moe_rows.cu
-// (moe_gather/scatter/weighted_sum), argmax.cu; device helpers they share are in common.cuh.
+// (moe_gather/scatter/weighted_sum), argmax.cu, host_wait.cu (wait_host_word); device helpers they
+// share are in common.cuh.
 //
 // Conventions shared by every launcher:
 //  - every pointer is device memory unless said otherwise; activations are float32 row-major
@@ -139,5 +140,9 @@ void moe_weighted_sum(const float* eo, const float* w, int64_t n_tok, int64_t k,
 // of device memory holding 0 (reserve() zeroes it), which the call uses and leaves 0 again.
 void argmax(const float* x, int64_t n, const TokenBan& ban, unsigned long long* word, int32_t* out,
             cudaStream_t stream);
+
+// Ops::wait_host_word (engine/cuda/host_wait.cu): the stream's later work waits until the pinned
+// host word reaches value (a wrapping sequence).
+void wait_host_word(const uint32_t* word_host, uint32_t value, cudaStream_t stream);
 
 }  // namespace bg::cuda

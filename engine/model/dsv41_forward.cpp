@@ -5,6 +5,7 @@
 #include <cstring>
 #include <utility>
 
+#include "backend/host_word.h"
 #include "util/check.h"
 #include "util/file_io.h"
 
@@ -223,6 +224,7 @@ Forward::Forward(const Model& m, std::unique_ptr<Ops> ops, ExpertProvider& exper
         host_pack_ = alloc_host<int32_t>(f.host_pack);
         host_dest_ = alloc_host<int32_t>(f.host_dest);
         eo_host_ = alloc_host<float>(f.eo_host);
+        host_done_ = alloc_host<uint32_t>(f.host_done);
         eo_up_ = alloc<float>(f.eo_up);
         up_rows_ = alloc<int32_t>(f.up_rows);
         // Packed row j of the CPU's outputs is row j of eo_host_.
@@ -234,7 +236,8 @@ Forward::Forward(const Model& m, std::unique_ptr<Ops> ops, ExpertProvider& exper
         host_call_experts_.resize(static_cast<size_t>(jobs));
         // Where the device's ops run on this host's thread pool too (the CPU backend), the CPU's
         // experts stay on this thread: two teams cannot share the pool at once.
-        if (!ops_->memory_is_host()) host_thread_ = std::make_unique<cpu::JobThread>(jobs);
+        // (+1: the job that publishes a layer's end, publish_host_done.)
+        if (!ops_->memory_is_host()) host_thread_ = std::make_unique<cpu::JobThread>(jobs + 1);
     }
     // Layer 0's attention collapses with a one-hot on copy 0.
     for (int64_t i = 0; i < mu; ++i) onehot_[i * kHc] = 1.0f;
@@ -278,6 +281,7 @@ void Forward::refresh_hot_set() {
 }
 
 void Forward::reset() {
+    join_host_jobs();
     plan_layer_ = SIZE_MAX;
     // Caches are overwritten position by position; only the selection counts must be cleared
     // for a reused position to never see a stale selection.
@@ -622,6 +626,9 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
         ops_->download(host_scatter_, scatter_rows_, n_slots * sizeof(int32_t));
     }
     ops_->sync();
+    // The device passed the last layer's wait for its CPU experts: their jobs are done but for
+    // their releases, which the provider's begin_layer also waits for.
+    join_host_jobs();
     if (host_compute)
         for (int64_t i = 0; i < n_slots; ++i) host_gather_[i] -= static_cast<int32_t>(pos0);  // rows of xf_host_
     if (by_expert_count_[ne] != 0)
@@ -774,11 +781,20 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
         release_finished(lag > 0 ? lag - 1 : 0);
     }
 
-    if (host_thread_ && n_host_jobs > 0) host_thread_->wait_idle();
-    if (host_error_) std::rethrow_exception(std::exchange(host_error_, nullptr));
+    if (host_thread_ && n_host_jobs > 0) {
+        // What follows on the device waits there for the CPU's experts; this thread goes on to
+        // queue it, and the next layer's attention half, while they compute. Jobs end on their
+        // own, the word with them, so nothing here waits for them any more.
+        host_thread_->submit(publish_host_done, this, static_cast<int64_t>(++host_done_seq_));
+        ops_->wait_host_word(host_done_, host_done_seq_);
+        host_jobs_end.t = nullptr;
+    } else if (host_error_) {
+        std::rethrow_exception(std::exchange(host_error_, nullptr));  // jobs run inline here
+    }
     if (n_packed > 0) {
         // The CPU's rows join the device's: uploaded packed, then scattered to their own rows of
-        // eo. The host buffers are rewritten only after the next layer's sync.
+        // eo. The host buffers are rewritten only after the next layer's sync, which the device
+        // reaches only past this layer's wait.
         ops_->upload(eo_up_, eo_host_, n_packed * E_ * sizeof(float));
         ops_->upload(up_rows_, host_dest_, n_packed * sizeof(int32_t));
         // A split expert's device part wrote its rows (queued above); its CPU part adds to them.
@@ -807,6 +823,16 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
     experts_.end_layer();
 }
 
+void Forward::publish_host_done(void* self, int64_t seq) {
+    auto* f = static_cast<Forward*>(self);
+    publish_host_word(f->host_done_, static_cast<uint32_t>(seq));
+}
+
+void Forward::join_host_jobs() {
+    if (host_thread_) host_thread_->wait_idle();
+    if (host_error_) std::rethrow_exception(std::exchange(host_error_, nullptr));
+}
+
 void Forward::run_host_job(void* self, int64_t job) {
     auto* f = static_cast<Forward*>(self);
     const HostExpertJob& j = f->host_jobs_[static_cast<size_t>(job)];
@@ -831,6 +857,7 @@ void Forward::run_host_job(void* self, int64_t job) {
 
 double Forward::time_expert_ms(const ExpertView& v, int64_t layer, int64_t m, int reps, bool warm_up) {
     BG_CHECK(m >= 1 && reps >= 1 && layer >= 0 && layer < hp_.n_layer);
+    join_host_jobs();  // host_ops_ and its buffers are this thread's now
     const ExpertMats mats{v.gate, v.up, v.down};
     double best = 1e30;
     for (int r = warm_up ? 0 : 1; r <= reps; ++r) {  // run 0 loads kernels and warms caches: not counted
@@ -879,6 +906,7 @@ void Forward::final_hidden(const Ubatch& u, int64_t i, float* out) {
     collapse_final(u, i);
     ops_->download(out_host_, x_, E_ * sizeof(float));
     ops_->sync();
+    join_host_jobs();
     std::memcpy(out, out_host_, E_ * sizeof(float));
 }
 
@@ -887,6 +915,7 @@ int32_t Forward::greedy_token(const Ubatch& u, int64_t i, const TokenBan& ban) {
     ops_->argmax(logits_, hp_.n_vocab, ban, greedy_);
     ops_->download(greedy_host_, greedy_, sizeof(int32_t));
     ops_->sync();
+    join_host_jobs();
     return greedy_host_[0];
 }
 
@@ -894,6 +923,7 @@ void Forward::logits(const Ubatch& u, int64_t i, float* out) {
     output_head(u, i);
     ops_->download(out_host_, logits_, hp_.n_vocab * sizeof(float));
     ops_->sync();
+    join_host_jobs();
     std::memcpy(out, out_host_, hp_.n_vocab * sizeof(float));
 }
 

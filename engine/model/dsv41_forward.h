@@ -201,6 +201,16 @@ private:
     // that handed it, after its jobs have ended.
     std::exception_ptr host_error_;
     std::unique_ptr<cpu::JobThread> host_thread_;
+    // A layer's device ops after its CPU experts wait for them on the device (Ops::
+    // wait_host_word), not on this thread: host_thread_ advances host_done_ to host_done_seq_ after
+    // the layer's jobs (publish_host_done), and this thread goes on to queue the rest of the layer
+    // and the next one's attention half. The next call that reads what the jobs wrote on the host
+    // joins them first (join_host_jobs).
+    uint32_t* host_done_ = nullptr;  // [1] pinned host memory
+    uint32_t host_done_seq_ = 0;
+    static void publish_host_done(void* self, int64_t seq);
+    // Waits for every job handed to host_thread_ and rethrows what one threw.
+    void join_host_jobs();
     // Device experts handed out together (ExpertProvider::next_ready_batch) and computed in one
     // Ops::expert_ffn_batch, at most this many.
     static constexpr int64_t kExpertBatch = 8;

@@ -71,6 +71,9 @@ public:
         (void)cpu_ms;
         release(expert);
     }
+    // After every expert of the layer was returned and each one computed on the device released.
+    // Those computed on the CPU may still be computing: their release_computed may come after
+    // end_layer (from the CPU's thread), and the provider's next layer waits for them.
     virtual void end_layer() = 0;
     // How many returned experts a caller may keep unreleased (their compute still queued on a
     // device) while it asks for the next one, without the provider stalling for want of a slot.
