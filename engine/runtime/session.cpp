@@ -469,7 +469,6 @@ nlohmann::json Session::run(bool verbose, const std::function<void(int32_t)>& on
                           // the host-resident (and disk-read) experts' bytes, each once: what the
                           // two paths had to move between them
                           {"host_bytes", dd.host_hit_bytes + dd.disk_bytes},
-                          {"split", cfg_.split_experts},
                           {"copied_bytes", dd.pcie_bytes},
                           {"copy_busy_ms", dd.pcie_ms},
                           {"cpu_share_of_host_bytes",
