@@ -241,7 +241,9 @@ TEST_F(GpuCudaOps, QueueWaitsForTheHostWordAndGoesOnOnceItIsPublished) {
     auto* word = static_cast<uint32_t*>(gpu->alloc_host(sizeof(uint32_t)));
     auto* src = static_cast<int32_t*>(gpu->alloc_host(sizeof(int32_t)));
     auto* dst = static_cast<int32_t*>(gpu->alloc(sizeof(int32_t)));
-    int32_t got = 0;
+    // Pinned: a download to pageable memory would make this thread wait for the queue, which
+    // waits for the word this thread publishes (the kernel's timeout then fails the test).
+    auto* got = static_cast<int32_t*>(gpu->alloc_host(sizeof(int32_t)));
     for (const uint32_t start : {0u, 0xFFFFFFFEu}) {
         SCOPED_TRACE(start);
         publish_host_word(word, start);
@@ -253,7 +255,7 @@ TEST_F(GpuCudaOps, QueueWaitsForTheHostWordAndGoesOnOnceItIsPublished) {
         const uint32_t next = start + 3;  // wraps from 0xFFFFFFFE
         gpu->wait_host_word(word, next);
         gpu->upload(dst, src, sizeof(int32_t));
-        gpu->download(&got, dst, sizeof(int32_t));
+        gpu->download(got, dst, sizeof(int32_t));
         gpu->record_fence(0);
         std::thread writer([&] {
             std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -267,10 +269,11 @@ TEST_F(GpuCudaOps, QueueWaitsForTheHostWordAndGoesOnOnceItIsPublished) {
         EXPECT_TRUE(gpu->fence_passed(0, true));
         writer.join();
         gpu->sync();
-        EXPECT_EQ(got, 42);
+        EXPECT_EQ(*got, 42);
     }
     gpu->free_host(word);
     gpu->free_host(src);
+    gpu->free_host(got);
 }
 
 }  // namespace

@@ -281,7 +281,7 @@ void Forward::refresh_hot_set() {
 }
 
 void Forward::reset() {
-    join_host_jobs();
+    settle_layer();
     plan_layer_ = SIZE_MAX;
     // Caches are overwritten position by position; only the selection counts must be cleared
     // for a reused position to never see a stale selection.
@@ -626,9 +626,8 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
         ops_->download(host_scatter_, scatter_rows_, n_slots * sizeof(int32_t));
     }
     ops_->sync();
-    // The device passed the last layer's wait for its CPU experts: their jobs are done but for
-    // their releases, which the provider's begin_layer also waits for.
-    join_host_jobs();
+    // The device is past the last layer: its CPU experts' jobs are done, its slots free.
+    settle_layer();
     if (host_compute)
         for (int64_t i = 0; i < n_slots; ++i) host_gather_[i] -= static_cast<int32_t>(pos0);  // rows of xf_host_
     if (by_expert_count_[ne] != 0)
@@ -816,11 +815,11 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
         ops_->hc_expand(mixf_ + p0 * kMixWidth, y_, H(p0), n, E_, H(p0));
         ops_->busy_end();
     }
-    // Queued behind the sums: the host waits for the last routed experts only now (their slots
-    // must be free for the next layer), and not for the shared expert at all; the next layer's
-    // attention queues behind it on the stream.
-    release_finished(0);
-    experts_.end_layer();
+    // The layer stays open: its last routed experts (their slots must be free for the next
+    // layer's) and the CPU's are released, and the provider told the layer is over, once the
+    // device is past them (settle_layer), so this thread goes on to queue the next layer's
+    // attention half now, behind these sums on the stream.
+    layer_open_ = true;
 }
 
 void Forward::publish_host_done(void* self, int64_t seq) {
@@ -828,9 +827,28 @@ void Forward::publish_host_done(void* self, int64_t seq) {
     publish_host_word(f->host_done_, static_cast<uint32_t>(seq));
 }
 
-void Forward::join_host_jobs() {
+void Forward::settle_layer() {
     if (host_thread_) host_thread_->wait_idle();
+    if (layer_open_) {
+        layer_open_ = false;
+        release_finished(0);
+        experts_.end_layer();
+    }
     if (host_error_) std::rethrow_exception(std::exchange(host_error_, nullptr));
+}
+
+void Forward::finish() {
+    ops_->sync();
+    settle_layer();
+}
+
+void Forward::prepare_moe(int64_t l, int64_t n_pos) {
+    int64_t n_slots = 0;
+    if (cfg_.routing == RoutingPolicy::kResidentOnly) n_slots = n_pos * hp_.n_expert_used;
+    if (cfg_.routing == RoutingPolicy::kHotPool) n_slots = n_pos;
+    if (n_slots == 0 || !experts_.speculates(n_slots)) return;
+    settle_layer();  // the copies it starts need the last layer's slots
+    experts_.prepare_layer(l, n_slots);
 }
 
 void Forward::run_host_job(void* self, int64_t job) {
@@ -857,7 +875,7 @@ void Forward::run_host_job(void* self, int64_t job) {
 
 double Forward::time_expert_ms(const ExpertView& v, int64_t layer, int64_t m, int reps, bool warm_up) {
     BG_CHECK(m >= 1 && reps >= 1 && layer >= 0 && layer < hp_.n_layer);
-    join_host_jobs();  // host_ops_ and its buffers are this thread's now
+    settle_layer();  // host_ops_ and its buffers are this thread's now
     const ExpertMats mats{v.gate, v.up, v.down};
     double best = 1e30;
     for (int r = warm_up ? 0 : 1; r <= reps; ++r) {  // run 0 loads kernels and warms caches: not counted
@@ -906,7 +924,7 @@ void Forward::final_hidden(const Ubatch& u, int64_t i, float* out) {
     collapse_final(u, i);
     ops_->download(out_host_, x_, E_ * sizeof(float));
     ops_->sync();
-    join_host_jobs();
+    settle_layer();
     std::memcpy(out, out_host_, E_ * sizeof(float));
 }
 
@@ -915,7 +933,7 @@ int32_t Forward::greedy_token(const Ubatch& u, int64_t i, const TokenBan& ban) {
     ops_->argmax(logits_, hp_.n_vocab, ban, greedy_);
     ops_->download(greedy_host_, greedy_, sizeof(int32_t));
     ops_->sync();
-    join_host_jobs();
+    settle_layer();
     return greedy_host_[0];
 }
 
@@ -923,7 +941,7 @@ void Forward::logits(const Ubatch& u, int64_t i, float* out) {
     output_head(u, i);
     ops_->download(out_host_, logits_, hp_.n_vocab * sizeof(float));
     ops_->sync();
-    join_host_jobs();
+    settle_layer();
     std::memcpy(out, out_host_, hp_.n_vocab * sizeof(float));
 }
 

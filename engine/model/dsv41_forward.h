@@ -87,10 +87,8 @@ public:
     // the host-resident ones (ExpertProvider::prepare_layer: as many slots as routing may give
     // them, k per position, or under hot-pool about one, rank 1, when H >= k - 1); under other
     // policies, nothing.
-    void prepare_moe(int64_t l, int64_t n_pos) override {
-        if (cfg_.routing == RoutingPolicy::kResidentOnly) experts_.prepare_layer(l, n_pos * hp_.n_expert_used);
-        if (cfg_.routing == RoutingPolicy::kHotPool) experts_.prepare_layer(l, n_pos);
-    }
+    void prepare_moe(int64_t l, int64_t n_pos) override;
+    void finish() override;
     // After the last layer: the final normalised hidden state [n_embd] and logits [n_vocab] of
     // token i of the unit, in host memory.
     void final_hidden(const Ubatch& u, int64_t i, float* out);
@@ -205,12 +203,16 @@ private:
     // wait_host_word), not on this thread: host_thread_ advances host_done_ to host_done_seq_ after
     // the layer's jobs (publish_host_done), and this thread goes on to queue the rest of the layer
     // and the next one's attention half. The next call that reads what the jobs wrote on the host
-    // joins them first (join_host_jobs).
+    // or starts the provider's next layer settles the layer first (settle_layer).
     uint32_t* host_done_ = nullptr;  // [1] pinned host memory
     uint32_t host_done_seq_ = 0;
     static void publish_host_done(void* self, int64_t seq);
-    // Waits for every job handed to host_thread_ and rethrows what one threw.
-    void join_host_jobs();
+    // moe_half leaves its layer open: experts unreleased and the provider's layer not ended.
+    bool layer_open_ = false;
+    // Waits for every job handed to host_thread_, releases the open layer's experts (waiting for
+    // their fences where the device is not past them yet) and ends it, then rethrows what a job
+    // threw.
+    void settle_layer();
     // Device experts handed out together (ExpertProvider::next_ready_batch) and computed in one
     // Ops::expert_ffn_batch, at most this many.
     static constexpr int64_t kExpertBatch = 8;

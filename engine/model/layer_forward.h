@@ -70,6 +70,11 @@ public:
         attention_half(l, &one, 1);
         moe_half(l, &one, 1);
     }
+    // After a pass's or a step's last layer (the runner calls it at the end of prefill and
+    // decode): what the last moe_half left running or open on the host (the CPU's experts, the
+    // experts' releases, the provider's layer) is over when it returns, as logits() and
+    // greedy_token() also leave it.
+    virtual void finish() = 0;
     // After the last layer: the logits [n_vocab] of token i of the unit, in host memory.
     virtual void logits(const Ubatch& u, int64_t i, float* out) = 0;
     // After the last layer: the greedy token of token i of the unit (the first index of the

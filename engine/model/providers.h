@@ -34,6 +34,10 @@ public:
     // while the attention half computes. begin_layer follows for the same layer. Moves results
     // of nothing: which experts are used is still what begin_layer announces.
     virtual void prepare_layer(int64_t /*layer*/, int64_t /*n_slots*/) {}
+    // Whether prepare_layer would move anything for n_slots: only then must the last layer have
+    // ended (end_layer) before it is called; a caller may leave that layer open until the next
+    // begin_layer otherwise.
+    virtual bool speculates(int64_t /*n_slots*/) const { return false; }
     // Announces the distinct experts one unit of work needs in a layer (ascending ids) and how
     // many tokens each serves. Each is then returned exactly once by next_ready, in whatever
     // order its bytes become present, or, split between the CPU and the device (host_compute),
@@ -71,9 +75,6 @@ public:
         (void)cpu_ms;
         release(expert);
     }
-    // After every expert of the layer was returned and each one computed on the device released.
-    // Those computed on the CPU may still be computing: their release_computed may come after
-    // end_layer (from the CPU's thread), and the provider's next layer waits for them.
     virtual void end_layer() = 0;
     // How many returned experts a caller may keep unreleased (their compute still queued on a
     // device) while it asks for the next one, without the provider stalling for want of a slot.

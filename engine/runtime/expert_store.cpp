@@ -140,7 +140,7 @@ TieredExpertStore::~TieredExpertStore() {
 }
 
 void TieredExpertStore::begin_pass() {
-    const std::unique_lock<std::mutex> g = lock_between_layers();
+    std::lock_guard<std::mutex> g(mu_);
     homes_->begin_pass();
     c_.max_reads_one_expert_pass = 0;
     disk_timeline_.clear();
@@ -148,16 +148,14 @@ void TieredExpertStore::begin_pass() {
 }
 
 void TieredExpertStore::evict_all() {
-    const std::unique_lock<std::mutex> g = lock_between_layers();
+    std::lock_guard<std::mutex> g(mu_);
     BG_CHECK(!active_);
     homes_->evict_all();
 }
 
 void TieredExpertStore::prepare_layer(int64_t layer, int64_t n_slots) {
-    // A hint that moves nothing (every decode step's) does not wait for the last layer's CPU
-    // experts: the caller queues the next layer's attention half meanwhile.
-    if (!cfg_.prefetch || !cfg_.speculative || n_slots < kSpeculativeSlotsPerCandidate * S_) return;
-    std::unique_lock<std::mutex> lk = lock_between_layers();
+    if (!speculates(n_slots)) return;
+    std::unique_lock<std::mutex> lk(mu_);
     BG_CHECK(!active_ && !prepared_);
     int64_t n = 0;
     for (int32_t e : homes_->host_owners(layer)) {
@@ -196,7 +194,7 @@ void TieredExpertStore::finish_unused_locked(Item& it) {
 
 int64_t TieredExpertStore::begin_layer(int64_t layer, const int32_t* experts, const int32_t* tokens, int64_t n,
                                        bool host_compute) {
-    std::unique_lock<std::mutex> lk = lock_between_layers();
+    std::unique_lock<std::mutex> lk(mu_);
     const bool prepared = prepared_;
     BG_CHECK(prepared ? layer_ == layer : !active_);
     // Items prepare_layer started stay where they are (a copy batch may name them); the
@@ -389,7 +387,6 @@ int64_t TieredExpertStore::hand_out(int32_t* experts, ExpertView* views, int64_t
         Item& it = items_[i];
         it.stage = Stage::kDelivered;
         ++delivered_;
-        if (it.on_cpu) ++cpu_out_;
         views_of(it, it.on_cpu ? it.host_src : it.compute, &views[n]);
         views[n].ready = landing ? it.copy_event : DeviceEvent{};
         experts[n++] = it.expert;
@@ -412,7 +409,6 @@ void TieredExpertStore::release_item(int32_t expert, double cpu_ms) {
         Item& it = items_[cpu_part ? cpu_part_item_ : item_of_[expert]];
         BG_CHECK(it.stage == Stage::kDelivered && (cpu_ms < 0 || it.on_cpu));
         it.stage = Stage::kDone;
-        if (it.on_cpu) --cpu_out_;
         if (cpu_ms >= 0 && it.tokens == 1) {
             // A part's time stands for its share of the rows.
             const double whole_ms =
@@ -427,43 +423,25 @@ void TieredExpertStore::release_item(int32_t expert, double cpu_ms) {
         it.transient = -1;
         ++done_;
         ++events_;
-        if (ending_ && done_ == n_items_) {
-            finish_layer_locked();  // end_layer came before the CPU's last expert was done
-            return;
-        }
     }
     cv_work_.notify_all();
 }
 
 void TieredExpertStore::end_layer() {
-    std::unique_lock<std::mutex> lk(mu_);
-    BG_CHECK(active_ && !prepared_ && !ending_ && delivered_ == n_deliver_);
-    // An unused speculative copy may still be landing; its slot must be back first.
-    // And the streamer must have seen every copy land (an expert handed out in flight may be
-    // released first): it still writes the layer's items until then. The CPU's experts may
-    // still be computing: the layer ends with the last one's release.
-    cv_ready_.wait(lk, [&] { return (done_ + cpu_out_ == n_items_ && copies_landing_ == 0) || !error_.empty(); });
-    if (!error_.empty()) throw Error(error_);
-    BG_CHECK(reads_in_flight_ == 0);
-    if (cpu_out_ > 0) {
-        ending_ = true;
-        return;
+    {
+        std::unique_lock<std::mutex> lk(mu_);
+        BG_CHECK(active_ && !prepared_ && delivered_ == n_deliver_);
+        // An unused speculative copy may still be landing; its slot must be back first.
+        // And the streamer must have seen every copy land (an expert handed out in flight may be
+        // released first): it still writes the layer's items until then.
+        cv_ready_.wait(lk, [&] { return (done_ == n_items_ && copies_landing_ == 0) || !error_.empty(); });
+        if (!error_.empty()) throw Error(error_);
+        BG_CHECK(reads_in_flight_ == 0);
+        active_ = false;
+        layer_ = -1;
+        ++events_;
     }
-    finish_layer_locked();
-}
-
-void TieredExpertStore::finish_layer_locked() {
-    active_ = ending_ = false;
-    layer_ = -1;
-    ++events_;
-    cv_ready_.notify_all();  // calls waiting for the layer to end
     cv_work_.notify_all();
-}
-
-std::unique_lock<std::mutex> TieredExpertStore::lock_between_layers() const {
-    std::unique_lock<std::mutex> lk(mu_);
-    cv_ready_.wait(lk, [&] { return !ending_; });
-    return lk;
 }
 
 // Issues disk reads in item order while staging allows (host-home experts read straight into
@@ -633,7 +611,7 @@ void TieredExpertStore::streamer() {
 }
 
 void TieredExpertStore::promote() {
-    const std::unique_lock<std::mutex> g = lock_between_layers();
+    std::lock_guard<std::mutex> g(mu_);
     BG_CHECK(!active_);
     uint8_t* tmp = pool_->staging(0);  // idle now; a shared slot holds any layer's expert
     for (int64_t l = 0; l < L_; ++l) {
@@ -655,7 +633,7 @@ void TieredExpertStore::promote() {
 }
 
 std::vector<int32_t> TieredExpertStore::hot_experts(int64_t layer) const {
-    const std::unique_lock<std::mutex> g = lock_between_layers();
+    std::lock_guard<std::mutex> g(mu_);
     return homes_->hot_experts(layer);
 }
 
@@ -667,7 +645,7 @@ nlohmann::json PreloadStats::to_json() const {
 }
 
 PreloadStats TieredExpertStore::preload(const std::function<void(uint64_t, uint64_t)>& progress) {
-    const std::unique_lock<std::mutex> g = lock_between_layers();
+    std::lock_guard<std::mutex> g(mu_);
     BG_CHECK(!active_ && !prepared_ && reader_.pending() == 0);
     const auto t0 = Clock::now();
     struct Job {
@@ -756,7 +734,7 @@ PreloadStats TieredExpertStore::preload(const std::function<void(uint64_t, uint6
 
 void TieredExpertStore::set_host_compute(DecodeExperts mode, const std::vector<HostPathRates>& rates) {
     BG_CHECK(mode != DecodeExperts::kAuto && static_cast<int64_t>(rates.size()) == L_);
-    const std::unique_lock<std::mutex> g = lock_between_layers();
+    std::lock_guard<std::mutex> g(mu_);
     BG_CHECK(!active_);
     host_mode_ = mode;
     rates_ = rates;
@@ -767,7 +745,7 @@ void TieredExpertStore::set_host_compute(DecodeExperts mode, const std::vector<H
 }
 
 TieredExpertStore::HostPathProbe TieredExpertStore::probe_host_path(int64_t layer) {
-    const std::unique_lock<std::mutex> g = lock_between_layers();
+    std::lock_guard<std::mutex> g(mu_);
     BG_CHECK(!active_ && !prepared_ && layer >= 0 && layer < L_);
     // Between layers every staging and transient slot is free.
     BG_CHECK(pool_->free_staging() == T_ && pool_->free_transient() == T_);
@@ -810,7 +788,7 @@ TieredExpertStore::HostPathProbe TieredExpertStore::probe_host_path(int64_t laye
 }
 
 std::vector<HostPathRates> TieredExpertStore::host_path_rates() const {
-    const std::unique_lock<std::mutex> g = lock_between_layers();
+    std::lock_guard<std::mutex> g(mu_);
     return rates_;
 }
 
@@ -820,7 +798,7 @@ std::vector<HostPathRates> TieredExpertStore::host_path_rates_at_start() const {
 }
 
 StoreCounters TieredExpertStore::counters() const {
-    const std::unique_lock<std::mutex> g = lock_between_layers();
+    std::lock_guard<std::mutex> g(mu_);
     return c_;
 }
 
@@ -888,7 +866,7 @@ uint64_t TieredExpertStore::queue_expert_copy(int64_t layer, uint8_t* dst, const
 }
 
 uint64_t TieredExpertStore::verify_slots() const {
-    const std::unique_lock<std::mutex> g = lock_between_layers();
+    std::lock_guard<std::mutex> g(mu_);
     BG_CHECK(!active_);
     std::vector<uint8_t> want(pool_->sizes().largest), have(pool_->sizes().largest);
     uint64_t checked = 0;

@@ -124,6 +124,9 @@ public:
     // Speculates (see above) when prefetch and speculation are on and n_slots is at least
     // kSpeculativeSlotsPerCandidate per resident expert of the layer.
     void prepare_layer(int64_t layer, int64_t n_slots) override;
+    bool speculates(int64_t n_slots) const override {
+        return cfg_.prefetch && cfg_.speculative && n_slots >= kSpeculativeSlotsPerCandidate * S_;
+    }
     int64_t begin_layer(int64_t layer, const int32_t* experts, const int32_t* tokens, int64_t n, bool host_compute) override;
     int32_t next_ready(ExpertView* view) override;
     // Device-side experts first (the GPU starts on them while the CPU takes its own).
@@ -131,8 +134,6 @@ public:
     int64_t ready_batch_now(int32_t* experts, ExpertView* views, int64_t max) override;
     void release(int32_t expert) override;
     void release_computed(int32_t expert, double cpu_ms) override;
-    // Waits for the device-side experts (every copy seen landing); where CPU experts are still
-    // out, returns with the layer ending (their releases end it, and the next layer waits).
     void end_layer() override;
     // A returned expert's transient slot comes back only with its release; the streamer needs
     // one free to move the next expert in, so a caller may hold this many without a stall.
@@ -236,12 +237,6 @@ private:
     bool do_copies(std::unique_lock<std::mutex>& lk);
     void complete_read(io::ReadOp* op);
     void finish_unused_locked(Item& it);
-    // The layer's end: no layer is active after it. Caller holds mu_.
-    void finish_layer_locked();
-    // mu_, once a layer whose end_layer came before the CPU's experts were released has ended
-    // (those releases end it): every call that reads or starts a layer, a pass or the pools
-    // between layers takes it so.
-    std::unique_lock<std::mutex> lock_between_layers() const;
     // release, and with cpu_ms >= 0 (an on_cpu item) the layer's CPU rate learnt from it.
     void release_item(int32_t expert, double cpu_ms);
     void read_expert_blocking(int64_t layer, int32_t e, uint8_t* dst) const;
@@ -283,14 +278,9 @@ private:
     std::vector<QueuedCopy> copy_batch_;               // [<= Backend::kMaxQueuedCopies]
 
     mutable std::mutex mu_;
-    std::condition_variable cv_work_;
-    mutable std::condition_variable cv_ready_;  // also: a layer that was ending has ended
+    std::condition_variable cv_work_, cv_ready_;
     std::thread thread_;
     bool stop_ = false, active_ = false;
-    // end_layer was called with CPU experts still out (cpu_out_ > 0): the layer stays active until
-    // the last of them is released (from the caller's CPU thread), and between-layer calls wait.
-    bool ending_ = false;
-    int64_t cpu_out_ = 0;  // experts (or parts) handed out on_cpu and not released
     bool prepared_ = false;  // prepare_layer's items are moving; begin_layer not called yet
     int64_t layer_ = -1, n_items_ = 0, delivered_ = 0, done_ = 0, requested_ = 0;
     int64_t n_deliver_ = 0;  // items next_ready hands out (n_items_ less the unused speculative ones)

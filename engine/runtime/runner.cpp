@@ -88,6 +88,7 @@ void Runner::prefill(const std::vector<int32_t>& prompt, PrefillOrder order, int
         const Ubatch& u = units_[n_units - 1];
         fwd_.logits(u, u.n - 1, last_logits->data());
     }
+    fwd_.finish();
     n_past_ = n;
 }
 
@@ -138,6 +139,7 @@ std::vector<int32_t> Runner::decode(std::vector<float>& logits, int64_t n_gen, S
         }
         ++n_past_;
     }
+    fwd_.finish();
     return out;
 }
 
