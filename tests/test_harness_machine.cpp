@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 
 #include <fstream>
-#include <sstream>
+#include <memory>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -43,53 +43,55 @@ private:
     std::string old_;
 };
 
+// A stand-in nvidia-smi listing one GPU and a stand-in engine running `engine_body` (a shell
+// case on its arguments), both first on PATH, and a probe of the machine that runs the engine.
+struct StandIns {
+    bgtest::TempDir tmp{"harness_machine"};
+    std::unique_ptr<PathFront> path;
+    bgh::MachineProbe probe;
+    explicit StandIns(const std::string& engine_body) {
+        write_script(tmp.file("nvidia-smi"), "echo 'Stand-in GPU, 1.0, 81559'\n");
+        write_script(tmp.file("engine"), engine_body);
+        path = std::make_unique<PathFront>(tmp.path());
+        probe.engine_path = tmp.file("engine");
+        probe.model_path = probe.engine_path;  // a file on the disk the test runs on
+    }
+};
+
 TEST(HarnessMachine, PinnedRateComesFromTheOneProbePcieRunBesideHostReads) {
-    bgtest::TempDir tmp("harness_machine");
-    const std::string log = tmp.file("calls.log"), engine = tmp.file("engine");
-    write_script(tmp.file("nvidia-smi"), "echo 'Stand-in GPU, 1.0, 81559'\n");
-    write_script(engine, "echo \"$*\" >> " + log + "\n" +
-                             "case \"$1 $2\" in\n"
-                             "  'probe-disk '*) echo '{\"seq_gb_s\": 2.5}' ;;\n"
-                             "  'probe-host '*) echo '{\"read_gb_s\": 100.0}' ;;\n"
-                             "  'probe-pcie --with-host-reads') echo '{\"pinned_gb_s\": 54.0, \"together_sum_gb_s\": 150.0}' ;;\n"
-                             "  'probe-pcie '*) echo '{\"pinned_gb_s\": 1.0}' ;;\n"
-                             "esac\n");
-    const PathFront path(tmp.path());
-    bgh::MachineProbe p;
-    p.engine_path = engine;
-    p.model_path = engine;  // a file on the disk the test runs on
+    StandIns s("echo \"$*\" >> \"$(dirname \"$0\")/calls.log\"\n"
+               "case \"$1 $2\" in\n"
+               "  'probe-disk '*) echo '{\"seq_gb_s\": 2.5}' ;;\n"
+               "  'probe-host '*) echo '{\"read_gb_s\": 100.0}' ;;\n"
+               "  'probe-pcie --with-host-reads') echo '{\"pinned_gb_s\": 54.0, \"together_sum_gb_s\": 150.0}' ;;\n"
+               "  'probe-pcie '*) echo '{\"pinned_gb_s\": 1.0}' ;;\n"
+               "esac\n");
+    bgh::MachineProbe& p = s.probe;
+    const std::string calls = s.tmp.file("calls.log");
     const nlohmann::json m = bgh::describe_machine(p);
     ASSERT_TRUE(m["gpu"].is_object()) << m.dump();
     EXPECT_EQ(m["pinned_pcie_gb_s"], 54.0) << m.dump();
     EXPECT_EQ(m["pcie_and_host_read_gb_s"], 150.0);
     EXPECT_EQ(m["host_read_gb_s"], 100.0);
     EXPECT_EQ(m["pcie_probe"]["pinned_gb_s"], 54.0);
-    EXPECT_EQ(count_lines_starting(log, "probe-pcie"), 1);
+    EXPECT_EQ(count_lines_starting(calls, "probe-pcie"), 1);
 
     // Without the host probe the plain run gives the pinned rate, and nothing runs both.
     p.probe_host = false;
     const nlohmann::json alone = bgh::describe_machine(p);
     EXPECT_EQ(alone["pinned_pcie_gb_s"], 1.0) << alone.dump();
     EXPECT_TRUE(alone["pcie_and_host_read_gb_s"].is_null());
-    EXPECT_EQ(count_lines_starting(log, "probe-pcie"), 2);
+    EXPECT_EQ(count_lines_starting(calls, "probe-pcie"), 2);
 }
 
 // A probe-pcie that fails says so in the pinned rate's note too.
 TEST(HarnessMachine, AFailedProbePcieLeavesBothRatesNullWithANote) {
-    bgtest::TempDir tmp("harness_machine");
-    const std::string engine = tmp.file("engine");
-    write_script(tmp.file("nvidia-smi"), "echo 'Stand-in GPU, 1.0, 81559'\n");
-    write_script(engine,
-                 "case \"$1\" in\n"
-                 "  probe-pcie) echo 'no device here' >&2; exit 1 ;;\n"
-                 "  probe-host) echo '{\"read_gb_s\": 100.0}' ;;\n"
-                 "  *) echo '{}' ;;\n"
-                 "esac\n");
-    const PathFront path(tmp.path());
-    bgh::MachineProbe p;
-    p.engine_path = engine;
-    p.model_path = engine;
-    const nlohmann::json m = bgh::describe_machine(p);
+    StandIns s("case \"$1\" in\n"
+               "  probe-pcie) echo 'no device here' >&2; exit 1 ;;\n"
+               "  probe-host) echo '{\"read_gb_s\": 100.0}' ;;\n"
+               "  *) echo '{}' ;;\n"
+               "esac\n");
+    const nlohmann::json m = bgh::describe_machine(s.probe);
     EXPECT_TRUE(m["pinned_pcie_gb_s"].is_null()) << m.dump();
     EXPECT_TRUE(m["pcie_and_host_read_gb_s"].is_null());
     EXPECT_NE(m.value("pinned_pcie_note", std::string()).find("probe-pcie failed"), std::string::npos) << m.dump();
