@@ -849,7 +849,7 @@ void Forward::prepare_moe(int64_t l, int64_t n_pos) {
     int64_t n_slots = 0;
     if (cfg_.routing == RoutingPolicy::kResidentOnly) n_slots = n_pos * hp_.n_expert_used;
     if (cfg_.routing == RoutingPolicy::kHotPool) n_slots = n_pos;
-    if (n_slots == 0 || !experts_.speculates(n_slots)) return;
+    if (!experts_.speculates(n_slots)) return;
     settle_layer();  // the copies it starts need the last layer's slots
     experts_.prepare_layer(l, n_slots);
 }
