@@ -331,18 +331,21 @@ for part in "$@"; do
         status=1; continue
       fi
       # BG_TIMELINE_CFGS: vram, gpu and hybrid (the decode scenario's budgets, --decode-experts hybrid).
+      # BG_TIMELINE_API=1: the host's CUDA runtime calls too (trace-CFG.csv.api.csv.xz; each call
+      # about a microsecond longer, so the decode rate is not this part's figure then).
       for cfg in ${BG_TIMELINE_CFGS:-vram gpu}; do
         where=gpu; [ $cfg = hybrid ] && where=hybrid
         if [ $cfg = vram ]; then budget=(--slots 20 --hot 20 --vram-budget 8000 --host-budget 2875)
         else budget=(--slots 20 --hot 5 --transient-slots 12 --lru-slots 0 --host-budget 2875 --vram-budget 3068); fi
         note "CUPTI timeline: slice decode, $cfg"
         CUDA_INJECTION64_PATH=$stage/libbg_cupti_trace.so LD_LIBRARY_PATH=$stage:${LD_LIBRARY_PATH:-} \
-          BG_CUPTI_TRACE_OUT="$dir/trace-$cfg.csv" "$bin" run --backend cuda --model models/slice.gguf \
+          BG_CUPTI_TRACE_OUT="$dir/trace-$cfg.csv" BG_CUPTI_API=${BG_TIMELINE_API:-0} "$bin" run --backend cuda --model models/slice.gguf \
           --file scenarios/prompts/64-tokens.txt --passes 2 --gen 32 --ignore-eos --routing resident-only \
           --prefill layer-major --ubatch 16 --promote "${budget[@]}" --threads 0 --decode-experts $where ${BG_TIMELINE_ARGS:-} \
           --metrics-json "$dir/metrics-$cfg.json" > "$dir/run-$cfg.log" 2>&1 || status=1
         grep -E "^pass" "$dir/run-$cfg.log" | tee -a "$log"
         decode_trace_summary slice-decode-timeline "$dir" "$cfg"
+        if [ -f "$dir/trace-$cfg.csv.api.csv" ]; then xz -9 -f "$dir/trace-$cfg.csv.api.csv"; fi
       done
       ;;
     decode-preloaded-timeline)
