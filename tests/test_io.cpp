@@ -162,8 +162,9 @@ struct Outcome {
 };
 
 // Submits every range at once (far more than the queue depth) and polls them all back, with
-// small batch sizes and some non-waiting polls so both poll modes are exercised.
-Outcome read_all(Reader& r, const std::vector<Range>& ranges) {
+// small batch sizes and some non-waiting polls so both poll modes are exercised. batched: the
+// ranges go in batches of 1 to 17 ops (Reader::submit of many), else one by one.
+Outcome read_all(Reader& r, const std::vector<Range>& ranges, bool batched = false) {
     Outcome o;
     o.errors.assign(ranges.size(), -1);
     o.times_returned.assign(ranges.size(), 0);
@@ -175,7 +176,17 @@ Outcome read_all(Reader& r, const std::vector<Range>& ranges) {
         ops[i].bytes = ranges[i].bytes;
         ops[i].dst = o.bytes[i].data();
         ops[i].tag = i;
-        r.submit(&ops[i]);
+        if (!batched) r.submit(&ops[i]);
+    }
+    if (batched) {
+        std::vector<ReadOp*> ptrs(ops.size());
+        for (size_t i = 0; i < ops.size(); ++i) ptrs[i] = &ops[i];
+        bg::Rng rng(test_seed() + 7);
+        for (size_t i = 0; i < ptrs.size();) {
+            const size_t n = std::min<size_t>(ptrs.size() - i, 1 + rng.below(17));
+            r.submit(ptrs.data() + i, n);
+            i += n;
+        }
     }
     EXPECT_EQ(r.pending(), ranges.size());
     ReadOp* got[5];
@@ -241,6 +252,42 @@ TEST_P(IoTest, RandomRangesAreByteExact) {
     if (is_uring()) EXPECT_GE(st.bytes_read, st.bytes_requested);
     else EXPECT_EQ(st.bytes_read, st.bytes_requested);
     EXPECT_GE(st.pieces, ranges.size());
+}
+
+TEST_P(IoTest, BatchedSubmissionsAreByteExact) {
+    // More ops in a batch than the queue depth holds, and batches of one.
+    auto r = Reader::open(file_->path, cfg(8, 64 * 1024));
+    const auto ranges = make_ranges(kFileBytes, 64 * 1024, 8, test_seed() + 3, 200);
+    expect_exact(*file_, ranges, read_all(*r, ranges, true));
+    EXPECT_EQ(r->pending(), 0u);
+    EXPECT_EQ(r->stats().ops, ranges.size());
+}
+
+TEST_P(IoTest, ABatchWithABadRangeQueuesNoneOfIt) {
+    auto r = Reader::open(file_->path, cfg(4, 64 * 1024));
+    uint8_t buf[3][16];
+    ReadOp ops[3];
+    const Range ranges[3] = {{100, 16}, {kFileBytes - 10, 11}, {5000, 16}};  // the middle one runs past the end
+    ReadOp* ptrs[3];
+    for (int i = 0; i < 3; ++i) {
+        ops[i].offset = ranges[i].offset;
+        ops[i].bytes = ranges[i].bytes;
+        ops[i].dst = buf[i];
+        ptrs[i] = &ops[i];
+    }
+    EXPECT_THROW(r->submit(ptrs, 3), bg::Error);
+    EXPECT_EQ(r->pending(), 0u);
+    ReadOp* got[3];
+    EXPECT_EQ(r->poll(got, 3, false), 0u);
+    // The good ones go through on their own afterwards.
+    ptrs[1] = &ops[2];
+    r->submit(ptrs, 2);
+    size_t n = 0;
+    while (n < 2) n += r->poll(got + n, 3 - n, true);
+    for (int i : {0, 2}) {
+        EXPECT_EQ(ops[i].error, 0);
+        EXPECT_EQ(0, std::memcmp(buf[i], file_->data.data() + ranges[i].offset, 16)) << i;
+    }
 }
 
 TEST_P(IoTest, QueueDepthAndReadSizeDoNotChangeBytes) {

@@ -38,11 +38,14 @@ public:
     PreadReader(const PreadReader&) = delete;
     PreadReader& operator=(const PreadReader&) = delete;
 
-    void submit(ReadOp* op) override {
-        check_range(op, files_);
-        reset_op(op);
-        ++pending_;
-        waiting_.push(op);
+    void submit(ReadOp* op) override { submit(&op, 1); }
+    void submit(ReadOp* const* ops, size_t n) override {
+        for (size_t i = 0; i < n; ++i) check_range(ops[i], files_);
+        for (size_t i = 0; i < n; ++i) {
+            reset_op(ops[i]);
+            ++pending_;
+            waiting_.push(ops[i]);
+        }
     }
 
     // The reads happen here, even with wait = false: a caller that only ever polls without

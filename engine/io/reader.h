@@ -91,6 +91,10 @@ public:
     // Queues op (its file must be one of the reader's and its range inside that file: else
     // bg::Error). Never blocks.
     virtual void submit(ReadOp* op) = 0;
+    // Queues ops[0..n) as submit(op) each would, handed to the kernel together where the engine
+    // can (io_uring: one system call for the batch, not one each). Should any range be bad, none
+    // is queued (bg::Error).
+    virtual void submit(ReadOp* const* ops, size_t n) = 0;
     // Returns up to `max` ops completed since the last call, in completion order. With
     // wait = true and ops pending, blocks until at least one completes.
     virtual size_t poll(ReadOp** out, size_t max, bool wait) = 0;

@@ -25,6 +25,7 @@ public:
     UringReader& operator=(const UringReader&) = delete;
 
     void submit(ReadOp* op) override;
+    void submit(ReadOp* const* ops, size_t n) override;
     size_t poll(ReadOp** out, size_t max, bool wait) override;
     uint64_t pending() const override { return pending_; }
     ReaderStats stats() const override { return stats_; }
@@ -177,16 +178,22 @@ void UringReader::close_all() {
     files_.clear();
 }
 
-void UringReader::submit(ReadOp* op) {
-    check_range(op, files_);
-    reset_op(op);
-    ++pending_;
-    if (op->bytes == 0) {
-        ++stats_.ops;
-        finished_.push(op);
-        return;
+void UringReader::submit(ReadOp* op) { submit(&op, 1); }
+
+void UringReader::submit(ReadOp* const* ops, size_t n) {
+    // Every op is checked before any is queued: a bad one leaves the reader as it was.
+    for (size_t i = 0; i < n; ++i) check_range(ops[i], files_);
+    for (size_t i = 0; i < n; ++i) {
+        ReadOp* op = ops[i];
+        reset_op(op);
+        ++pending_;
+        if (op->bytes == 0) {
+            ++stats_.ops;
+            finished_.push(op);
+            continue;
+        }
+        waiting_.push(op);
     }
-    waiting_.push(op);
     start_pieces();
     flush();
 }

@@ -47,6 +47,7 @@ EngramStore::EngramStore(const MoeModel& m, Backend& backend, io::Reader& reader
     // A poll hands back a fetch's reads and read-ahead reads alike.
     const uint64_t ahead_rows = row_bytes ? ahead_bytes / row_bytes : 0;
     done_.resize(std::max<uint64_t>(cap, ahead_rows) * reads_per_row);
+    batch_.resize(done_.size());
     slot_bytes_ = row_bytes;
     ring_.resize(ahead_bytes);
     ahead_.resize(ahead_rows);
@@ -73,7 +74,8 @@ EngramCounters EngramStore::counters() const {
     return c;
 }
 
-uint64_t EngramStore::submit_row(int64_t layer, uint64_t row, io::ReadOp* ops, uint8_t* dst, uint64_t tag, uint32_t* n_reads) {
+uint64_t EngramStore::prepare_row(int64_t layer, uint64_t row, io::ReadOp* ops, uint8_t* dst, uint64_t tag,
+                                  uint32_t* n_reads, size_t* n_batch) {
     // Values, then (fork-fp8) the scales right behind them: the packed row.
     const EngramRowRanges r = m_.engram_row(layer, row);
     uint64_t at = 0;
@@ -88,15 +90,18 @@ uint64_t EngramStore::submit_row(int64_t layer, uint64_t row, io::ReadOp* ops, u
         op.dst = dst + at;
         op.tag = tag;
         at += br->bytes;
-        submit(&op);
+        BG_CHECK(*n_batch < batch_.size());
+        batch_[(*n_batch)++] = &op;
     }
     return at;
 }
 
-void EngramStore::submit(io::ReadOp* op) {
+void EngramStore::submit_batch(size_t n) {
+    if (n == 0) return;
     const double t_ms = now_ms();
-    reader_.submit(op);
-    if (reads_in_flight_++ == 0) busy_since_ms_ = t_ms;
+    reader_.submit(batch_.data(), n);
+    if (reads_in_flight_ == 0) busy_since_ms_ = t_ms;
+    reads_in_flight_ += n;
 }
 
 size_t EngramStore::reap(bool wait, const io::ReadOp** failed) {
@@ -129,6 +134,7 @@ int64_t EngramStore::read_ahead(int64_t layer, const uint64_t* rows, int64_t n) 
     // Only a fetch submits reads of its own, and it waits for all of them.
     BG_CHECK(reap(false, nullptr) == 0);
     int64_t took = 0;
+    size_t n_batch = 0;
     while (took < n && ahead_tail_ - ahead_head_ < ahead_.size()) {
         const uint64_t i = ahead_tail_ % ahead_.size();
         Ahead& a = ahead_[i];
@@ -136,11 +142,12 @@ int64_t EngramStore::read_ahead(int64_t layer, const uint64_t* rows, int64_t n) 
         a.row = rows[took];
         a.n_done = 0;
         a.failed = nullptr;
-        a.bytes = submit_row(layer, a.row, a.reads, slot(i), kAheadTag | i, &a.n_reads);
+        a.bytes = prepare_row(layer, a.row, a.reads, slot(i), kAheadTag | i, &a.n_reads, &n_batch);
         ahead_in_flight_ += a.n_reads;
         ++ahead_tail_;
         ++took;
     }
+    submit_batch(n_batch);
     return took;
 }
 
@@ -185,9 +192,12 @@ const uint8_t* EngramStore::fetch_raw(int64_t layer, const uint64_t* rows, int64
     size_t n_ops = 0;
     for (int64_t i = ahead; i < n; ++i) {
         uint32_t k = 0;
-        at += submit_row(layer, rows[i], &ops_[n_ops], staging_ + at, static_cast<uint64_t>(i), &k);
+        size_t n_batch = n_ops;
+        at += prepare_row(layer, rows[i], &ops_[n_ops], staging_ + at, static_cast<uint64_t>(i), &k, &n_batch);
         n_ops += k;
+        BG_CHECK(n_batch == n_ops);
     }
+    submit_batch(n_ops);
     if (!stale) take_ahead();
     // Every read must land before an error is raised: they write into staging_ and the ring.
     while (got < n_ops) got += reap(true, &failed);

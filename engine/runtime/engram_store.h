@@ -83,11 +83,14 @@ private:
     uint8_t* slot(uint64_t i) { return ring_.data() + (i % ahead_.size()) * slot_bytes_; }
     // Waits for every read-ahead read still in flight, then empties the ring.
     void discard_ahead();
-    // reader_.submit, and the start of a timeline interval when no read was in flight.
-    void submit(io::ReadOp* op);
-    // Submits the reads of one row (values, then a fork-fp8 row's scales right behind them) into
-    // ops[0..*n_reads) landing at dst, each tagged tag; returns the packed row's bytes.
-    uint64_t submit_row(int64_t layer, uint64_t row, io::ReadOp* ops, uint8_t* dst, uint64_t tag, uint32_t* n_reads);
+    // Submits batch_[0..n) to the reader at once (with io_uring one system call, where a decode
+    // token's 24 rows were 24), and starts a timeline interval when no read was in flight.
+    void submit_batch(size_t n);
+    // Prepares the reads of one row (values, then a fork-fp8 row's scales right behind them) in
+    // ops[0..*n_reads) landing at dst, each tagged tag, and adds them to batch_ from *n_batch on;
+    // returns the packed row's bytes.
+    uint64_t prepare_row(int64_t layer, uint64_t row, io::ReadOp* ops, uint8_t* dst, uint64_t tag, uint32_t* n_reads,
+                         size_t* n_batch);
 
     const MoeModel& m_;
     Backend& backend_;
@@ -98,6 +101,7 @@ private:
     int64_t rows_per_fetch_ = 0;          // rows that fit the buffer
     std::vector<io::ReadOp> ops_;         // [rows_per_fetch_ x reads per row (1, or 2 with a fork-fp8 table)]
     std::vector<io::ReadOp*> done_;
+    std::vector<io::ReadOp*> batch_;      // reads prepared for one submit_batch: as many as done_ holds
     uint64_t slot_bytes_ = 0;             // the largest packed row
     std::vector<uint8_t> ring_;           // host memory, as asked: [ahead_.size()][slot_bytes_] of it used
     std::vector<Ahead> ahead_;            // the ring's rows; entry i (mod size) owns slot i
