@@ -335,13 +335,17 @@ void Forward::embed(Ubatch& u, const int32_t* tokens, int64_t n, int64_t pos0) {
     // The embedding lives in host memory: its rows, dequantised here, go over as [n][E] floats,
     // which the backend then spreads over the four residual copies.
     const MatView emb = m_.token_embd();
+    // The last call's rows may still be on their way over: emb_host_ is rewritten only once they
+    // are. Waited for here rather than after queueing them, so a decode step's Engram reads
+    // (plan_reads, next) start before this call's copies are done (in decode the token's own
+    // download synced the stream just before, so this wait costs nothing there).
+    if (emb_host_in_flight_) ops_->sync();
     for (int64_t i = 0; i < n; ++i)
         dequantize_row(emb.type, emb.data + static_cast<uint64_t>(tokens[i]) * emb.row_stride, emb_host_ + i * E_, E_);
     ops_->upload(emb_, emb_host_, n * E_ * sizeof(float));
     ops_->embed_rows(emb_, iota_, n, E_, H(pos0));
-    ops_->upload(pre_ + pos0 * kHc, onehot_, n * kHc * sizeof(float));
-    // The host arrays above are reused by the next call: let the copies finish.
-    ops_->sync();
+    ops_->upload(pre_ + pos0 * kHc, onehot_, n * kHc * sizeof(float));  // onehot_ is never rewritten
+    emb_host_in_flight_ = true;
 }
 
 void Forward::plan_reads(int64_t pos0, int64_t n) {

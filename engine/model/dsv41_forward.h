@@ -165,6 +165,7 @@ private:
     int32_t* tokens_;          // [n_ctx], for Engram hashing
     float* out_host_;          // [max(n_vocab, n_embd)]
     float* emb_host_;          // [mu][n_embd] embedding rows dequantised on the host
+    bool emb_host_in_flight_ = false;  // an upload from emb_host_ may still be queued (embed)
     float* onehot_;            // [mu][4]
     uint64_t* erows_;          // [mu*buckets]
     // plan_reads: Engram rows of positions [plan_pos0_, plan_end_) still to offer, from position
