@@ -42,6 +42,7 @@ public:
     bool memory_is_host() const override { return in_->memory_is_host(); }
     void* alloc(uint64_t bytes) override { return in_->alloc(bytes); }
     void* alloc_host(uint64_t bytes) override { return in_->alloc_host(bytes); }
+    const void* host_view(const void* host) const override { return in_->host_view(host); }
     void free_host(void* p) override { in_->free_host(p); }
     uint64_t own_bytes() const override { return in_->own_bytes(); }
     uint64_t own_host_bytes() const override { return in_->own_host_bytes(); }
@@ -148,8 +149,9 @@ public:
     void moe_scatter(const float* s, const int32_t* rows, int64_t m, int64_t w, float* d) override {
         in_->moe_scatter(s, rows, m, w, d);
     }
-    void moe_scatter_add(const float* s, const int32_t* rows, int64_t m, int64_t w, float* d) override {
-        in_->moe_scatter_add(s, rows, m, w, d);
+    void moe_scatter_join(const float* s, const int32_t* rows, int64_t m, int64_t a0, int64_t na, int64_t w,
+                          float* d) override {
+        in_->moe_scatter_join(s, rows, m, a0, na, w, d);
     }
     void argmax(const float* x, int64_t n, const bg::TokenBan& ban, int32_t* out) override { in_->argmax(x, n, ban, out); }
     void moe_weighted_sum(const float* eo, const float* w, int64_t n, int64_t k, int64_t width, float* y) override {

@@ -276,4 +276,49 @@ TEST_F(GpuCudaOps, QueueWaitsForTheHostWordAndGoesOnOnceItIsPublished) {
     gpu->free_host(got);
 }
 
+// Hybrid decode's join: the CPU's rows, written to host memory after the device's queue was
+// handed the scatter, read in place (host_view) once the word says they are there.
+TEST_F(GpuCudaOps, JoinReadsTheHostRowsInPlaceOnceTheWordIsPublished) {
+    std::unique_ptr<Ops> gpu = cuda::make_cuda_ops();
+    gpu->reserve(OpsLimits{});
+    const int64_t width = 777, m = 5, slots = 9, add0 = 1, n_add = 2;
+    auto* word = static_cast<uint32_t*>(gpu->alloc_host(sizeof(uint32_t)));
+    auto* rows_host = static_cast<int32_t*>(gpu->alloc_host(m * sizeof(int32_t)));
+    auto* src_host = static_cast<float*>(gpu->alloc_host(m * width * sizeof(float)));
+    auto* got = static_cast<float*>(gpu->alloc_host(slots * width * sizeof(float)));
+    auto* dst = static_cast<float*>(gpu->alloc(slots * width * sizeof(float)));
+    const std::vector<float> before = bgtest::uniform(rng_, slots * width, -2.0f, 2.0f),
+                             src = bgtest::uniform(rng_, m * width, -2.0f, 2.0f);
+    const int32_t rows[m] = {7, 0, 4, 2, 8};
+    std::memcpy(got, before.data(), before.size() * sizeof(float));
+    gpu->upload(dst, got, before.size() * sizeof(float));  // pinned: got is rewritten below
+    gpu->sync();
+    publish_host_word(word, 0);
+    for (int64_t j = 0; j < m; ++j) rows_host[j] = -1;  // what the device must not see
+    gpu->wait_host_word(word, 1);
+    gpu->moe_scatter_join(static_cast<const float*>(gpu->host_view(src_host)),
+                          static_cast<const int32_t*>(gpu->host_view(rows_host)), m, add0, n_add, width, dst);
+    gpu->download(got, dst, before.size() * sizeof(float));
+    std::thread writer([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        std::memcpy(src_host, src.data(), src.size() * sizeof(float));
+        std::memcpy(rows_host, rows, sizeof(rows));
+        publish_host_word(word, 1);
+    });
+    writer.join();
+    gpu->sync();
+    for (int64_t s = 0; s < slots; ++s) {
+        int64_t j = -1;
+        for (int64_t i = 0; i < m; ++i)
+            if (rows[i] == s) j = i;
+        for (int64_t e = 0; e < width; ++e) {
+            const float b = before[s * width + e];
+            const float want = j < 0 ? b : j >= add0 && j < add0 + n_add ? b + src[j * width + e] : src[j * width + e];
+            ASSERT_EQ(got[s * width + e], want) << s << " " << e;
+        }
+    }
+    for (void* p : {static_cast<void*>(word), static_cast<void*>(rows_host), static_cast<void*>(src_host), static_cast<void*>(got)})
+        gpu->free_host(p);
+}
+
 }  // namespace

@@ -997,16 +997,21 @@ TEST_F(GpuTest, MoeGatherScatterWeightedSum) {
     for (int64_t s = 0; s < slots; ++s)
         for (int64_t e = 0; e < width; ++e)
             ASSERT_TRUE(same_bits(dst[s * width + e], from[s] < 0 ? sentinel : src[from[s] * width + e])) << s << " " << e;
-    // The add: the CPU's part of a split expert onto the device's part, one rounding each.
+    // The join: rows [add0, add0 + n_add) added (the CPU's part of a split expert onto the
+    // device's part, one rounding each), the others written over what was there.
     const std::vector<float> add = normal(rng_, m * width, 1.0f);
     Dev<float> d_add(add);
-    cuda::moe_scatter_add(d_add.get(), d_dst_rows.get(), m, width, d_dst.get(), stream_);
+    const int64_t add0 = 2, n_add = 3;
+    cuda::moe_scatter_join(d_add.get(), d_dst_rows.get(), m, add0, n_add, width, d_dst.get(), stream_);
     sync();
-    const std::vector<float> summed = d_dst.download();
+    const std::vector<float> joined = d_dst.download();
     for (int64_t s = 0; s < slots; ++s)
         for (int64_t e = 0; e < width; ++e) {
-            const float want = from[s] < 0 ? sentinel : src[from[s] * width + e] + add[from[s] * width + e];
-            ASSERT_TRUE(same_bits(summed[s * width + e], want)) << s << " " << e;
+            const int64_t j = from[s];
+            const float want = j < 0 ? sentinel
+                               : j >= add0 && j < add0 + n_add ? src[j * width + e] + add[j * width + e]
+                                                               : add[j * width + e];
+            ASSERT_TRUE(same_bits(joined[s * width + e], want)) << s << " " << e;
         }
 
     const int64_t k = 6, nt = 5;

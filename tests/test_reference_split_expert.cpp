@@ -1,6 +1,6 @@
 // An expert split between the CPU and the device (runtime/decode_split.h): its first hidden rows
 // computed by the host ops from host memory, the rest by the device ops, the CPU's output added
-// to the device's (Ops::moe_scatter_add). The forward, given a provider that splits one expert
+// to the device's (Ops::moe_scatter_join). The forward, given a provider that splits one expert
 // of every decode layer at a different row each layer, decodes the float64 reference's greedy
 // tokens, and its last step's logits agree with an engine that splits nothing.
 #include <gtest/gtest.h>

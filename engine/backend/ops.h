@@ -136,6 +136,11 @@ public:
     virtual void* alloc(uint64_t bytes) = 0;
     // Zeroed host memory the backend copies from and to (page-locked where it can be).
     virtual void* alloc_host(uint64_t bytes) = 0;
+    // The address at which the ops read alloc_host memory in place: a device reads it over the
+    // bus while the op runs, with no copy queued before it (the same pointer on the CPU). For
+    // small data the host writes late (hybrid decode's CPU rows), where a copy would add its own
+    // latency and wait behind the copy engine's expert copies.
+    virtual const void* host_view(const void* host) const = 0;
     virtual void free_host(void* p) = 0;
     // Backend memory the ops themselves hold (once reserve() sized it: the CUDA fused-matmul
     // workspace and dequantisation scratch, cuda_ops_device_bytes), and host memory (the CUDA
@@ -249,9 +254,12 @@ public:
     virtual void moe_gather(const float* x, int64_t ldx, const int32_t* rows, int64_t m, int64_t width, float* out) = 0;
     // dst[rows[j]*width .. + width) = src[j] for j < m (rows distinct).
     virtual void moe_scatter(const float* src, const int32_t* rows, int64_t m, int64_t width, float* dst) = 0;
-    // dst[rows[j]*width .. + width) += src[j] for j < m (rows distinct): the CPU's share of an
-    // expert split between the CPU and the GPU (ExpertMats::hidden_rows) joins the GPU's.
-    virtual void moe_scatter_add(const float* src, const int32_t* rows, int64_t m, int64_t width, float* dst) = 0;
+    // dst[rows[j]*width .. + width) = src[j] for j < m (rows distinct), except that rows
+    // add0 <= j < add0 + n_add are added (+=): the CPU's rows of a layer join the device's, the
+    // CPU's share of an expert split between the CPU and the GPU (ExpertMats::hidden_rows) onto
+    // the GPU's part. src and rows may be host memory through host_view.
+    virtual void moe_scatter_join(const float* src, const int32_t* rows, int64_t m, int64_t add0, int64_t n_add,
+                                  int64_t width, float* dst) = 0;
     // One routed expert on m <= OpsLimits::expert_max_tok gathered tokens: for j < m, with
     // x_j = x[rows[j]*ldx ..], out[out_rows[j]*width ..) = down . swiglu(gate . x_j, up . x_j, limit,
     // form), width = e.down.rows, out_rows distinct. The CPU runs exactly moe_gather, matmul

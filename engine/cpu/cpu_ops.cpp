@@ -42,6 +42,7 @@ public:
 
     const char* name() const override { return "cpu"; }
     bool memory_is_host() const override { return true; }
+    const void* host_view(const void* host) const override { return host; }
     void* alloc(uint64_t bytes) override {
         void* p = std::calloc(1, std::max<uint64_t>(1, bytes));
         if (!p) fail("cpu ops: cannot allocate %llu bytes", (unsigned long long)bytes);
@@ -246,9 +247,15 @@ public:
     void moe_scatter(const float* src, const int32_t* rows, int64_t m, int64_t width, float* dst) override {
         for (int64_t j = 0; j < m; ++j) std::memcpy(dst + rows[j] * width, src + j * width, width * sizeof(float));
     }
-    void moe_scatter_add(const float* src, const int32_t* rows, int64_t m, int64_t width, float* dst) override {
-        for (int64_t j = 0; j < m; ++j)
+    void moe_scatter_join(const float* src, const int32_t* rows, int64_t m, int64_t add0, int64_t n_add, int64_t width,
+                          float* dst) override {
+        for (int64_t j = 0; j < m; ++j) {
+            if (j < add0 || j >= add0 + n_add) {
+                std::memcpy(dst + rows[j] * width, src + j * width, width * sizeof(float));
+                continue;
+            }
             for (int64_t c = 0; c < width; ++c) dst[rows[j] * width + c] += src[j * width + c];
+        }
     }
     void expert_ffn(const ExpertMats& e, const float* x, int64_t ldx, const int32_t* rows, int64_t m, float limit,
                     SwigluClamp form, float* out, const int32_t* out_rows) override {

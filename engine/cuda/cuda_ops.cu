@@ -61,6 +61,11 @@ public:
         return p;
     }
     void free_host(void* p) override { cudaFreeHost(p); }
+    const void* host_view(const void* host) const override {
+        void* on_device = nullptr;
+        BG_CUDA_CHECK(cudaHostGetDevicePointer(&on_device, const_cast<void*>(host), 0));
+        return on_device;
+    }
     uint64_t own_bytes() const override { return own_bytes_; }
     uint64_t own_host_bytes() const override { return timeline_ ? timeline_->bytes() : 0; }
     void reserve(const OpsLimits& lim) override {
@@ -320,8 +325,9 @@ public:
     void moe_scatter(const float* src, const int32_t* rows, int64_t m, int64_t width, float* dst) override {
         cuda::moe_scatter(src, rows, m, width, dst, stream_);
     }
-    void moe_scatter_add(const float* src, const int32_t* rows, int64_t m, int64_t width, float* dst) override {
-        cuda::moe_scatter_add(src, rows, m, width, dst, stream_);
+    void moe_scatter_join(const float* src, const int32_t* rows, int64_t m, int64_t add0, int64_t n_add, int64_t width,
+                          float* dst) override {
+        cuda::moe_scatter_join(src, rows, m, add0, n_add, width, dst, stream_);
     }
     void argmax(const float* x, int64_t n, const TokenBan& ban, int32_t* out) override {
         cuda::argmax(x, n, ban, argmax_word_, out, stream_);

@@ -18,13 +18,15 @@ __global__ void gather_kernel(const float* x, int64_t ldx, const int32_t* rows, 
     for (int64_t j = blockIdx.y; j < m; j += gridDim.y) out[j * width + e] = x[rows[j] * ldx + e];
 }
 
-template <bool kAdd>
-__global__ void scatter_kernel(const float* src, const int32_t* rows, int64_t m, int64_t width, float* dst) {
+// Rows [add0, add0 + n_add) are added, the others written (n_add = 0: a plain scatter).
+__global__ void scatter_kernel(const float* src, const int32_t* rows, int64_t m, int64_t add0, int64_t n_add,
+                               int64_t width, float* dst) {
     const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (e >= width) return;
     for (int64_t j = blockIdx.y; j < m; j += gridDim.y) {
         float& d = dst[rows[j] * width + e];
-        d = kAdd ? d + src[j * width + e] : src[j * width + e];
+        const float s = src[j * width + e];
+        d = j >= add0 && j < add0 + n_add ? d + s : s;
     }
 }
 
@@ -51,13 +53,15 @@ void moe_gather(const float* x, int64_t ldx, const int32_t* rows, int64_t m, int
 
 void moe_scatter(const float* src, const int32_t* rows, int64_t m, int64_t width, float* dst, cudaStream_t stream) {
     if (m <= 0 || width <= 0) return;
-    scatter_kernel<false><<<rows_grid(width, m), kThreads, 0, stream>>>(src, rows, m, width, dst);
+    scatter_kernel<<<rows_grid(width, m), kThreads, 0, stream>>>(src, rows, m, 0, 0, width, dst);
     BG_CUDA_CHECK_LAUNCH();
 }
 
-void moe_scatter_add(const float* src, const int32_t* rows, int64_t m, int64_t width, float* dst, cudaStream_t stream) {
+void moe_scatter_join(const float* src, const int32_t* rows, int64_t m, int64_t add0, int64_t n_add, int64_t width,
+                      float* dst, cudaStream_t stream) {
     if (m <= 0 || width <= 0) return;
-    scatter_kernel<true><<<rows_grid(width, m), kThreads, 0, stream>>>(src, rows, m, width, dst);
+    BG_CHECK(add0 >= 0 && n_add >= 0 && add0 + n_add <= m);
+    scatter_kernel<<<rows_grid(width, m), kThreads, 0, stream>>>(src, rows, m, add0, n_add, width, dst);
     BG_CUDA_CHECK_LAUNCH();
 }
 

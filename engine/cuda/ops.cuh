@@ -131,8 +131,10 @@ void moe_gather(const float* x, int64_t ldx, const int32_t* rows, int64_t m, int
                 float* out, cudaStream_t stream);
 void moe_scatter(const float* src, const int32_t* rows, int64_t m, int64_t width, float* dst,
                  cudaStream_t stream);
-void moe_scatter_add(const float* src, const int32_t* rows, int64_t m, int64_t width, float* dst,
-                     cudaStream_t stream);
+// Rows add0 <= j < add0 + n_add added, the others written (Ops::moe_scatter_join); src and rows
+// may be mapped host memory.
+void moe_scatter_join(const float* src, const int32_t* rows, int64_t m, int64_t add0, int64_t n_add, int64_t width,
+                      float* dst, cudaStream_t stream);
 void moe_weighted_sum(const float* eo, const float* w, int64_t n_tok, int64_t k, int64_t width,
                       float* y, cudaStream_t stream);
 

@@ -176,10 +176,12 @@ private:
     std::vector<uint64_t> plan_rows_;  // [buckets] one position's rows
     int32_t *by_expert_count_;  // [n_expert + 1] expert_counts_ on the host
     int32_t *by_expert_start_, *used_experts_, *used_tokens_;
-    // Host-resident experts on the CPU (ForwardLayout's host_* and eo_up, up_rows; null without).
-    float *xf_host_ = nullptr, *eo_host_ = nullptr, *eo_up_ = nullptr;
-    int32_t *host_gather_ = nullptr, *host_scatter_ = nullptr, *host_pack_ = nullptr, *host_dest_ = nullptr,
-            *up_rows_ = nullptr;
+    // Host-resident experts on the CPU (ForwardLayout's host_*; null without), and the CPU's
+    // outputs and their rows as the device's ops read them in place (Ops::host_view).
+    float *xf_host_ = nullptr, *eo_host_ = nullptr;
+    int32_t *host_gather_ = nullptr, *host_scatter_ = nullptr, *host_pack_ = nullptr, *host_dest_ = nullptr;
+    const float* eo_host_view_ = nullptr;
+    const int32_t* host_dest_view_ = nullptr;
     double host_expert_ms_ = 0;   // written by host_thread_'s jobs, read between calls
     uint64_t host_experts_ = 0;
     // A call's CPU experts, computed on host_thread_ while this thread issues the device's (a

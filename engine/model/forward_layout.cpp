@@ -120,8 +120,6 @@ ForwardLayout ForwardLayout::of(const HParams& hp, const std::vector<LayerRoles>
         f.host_gather = f.host_scatter = f.host_pack = f.host_dest = slots;
         f.eo_host = slots * E;
         f.host_done = 1;
-        f.eo_up = slots * E;
-        f.up_rows = slots;
         // Routed experts only: P tokens at most per expert (a token uses an expert once).
         f.host_ops.max_tok = P;
         f.host_ops.expert_max_tok = P;
@@ -150,7 +148,6 @@ ForwardBytes ForwardLayout::bytes(bool memory_is_host, uint64_t device_image_byt
     b.host += sized(erows, 8);
     if (xf_host > 0) {
         for (int64_t c : {xf_host, host_gather, host_scatter, host_pack, host_dest, eo_host, host_done}) b.host += sized(c, 4);
-        for (int64_t c : {eo_up, up_rows}) b.device_work += sized(c, 4);
     }
     b.host += own_host_bytes;
     b.device_matmul = own_device_bytes;

@@ -69,11 +69,10 @@ struct ForwardLayout {
     // Host-resident experts computed on the CPU (ForwardConfig::host_expert_positions P > 0; all
     // 0 and not allocated otherwise). Host: the call's activations [P][n_embd] (float), its
     // gather and scatter rows, packed-row ids and the packed rows' destinations [P*k] (int32),
-    // the CPU's expert outputs, packed [P*k][n_embd] (float). Device: those outputs and
-    // destinations once uploaded, scattered into the expert-output rows. host_done: the word the
+    // the CPU's expert outputs, packed [P*k][n_embd] (float), which the device reads in place
+    // (Ops::host_view) as it scatters them into the expert-output rows. host_done: the word the
     // CPU's thread advances as a layer's experts are done (uint32, Ops::wait_host_word).
     int64_t xf_host = 0, host_gather = 0, host_scatter = 0, host_pack = 0, host_dest = 0, eo_host = 0, host_done = 0;
-    int64_t eo_up = 0, up_rows = 0;
     // What the forward asks of its ops at most (they size their own memory from it: the routed
     // experts' scratch, and on CUDA the matmul paths' memory from the weight types).
     OpsLimits ops;

@@ -19,7 +19,7 @@ struct ExpertView {
     bool on_host = false;
     // Part of an expert split between the paths (ExpertMats::hidden_rows: these matrices are some
     // of its hidden rows). Its host part's output is added to the device part's (Ops::
-    // moe_scatter_add); the device part's is written as any expert's.
+    // moe_scatter_join); the device part's is written as any expert's.
     bool part = false;
     // Not empty: the bytes are still landing (a copy in flight). Compute queued on a device
     // waits for it first (Ops::wait_event); the host need not.
