@@ -70,7 +70,8 @@ public:
     uint64_t own_host_bytes() const override { return timeline_ ? timeline_->bytes() : 0; }
     void reserve(const OpsLimits& lim) override {
         BG_CHECK(events_.empty());
-        events_.resize(static_cast<size_t>(2 * lim.busy_pairs));
+        // Two stretches' pairs: the last one's, counted at the next sync, and the one recording.
+        events_.resize(static_cast<size_t>(4 * lim.busy_pairs));
         for (cudaEvent_t& e : events_) BG_CUDA_CHECK(cudaEventCreate(&e));
         timeline_ = std::make_unique<Timeline>(lim.timeline_capacity);
         // The matmul paths the model's weights take (backend/matmul_plan.h), sized once.
@@ -118,16 +119,12 @@ public:
     void zero(void* x, uint64_t bytes) override { BG_CUDA_CHECK(cudaMemsetAsync(x, 0, bytes, stream_)); }
 
     void sync() override {
+        // The pairs the last sync saw complete are counted now, while the device still works,
+        // not once this sync returns: the host's next launches wait for that (two event reads a
+        // pair, about 8 pairs a decode layer).
+        count_completed_pairs();
         BG_CUDA_CHECK(cudaStreamSynchronize(stream_));
-        // Every busy pair recorded so far has completed: count it.
-        for (size_t i = 0; i + 1 < events_used_; i += 2) {
-            float ms = 0, at = 0;
-            BG_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[i], events_[i + 1]));
-            busy_ms_ += ms;
-            BG_CUDA_CHECK(cudaEventElapsedTime(&at, anchor_, events_[i]));
-            timeline_->add(anchor_host_ms_ + at, anchor_host_ms_ + at + ms);
-        }
-        events_used_ = 0;
+        events_completed_ = events_used_;  // every pair recorded so far has completed
     }
     void record_fence(int i) override { BG_CUDA_CHECK(cudaEventRecord(fences_[i], stream_)); }
     void wait_event(DeviceEvent e) override {
@@ -154,10 +151,15 @@ public:
         BG_CHECK(events_used_ % 2 == 1);
         BG_CUDA_CHECK(cudaEventRecord(events_[events_used_++], stream_));
     }
-    double busy_ms() const override { return busy_ms_; }
+    // Up to the last sync, as before that sync was counted there.
+    double busy_ms() const override {
+        count_completed_pairs();
+        return busy_ms_;
+    }
     // Busy intervals in host time: an anchor event whose host time is known (recorded on an idle
     // stream and waited for), each event placed at anchor + elapsed.
     void begin_timeline() override {
+        count_completed_pairs();
         BG_CHECK(events_used_ == 0 && timeline_);
         BG_CUDA_CHECK(cudaStreamSynchronize(stream_));
         BG_CUDA_CHECK(cudaEventRecord(anchor_, stream_));
@@ -165,7 +167,10 @@ public:
         anchor_host_ms_ = now_ms();
         timeline_->clear();
     }
-    const Timeline* timeline() const override { return timeline_.get(); }
+    const Timeline* timeline() const override {
+        count_completed_pairs();
+        return timeline_.get();
+    }
 
     // The integer kernels for int8-typed weights in fast mode; the fused quantized kernels
     // wherever they take the weights; cuBLAS for the rest (F32 in place; F16 and the odd cases
@@ -361,9 +366,28 @@ private:
     unsigned long long* argmax_word_ = nullptr;  // argmax's running best key, 0 between calls
     std::vector<void*> allocations_;
     cudaEvent_t fences_[kFences] = {};
-    std::vector<cudaEvent_t> events_;  // busy pairs, created by reserve
-    size_t events_used_ = 0;
-    double busy_ms_ = 0;
+    // Adds the pairs [0, events_completed_) to busy_ms_ and the timeline and moves the rest to
+    // the front. Const for the getters: the count is lazy, its result the same.
+    void count_completed_pairs() const {
+        if (events_completed_ == 0) return;
+        BG_CHECK(events_completed_ % 2 == 0 && events_completed_ <= events_used_);
+        for (size_t i = 0; i < events_completed_; i += 2) {
+            float ms = 0, at = 0;
+            BG_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[i], events_[i + 1]));
+            busy_ms_ += ms;
+            BG_CUDA_CHECK(cudaEventElapsedTime(&at, anchor_, events_[i]));
+            timeline_->add(anchor_host_ms_ + at, anchor_host_ms_ + at + ms);
+        }
+        std::rotate(events_.begin(), events_.begin() + static_cast<std::ptrdiff_t>(events_completed_),
+                    events_.begin() + static_cast<std::ptrdiff_t>(events_used_));
+        events_used_ -= events_completed_;
+        events_completed_ = 0;
+    }
+    // Busy pairs, created by reserve: [0, events_completed_) seen complete by a sync and not yet
+    // counted, then those recorded since (events_used_ in all).
+    mutable std::vector<cudaEvent_t> events_;
+    mutable size_t events_used_ = 0, events_completed_ = 0;
+    mutable double busy_ms_ = 0;
     cudaEvent_t anchor_ = nullptr;
     double anchor_host_ms_ = 0;
     std::unique_ptr<Timeline> timeline_;
