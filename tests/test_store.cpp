@@ -558,6 +558,44 @@ TEST(Store, ReadyExpertsComeTogetherAndTheCpuRateFollowsTheCallersTime) {
     for (int64_t l = 0; l < layer; ++l) EXPECT_EQ(after[l].cpu_ms_one, 1.0) << "layer " << l;
 }
 
+// expect_layer keeps the streamer spinning for its layer (here a minute): it still copies every
+// expert the layer names, once, and a store destroyed meanwhile stops at once rather than when
+// the spin would have ended.
+TEST(Store, AStreamerKeptAwakeCopiesAsAsleepAndStopsAtOnce) {
+    bg::RunConfig c = tiny_cfg();
+    auto s = std::make_unique<bg::Session>(c);
+    bg::TieredExpertStore& st = s->store();
+    st.preload();
+    const bg::ResidencyPlan& plan = s->plan();
+    const int64_t layer = plan.n_layer() - 1;
+    std::set<int32_t> host(plan.resident[layer].begin(), plan.resident[layer].end());
+    for (int32_t e : plan.hot_ids[layer]) host.erase(e);
+    ASSERT_FALSE(host.empty()) << "no host-resident expert: no copy to test";
+    const std::vector<int32_t> experts(host.begin(), host.end());
+    const std::vector<int32_t> tokens(experts.size(), 1);
+    const int64_t n = static_cast<int64_t>(experts.size());
+    const bg::StoreCounters before = st.counters();
+    st.begin_pass();
+    st.expect_layer(60'000'000);
+    // Spinning before the layer, then through it.
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ASSERT_EQ(st.begin_layer(layer, experts.data(), tokens.data(), n, false), n);
+    std::set<int32_t> got;
+    for (int64_t i = 0; i < n; ++i) {
+        bg::ExpertView v;
+        const int32_t e = st.next_ready(&v);
+        EXPECT_FALSE(v.on_host);
+        EXPECT_TRUE(got.insert(e).second) << "expert " << e << " handed out twice";
+        st.release(e);
+    }
+    st.end_layer();
+    EXPECT_EQ(got, host);
+    EXPECT_EQ(st.counters().copied_experts - before.copied_experts, static_cast<uint64_t>(n));
+    st.expect_layer(60'000'000);
+    const auto t0 = std::chrono::steady_clock::now();
+    s.reset();
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10)) << "the spinning streamer held up the stop";
+}
 
 // A decode layer for the split tests: the MXFP4 tiny-blocks model (256 hidden rows, steps of 32),
 // its last layer's two hot and six host-resident experts (ascending ids, one token each), the

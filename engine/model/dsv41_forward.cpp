@@ -628,6 +628,7 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
         // through the layer's experts (a decode layer takes 1-3 ms on the slice).
         host_ops_->expect_work(kHostWorkAwakeUs);
         if (host_thread_) host_thread_->stay_awake(kHostWorkAwakeUs);
+        experts_.expect_layer(kHostWorkAwakeUs);
         ops_->download(xf_host_, xf_ + pos0 * E_, n_pos * E_ * sizeof(float));
         ops_->download(host_gather_, gather_rows_, n_slots * sizeof(int32_t));
         ops_->download(host_scatter_, scatter_rows_, n_slots * sizeof(int32_t));

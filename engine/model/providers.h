@@ -38,6 +38,10 @@ public:
     // ended (end_layer) before it is called; a caller may leave that layer open until the next
     // begin_layer otherwise.
     virtual bool speculates(int64_t /*n_slots*/) const { return false; }
+    // A hint that begin_layer comes within `us` microseconds: a provider whose own thread starts
+    // the copies keeps that thread awake until then, so the layer's first copy starts without a
+    // wake from sleep (tens of microseconds). Results of nothing.
+    virtual void expect_layer(int64_t /*us*/) {}
     // Announces the distinct experts one unit of work needs in a layer (ascending ids) and how
     // many tokens each serves. Each is then returned exactly once by next_ready, in whatever
     // order its bytes become present, or, split between the CPU and the device (host_compute),

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cpu/spin_wait.h"
 #include "util/check.h"
 
 namespace bg {
@@ -132,6 +133,7 @@ TieredExpertStore::~TieredExpertStore() {
     {
         std::lock_guard<std::mutex> g(mu_);
         stop_ = true;
+        ++events_;  // a spinning streamer looks at events_ only
     }
     cv_work_.notify_all();
     thread_.join();
@@ -586,10 +588,36 @@ bool TieredExpertStore::do_copies(std::unique_lock<std::mutex>& lk) {
     return true;
 }
 
+void TieredExpertStore::expect_layer(int64_t us) {
+    cpu::raise_deadline(awake_until_ns_, cpu::now_ns() + us * 1000);
+    // A sleeping streamer wakes now (its wake-up then overlaps what the caller does before
+    // begin_layer) and spins from there.
+    std::lock_guard<std::mutex> g(mu_);
+    ++events_;
+    cv_work_.notify_all();
+}
+
+template <class Pred>
+void TieredExpertStore::wait_for_work(std::unique_lock<std::mutex>& lk, Pred pred) {
+    while (!pred()) {
+        const uint64_t seen = events_.load(std::memory_order_relaxed);  // under lk
+        if (cpu::now_ns() < awake_until_ns_.load(std::memory_order_relaxed)) {
+            lk.unlock();
+            for (int i = 1; events_.load(std::memory_order_acquire) == seen; ++i) {
+                BG_CPU_RELAX();
+                if (i % 64 == 0 && cpu::now_ns() >= awake_until_ns_.load(std::memory_order_relaxed)) break;
+            }
+            lk.lock();
+            continue;
+        }
+        cv_work_.wait(lk, [&] { return pred() || events_.load(std::memory_order_relaxed) != seen; });
+    }
+}
+
 void TieredExpertStore::streamer() {
     std::unique_lock<std::mutex> lk(mu_);
     for (;;) {
-        cv_work_.wait(lk, [&] { return stop_ || (active_ && error_.empty() && (done_ < n_items_)); });
+        wait_for_work(lk, [&] { return stop_ || (active_ && error_.empty() && (done_ < n_items_)); });
         if (stop_) return;
         bool progress = start_reads_locked();
         progress |= do_copies(lk);
@@ -604,8 +632,8 @@ void TieredExpertStore::streamer() {
         }
         if (!progress) {
             // Waiting for the compute thread: a release (transient slot) or a request.
-            const uint64_t seen = events_;
-            cv_work_.wait(lk, [&] { return stop_ || events_ != seen; });
+            const uint64_t seen = events_.load(std::memory_order_relaxed);
+            wait_for_work(lk, [&] { return stop_ || events_.load(std::memory_order_relaxed) != seen; });
         }
     }
 }

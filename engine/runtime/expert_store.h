@@ -127,6 +127,9 @@ public:
     bool speculates(int64_t n_slots) const override {
         return cfg_.prefetch && cfg_.speculative && n_slots >= kSpeculativeSlotsPerCandidate * S_;
     }
+    // The streamer spins rather than sleeps until then (a decode layer's copies start as its
+    // routing lands, a few hundred microseconds after the last layer's).
+    void expect_layer(int64_t us) override;
     int64_t begin_layer(int64_t layer, const int32_t* experts, const int32_t* tokens, int64_t n, bool host_compute) override;
     int32_t next_ready(ExpertView* view) override;
     // Device-side experts first (the GPU starts on them while the CPU takes its own).
@@ -233,6 +236,10 @@ private:
     int64_t hand_out(int32_t* experts, ExpertView* views, int64_t max, bool wait);
 
     void streamer();
+    // The streamer's wait for pred() (under lk): spinning on events_ without the lock while
+    // expect_layer's deadline is ahead, on cv_work_ after it.
+    template <class Pred>
+    void wait_for_work(std::unique_lock<std::mutex>& lk, Pred pred);
     bool start_reads_locked();
     bool do_copies(std::unique_lock<std::mutex>& lk);
     void complete_read(io::ReadOp* op);
@@ -288,9 +295,11 @@ private:
     // Copies of this layer queued and not yet seen landed by the streamer: the layer may end only
     // at 0, its items handed out in flight (and released) before their copies landed included.
     int64_t copies_landing_ = 0;
-    // Bumped by every compute-thread event the streamer may wait for (a layer begun or ended, a
-    // release, a request): a counter, not done_, so a layer boundary cannot hide a wake-up.
-    uint64_t events_ = 0;
+    // Bumped (under mu_) by every compute-thread event the streamer may wait for (a layer begun
+    // or ended, a release, a request): a counter, not done_, so a layer boundary cannot hide a
+    // wake-up. Atomic: the streamer spins on it without the lock while awake_until_ns_ is ahead.
+    std::atomic<uint64_t> events_{0};
+    std::atomic<int64_t> awake_until_ns_{0};  // expect_layer's deadline (cpu::now_ns clock)
     double disk_busy_since_ms_ = 0;    // now_ms() when the first read of a busy interval went out
     Timeline disk_timeline_{timeline_capacity(m_.moe_shape().n_layer, m_.moe_shape().n_expert)};  // this pass's disk-busy intervals
     Timeline copy_timeline_{timeline_capacity(m_.moe_shape().n_layer, m_.moe_shape().n_expert)};  // this pass's copy batches
