@@ -577,7 +577,7 @@ TEST(Store, AStreamerKeptAwakeCopiesAsAsleepAndStopsAtOnce) {
     const bg::StoreCounters before = st.counters();
     st.begin_pass();
     st.expect_layer(60'000'000);
-    // Spinning before the layer, then through it.
+    // Spinning until the layer begins.
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     ASSERT_EQ(st.begin_layer(layer, experts.data(), tokens.data(), n, false), n);
     std::set<int32_t> got;

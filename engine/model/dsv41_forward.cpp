@@ -628,7 +628,6 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
         // through the layer's experts (a decode layer takes 1-3 ms on the slice).
         host_ops_->expect_work(kHostWorkAwakeUs);
         if (host_thread_) host_thread_->stay_awake(kHostWorkAwakeUs);
-        experts_.expect_layer(kHostWorkAwakeUs);
         ops_->download(xf_host_, xf_ + pos0 * E_, n_pos * E_ * sizeof(float));
         ops_->download(host_gather_, gather_rows_, n_slots * sizeof(int32_t));
         ops_->download(host_scatter_, scatter_rows_, n_slots * sizeof(int32_t));
@@ -638,6 +637,9 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
     // these copies on the stream, so none of it is left on the host's path from the counts'
     // landing to this layer's first copy.
     settle_layer();
+    // The store's streamer spins from here to begin_layer (the device's attention and routing,
+    // a few hundred microseconds), not while the last layer's CPU experts, settled above, ran.
+    if (host_compute) experts_.expect_layer(kHostWorkAwakeUs);
     ops_->sync();
     if (host_compute)
         for (int64_t i = 0; i < n_slots; ++i) host_gather_[i] -= static_cast<int32_t>(pos0);  // rows of xf_host_

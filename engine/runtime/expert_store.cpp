@@ -310,6 +310,7 @@ int64_t TieredExpertStore::begin_layer(int64_t layer, const int32_t* experts, co
     prepared_ = false;
     active_ = true;
     ++events_;
+    awake_until_ns_.store(0, std::memory_order_relaxed);  // expect_layer's spin ends with the wait it covered
     const int64_t hand_outs = n_deliver_;
     lk.unlock();
     cv_work_.notify_all();

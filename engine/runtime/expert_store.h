@@ -127,8 +127,8 @@ public:
     bool speculates(int64_t n_slots) const override {
         return cfg_.prefetch && cfg_.speculative && n_slots >= kSpeculativeSlotsPerCandidate * S_;
     }
-    // The streamer spins rather than sleeps until then (a decode layer's copies start as its
-    // routing lands, a few hundred microseconds after the last layer's).
+    // The streamer spins rather than sleeps until then or until begin_layer, whichever is first
+    // (a decode layer's copies start as its routing lands).
     void expect_layer(int64_t us) override;
     int64_t begin_layer(int64_t layer, const int32_t* experts, const int32_t* tokens, int64_t n, bool host_compute) override;
     int32_t next_ready(ExpertView* view) override;
