@@ -38,10 +38,10 @@ EngramStore::EngramStore(const MoeModel& m, Backend& backend, io::Reader& reader
         row_bytes = std::max(row_bytes, m.engram_row(l, 0).bytes());
         if (m.engram_format(l).fork()) reads_per_row = 2;
     }
-    if (row_bytes > 0 && buffer_bytes < row_bytes)
-        fail("engram: buffer of %llu bytes cannot hold one row of %llu bytes", (unsigned long long)buffer_bytes,
+    if (row_bytes > 0 && buffer_bytes / 2 < row_bytes)
+        fail("engram: buffer of %llu bytes cannot hold one row of %llu bytes in each half", (unsigned long long)buffer_bytes,
              (unsigned long long)row_bytes);
-    const uint64_t cap = row_bytes ? buffer_bytes / row_bytes : 1;
+    const uint64_t cap = row_bytes ? buffer_bytes / 2 / row_bytes : 1;
     rows_per_fetch_ = static_cast<int64_t>(cap);
     ops_.resize(cap * reads_per_row);
     // A poll hands back a fetch's reads and read-ahead reads alike.
@@ -160,6 +160,14 @@ void EngramStore::discard_ahead() {
 const uint8_t* EngramStore::fetch_raw(int64_t layer, const uint64_t* rows, int64_t n, Ops& ops) {
     BG_CHECK(n <= rows_per_fetch());
     const double t0_ms = now_ms();
+    // This fetch's half of the staging area: reads land in it and rows are copied to it below,
+    // so an upload still reading it must be done first.
+    const int half = static_cast<int>(fetches_++ % 2);
+    uint8_t* const staging = staging_ + static_cast<uint64_t>(half) * (buffer_bytes_ / 2);
+    if (half_uploaded_at_sync_[half] == syncs_) {
+        ops.sync();
+        ++syncs_;
+    }
     // The rows at the ring's front that match, in order, come from it (they go first in the
     // staging area); the rest are read now. A ring left holding other rows was read for nothing.
     int64_t ahead = 0;
@@ -178,7 +186,7 @@ const uint8_t* EngramStore::fetch_raw(int64_t layer, const uint64_t* rows, int64
             Ahead& a = ahead_at(ahead_head_);
             while (a.n_done < a.n_reads) got += reap(true, &failed);
             if (a.failed && !failed) failed = a.failed;
-            std::memcpy(staging_ + to, slot(ahead_head_), a.bytes);
+            std::memcpy(staging + to, slot(ahead_head_), a.bytes);
             to += a.bytes;
         }
         c_.rows_read_ahead += static_cast<uint64_t>(ahead);
@@ -193,26 +201,22 @@ const uint8_t* EngramStore::fetch_raw(int64_t layer, const uint64_t* rows, int64
     for (int64_t i = ahead; i < n; ++i) {
         uint32_t k = 0;
         size_t n_batch = n_ops;
-        at += prepare_row(layer, rows[i], &ops_[n_ops], staging_ + at, static_cast<uint64_t>(i), &k, &n_batch);
+        at += prepare_row(layer, rows[i], &ops_[n_ops], staging + at, static_cast<uint64_t>(i), &k, &n_batch);
         n_ops += k;
         BG_CHECK(n_batch == n_ops);
     }
     submit_batch(n_ops);
     if (!stale) take_ahead();
-    // Every read must land before an error is raised: they write into staging_ and the ring.
+    // Every read must land before an error is raised: they write into the staging area and the ring.
     while (got < n_ops) got += reap(true, &failed);
     if (failed) {
         while (ahead_in_flight_ > 0) reap(true, nullptr);
         fail("engram: read of layer %lld row at offset %llu of %s failed: %s", (long long)layer,
              (unsigned long long)failed->offset, reader_.path(failed->file).c_str(), std::strerror(failed->error));
     }
-    // The device buffer is refilled only once the ops reading it have run; the host waited for
-    // the disk meanwhile, and the device worked through what was queued before.
-    if (buffer_read_pending_) {
-        ops.sync();
-        buffer_read_pending_ = false;
-    }
-    backend_.copy(buffer_, staging_, at, CopyKind::kHostToDevice);
+    // Queued behind the last fetch's dequantisation, which reads the device buffer.
+    ops.upload(buffer_, staging, at);
+    half_uploaded_at_sync_[half] = syncs_;
     c_.rows += static_cast<uint64_t>(n);
     c_.row_bytes += at;
     c_.disk_ms += now_ms() - t0_ms;
@@ -225,9 +229,8 @@ void EngramStore::fetch_rows(int64_t layer, const uint64_t* rows, int64_t n, flo
     for (int64_t i0 = 0; i0 < n; i0 += rows_per_fetch()) {
         const int64_t cnt = std::min<int64_t>(n - i0, rows_per_fetch());
         const uint8_t* raw = fetch_raw(layer, rows + i0, cnt, ops);
-        // Queued, not waited for: the next fetch waits for it, after its disk reads.
+        // Queued, not waited for: the next fetch's upload is queued behind it.
         dequantize_engram_rows(ops, f, raw, out + i0 * dim, cnt, dim);
-        buffer_read_pending_ = true;
     }
 }
 

@@ -1,6 +1,12 @@
 // Engram rows straight from disk: the 4 KiB pages holding each row are read with the disk-tier
 // reader (O_DIRECT), the row bytes pass through a page-locked staging area of the same size and
-// land in a fixed device buffer (2 MiB by default); nothing is cached in host memory. A fork-fp8
+// land in a fixed device buffer (2 MiB by default); nothing is cached in host memory. A fetch
+// fills one half of the staging area and uploads it on the forward's ops, behind the last fetch's
+// dequantisation, so the host need not wait for the device before refilling it (at a decode
+// step's second Engram layer it waited for the whole layer before, about 27 us of idle device a
+// token on an H100, 2026-12-06); fetches alternate halves, and one waits for the ops only where
+// its half's last upload may still be queued (in decode the first fetch of a step, the device
+// idle then). A fork-fp8
 // row (model/engram_format.h) is two ranges, its values and its scales in another tensor: two
 // reads (two pages, as rows are random), packed back to back in the buffer. At most two reads
 // per row that fits the buffer are in flight.
@@ -96,9 +102,9 @@ private:
     Backend& backend_;
     io::Reader& reader_;
     uint64_t buffer_bytes_ = 0;
-    uint8_t* buffer_ = nullptr;           // device memory [buffer_bytes]
-    uint8_t* staging_ = nullptr;          // page-locked host memory [buffer_bytes]
-    int64_t rows_per_fetch_ = 0;          // rows that fit the buffer
+    uint8_t* buffer_ = nullptr;           // device memory [buffer_bytes], of which a fetch fills half at most
+    uint8_t* staging_ = nullptr;          // page-locked host memory [2][buffer_bytes / 2]
+    int64_t rows_per_fetch_ = 0;          // rows that fit half the buffer
     std::vector<io::ReadOp> ops_;         // [rows_per_fetch_ x reads per row (1, or 2 with a fork-fp8 table)]
     std::vector<io::ReadOp*> done_;
     std::vector<io::ReadOp*> batch_;      // reads prepared for one submit_batch: as many as done_ holds
@@ -110,10 +116,13 @@ private:
     uint64_t reads_in_flight_ = 0;        // every read submitted and not yet reaped
     double busy_since_ms_ = 0;            // when reads_in_flight_ last left 0
     uint64_t disk_bytes_at_start_ = 0;    // the reader's bytes_read when this store began
-    // The last fetch's dequantisation is queued on the ops, not waited for: the next fetch waits
-    // for it (ops.sync) after its disk reads, before refilling the buffer. A forward syncs its ops
-    // before it goes, so nothing queued outlives it.
-    bool buffer_read_pending_ = false;
+    // Fetches so far (the next takes staging half fetches_ % 2), this store's ops.sync calls, and
+    // for each half the count of those syncs when its last upload was queued (-1: none yet): an
+    // upload queued since the store last waited may still be reading its half. A forward syncs
+    // its ops before it goes, so nothing queued outlives the store.
+    uint64_t fetches_ = 0;
+    int64_t syncs_ = 0;
+    int64_t half_uploaded_at_sync_[2] = {-1, -1};
     EngramCounters c_;
     Timeline timeline_{timeline_capacity(m_.moe_shape().n_layer, m_.moe_shape().n_expert)};
 };
