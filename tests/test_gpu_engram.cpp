@@ -36,7 +36,8 @@ TEST(GpuEngram, StoreRowsEqualTheCpuDecodeBitForBit) {
         bg::cpu::ThreadPool pool(1);
         auto ops = bg::cuda::cuda_device().make_ops(pool);
         auto reader = bg::io::Reader::open(path, bg::io::IoConfig{});
-        // A buffer of 7 rows: 40 rows take several fetches, each refilling the device buffer.
+        // A buffer of 7 rows, 3 in each staging half: 40 rows take 14 fetches, each refilling the
+        // device buffer behind the last one's dequantisation, every half reused.
         bg::EngramStore store(*m, *backend, *reader, 7 * m->engram_row(m->hp().engram_layers[0], 0).bytes());
         std::mt19937_64 gen(std::random_device{}());
         const int64_t n = 40;
