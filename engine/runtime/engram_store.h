@@ -36,7 +36,9 @@ struct EngramCounters {
     uint64_t rows = 0;
     uint64_t row_bytes = 0;        // exact bytes of the rows used
     uint64_t disk_read_bytes = 0;  // bytes the device read (whole pages)
-    double disk_ms = 0;            // wall time fetch_rows spent waiting for reads and the copy behind them
+    // Wall time fetch_rows spent waiting for reads (and for the ops, where a staging half's last
+    // upload may still have been queued).
+    double disk_ms = 0;
     double busy_ms = 0;            // wall time with an Engram read in flight (the timeline's intervals)
     uint64_t rows_read_ahead = 0;  // rows of `rows` whose reads a read_ahead had started
     uint64_t rows_discarded = 0;   // rows read ahead that no fetch asked for in their turn (read twice)
