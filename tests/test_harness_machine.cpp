@@ -73,7 +73,9 @@ TEST(HarnessMachine, PinnedRateComesFromTheOneProbePcieRunBesideHostReads) {
     EXPECT_EQ(m["pinned_pcie_gb_s"], 54.0) << m.dump();
     EXPECT_EQ(m["pcie_and_host_read_gb_s"], 150.0);
     EXPECT_EQ(m["host_read_gb_s"], 100.0);
-    EXPECT_EQ(m["pcie_probe"]["pinned_gb_s"], 54.0);
+    EXPECT_EQ(m["pinned_pcie_from"], "pcie_and_host_read_probe");
+    EXPECT_EQ(m["pcie_and_host_read_probe"]["pinned_gb_s"], 54.0);
+    EXPECT_FALSE(m.contains("pcie_probe")) << "the run's output once, not twice";
     EXPECT_EQ(count_lines_starting(calls, "probe-pcie"), 1);
 
     // Without the host probe the plain run gives the pinned rate, and nothing runs both.
