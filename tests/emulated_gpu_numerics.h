@@ -146,9 +146,6 @@ public:
     void moe_gather(const float* x, int64_t ldx, const int32_t* rows, int64_t m, int64_t w, float* o) override {
         in_->moe_gather(x, ldx, rows, m, w, o);
     }
-    void moe_scatter(const float* s, const int32_t* rows, int64_t m, int64_t w, float* d) override {
-        in_->moe_scatter(s, rows, m, w, d);
-    }
     void moe_scatter_join(const float* s, const int32_t* rows, int64_t m, int64_t a0, int64_t na, int64_t w,
                           float* d) override {
         in_->moe_scatter_join(s, rows, m, a0, na, w, d);

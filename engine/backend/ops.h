@@ -252,8 +252,11 @@ public:
                                  int32_t* counts, int32_t* gather, int32_t* scatter) = 0;
     // out[j] = x[rows[j]*ldx .. + width) for j < m.
     virtual void moe_gather(const float* x, int64_t ldx, const int32_t* rows, int64_t m, int64_t width, float* out) = 0;
-    // dst[rows[j]*width .. + width) = src[j] for j < m (rows distinct).
-    virtual void moe_scatter(const float* src, const int32_t* rows, int64_t m, int64_t width, float* dst) = 0;
+    // dst[rows[j]*width .. + width) = src[j] for j < m (rows distinct): moe_scatter_join with no
+    // row added.
+    void moe_scatter(const float* src, const int32_t* rows, int64_t m, int64_t width, float* dst) {
+        moe_scatter_join(src, rows, m, 0, 0, width, dst);
+    }
     // dst[rows[j]*width .. + width) = src[j] for j < m (rows distinct), except that rows
     // add0 <= j < add0 + n_add are added (+=): the CPU's rows of a layer join the device's, the
     // CPU's share of an expert split between the CPU and the GPU (ExpertMats::hidden_rows) onto

@@ -244,9 +244,6 @@ public:
     void moe_gather(const float* x, int64_t ldx, const int32_t* rows, int64_t m, int64_t width, float* out) override {
         for (int64_t j = 0; j < m; ++j) std::memcpy(out + j * width, x + rows[j] * ldx, width * sizeof(float));
     }
-    void moe_scatter(const float* src, const int32_t* rows, int64_t m, int64_t width, float* dst) override {
-        for (int64_t j = 0; j < m; ++j) std::memcpy(dst + rows[j] * width, src + j * width, width * sizeof(float));
-    }
     void moe_scatter_join(const float* src, const int32_t* rows, int64_t m, int64_t add0, int64_t n_add, int64_t width,
                           float* dst) override {
         for (int64_t j = 0; j < m; ++j) {

@@ -30,18 +30,23 @@ inline void raise_deadline(std::atomic<int64_t>& deadline, int64_t until) {
     }
 }
 
+// Spins while `word` holds `old`, until the steady clock passes until_ns; returns whether it
+// changed.
+template <class T>
+bool spin_while_equal(const std::atomic<T>& word, T old, int64_t until_ns) {
+    for (int i = 1; word.load(std::memory_order_acquire) == old; ++i) {
+        BG_CPU_RELAX();
+        if (i % 256 == 0 && now_ns() > until_ns) return false;
+    }
+    return true;
+}
+
 // Returns once `word` no longer holds `old`: spins `spin_us`, then sleeps on it (its writer calls
 // notify_all or notify_one after the store).
 template <class T>
 void spin_then_wait(const std::atomic<T>& word, T old, int64_t spin_us) {
-    const int64_t until = now_ns() + spin_us * 1000;
-    for (int i = 1; word.load(std::memory_order_acquire) == old; ++i) {
-        BG_CPU_RELAX();
-        if (i % 256 == 0 && now_ns() > until) {
-            while (word.load(std::memory_order_acquire) == old) word.wait(old, std::memory_order_acquire);
-            return;
-        }
-    }
+    if (spin_while_equal(word, old, now_ns() + spin_us * 1000)) return;
+    while (word.load(std::memory_order_acquire) == old) word.wait(old, std::memory_order_acquire);
 }
 
 }  // namespace bg::cpu

@@ -327,9 +327,6 @@ public:
                          int32_t* gather, int32_t* scatter) override {
         cuda::group_by_expert(ids, n_slots, k, pos0, n_expert, counts, gather, scatter, stream_);
     }
-    void moe_scatter(const float* src, const int32_t* rows, int64_t m, int64_t width, float* dst) override {
-        cuda::moe_scatter(src, rows, m, width, dst, stream_);
-    }
     void moe_scatter_join(const float* src, const int32_t* rows, int64_t m, int64_t add0, int64_t n_add, int64_t width,
                           float* dst) override {
         cuda::moe_scatter_join(src, rows, m, add0, n_add, width, dst, stream_);

@@ -602,12 +602,10 @@ template <class Pred>
 void TieredExpertStore::wait_for_work(std::unique_lock<std::mutex>& lk, Pred pred) {
     while (!pred()) {
         const uint64_t seen = events_.load(std::memory_order_relaxed);  // under lk
-        if (cpu::now_ns() < awake_until_ns_.load(std::memory_order_relaxed)) {
+        const int64_t until = awake_until_ns_.load(std::memory_order_relaxed);
+        if (cpu::now_ns() < until) {
             lk.unlock();
-            for (int i = 1; events_.load(std::memory_order_acquire) == seen; ++i) {
-                BG_CPU_RELAX();
-                if (i % 64 == 0 && cpu::now_ns() >= awake_until_ns_.load(std::memory_order_relaxed)) break;
-            }
+            cpu::spin_while_equal(events_, seen, until);  // begin_layer ends the spin with its event
             lk.lock();
             continue;
         }
