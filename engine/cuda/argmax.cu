@@ -17,6 +17,7 @@
 
 #include "cuda/check.cuh"
 #include "cuda/ops.cuh"
+#include "cuda/launch.cuh"
 #include "util/check.h"
 
 namespace bg::cuda {
@@ -34,6 +35,7 @@ __device__ __forceinline__ unsigned long long key_of(float v, int i) {
 }
 
 __global__ void argmax_keys_kernel(const float* x, int n, TokenBan ban, unsigned long long* best) {
+    grid_dependency_begin();
     __shared__ unsigned long long warp_best[kThreads / 32];
     unsigned long long k = 0;  // none
     for (int i = blockIdx.x * kThreads + threadIdx.x; i < n; i += gridDim.x * kThreads) {
@@ -53,6 +55,7 @@ __global__ void argmax_keys_kernel(const float* x, int n, TokenBan ban, unsigned
 }
 
 __global__ void argmax_take_kernel(unsigned long long* best, int32_t* out) {
+    grid_dependency_begin();
     const unsigned long long k = *best;
     out[0] = k == 0 ? 0 : static_cast<int32_t>(0xFFFFFFFFu - static_cast<unsigned>(k & 0xFFFFFFFFu));
     *best = 0;
@@ -64,10 +67,8 @@ void argmax(const float* x, int64_t n, const TokenBan& ban, unsigned long long* 
     BG_CHECK(n >= 1 && n <= INT_MAX && ban.n >= 0 && ban.n <= TokenBan::kMax && word != nullptr);
     const int64_t want = (n + kThreads * kPerThread - 1) / (kThreads * kPerThread);
     const int blocks = static_cast<int>(std::min<int64_t>(want, kMaxBlocks));
-    argmax_keys_kernel<<<blocks, kThreads, 0, stream>>>(x, static_cast<int>(n), ban, word);
-    BG_CUDA_CHECK_LAUNCH();
-    argmax_take_kernel<<<1, 1, 0, stream>>>(word, out);
-    BG_CUDA_CHECK_LAUNCH();
+    BG_CUDA_CHECK(launch_kernel(argmax_keys_kernel, blocks, kThreads, 0, stream, x, static_cast<int>(n), ban, word));
+    BG_CUDA_CHECK(launch_kernel(argmax_take_kernel, 1, 1, 0, stream, word, out));
 }
 
 }  // namespace bg::cuda

@@ -7,6 +7,7 @@
 #include "cuda/check.cuh"
 #include "cuda/common.cuh"
 #include "cuda/ops.cuh"
+#include "cuda/launch.cuh"
 #include "util/check.h"
 
 namespace bg::cuda {
@@ -122,6 +123,7 @@ __device__ void head_logits(const AttentionArgs& a, const float* qs, const int32
 // window row; < 0: compressed row -(r+1)).
 template <int G>
 __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttentionArgs a, int64_t max_rows) {
+    grid_dependency_begin();
     extern __shared__ float attn_smem[];
     __shared__ float inv_s[G];
     const int64_t d = a.d;
@@ -185,6 +187,7 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(AttentionArgs a
 template <int G>
 __global__ void __launch_bounds__(kAttnThreads) attention_split_kernel(AttentionArgs a, int64_t run_max, int splits,
                                                                        float* part) {
+    grid_dependency_begin();
     extern __shared__ float attn_smem[];
     const int64_t d = a.d;
     float* qs = attn_smem;
@@ -251,6 +254,7 @@ __global__ void __launch_bounds__(kAttnThreads) attention_split_kernel(Attention
 // exponential for each of its dimensions, one after another, the merge took 13 us at decode
 // (reading them once left it at 14.6 us: the runs' loads are the latency, see the launcher).
 __global__ void attention_combine_kernel(AttentionArgs a, int splits, const float* part) {
+    grid_dependency_begin();
     __shared__ float wt[kAttnMaxSplitsDev];
     __shared__ float s_inv;
     const int64_t d = a.d;
@@ -296,6 +300,7 @@ __global__ void attention_combine_kernel(AttentionArgs a, int splits, const floa
 // memory: q of the token [n_head][head_dim+1] (the pad puts the lanes' rows in distinct banks),
 // w [n_head], one key row per warp [kIdxWarps][head_dim].
 __global__ void index_scores_kernel(IndexerArgs a, int rows_per_warp) {
+    grid_dependency_begin();
     extern __shared__ float idx_smem[];
     const int64_t nh = a.n_head, hd = a.head_dim, qstride = hd + 1;
     float* qs = idx_smem;
@@ -353,6 +358,7 @@ __device__ __forceinline__ unsigned long long compose(uint32_t key, int64_t i) {
 // a block scan in index order; the k candidates are then bitonic-sorted in shared memory.
 // Dynamic shared memory: cand [cap] (cap a power of two >= top_k).
 __global__ void topk_kernel(IndexerArgs a) {
+    grid_dependency_begin();
     extern __shared__ unsigned long long cand[];
     __shared__ uint32_t hist[256];
     __shared__ uint32_t s_prefix;
@@ -489,8 +495,8 @@ void launch_attention(const AttentionArgs& a, cudaStream_t stream) {
     const int64_t max_rows = attention_rows(a);
     const size_t smem = attention_smem(a, G);
     allow_dynamic_smem(attention_kernel<G>, smem, "attention");
-    attention_kernel<G><<<static_cast<unsigned>(a.n_tok * a.n_head / G), kAttnThreads, smem, stream>>>(a, max_rows);
-    BG_CUDA_CHECK_LAUNCH();
+    BG_CUDA_CHECK(launch_kernel(attention_kernel<G>, static_cast<unsigned>(a.n_tok * a.n_head / G), kAttnThreads, smem,
+                                stream, a, max_rows));
 }
 
 // The split's shared memory: q of G heads, their logits and the sources of run_max rows.
@@ -504,14 +510,13 @@ void launch_attention_split(const AttentionArgs& a, int splits, float* part, cud
     const int64_t run_max = (attention_rows(a) + splits - 1) / splits;
     const size_t smem = attention_split_smem(a, G, run_max);
     allow_dynamic_smem(attention_split_kernel<G>, smem, "attention (split rows)");
-    attention_split_kernel<G><<<static_cast<unsigned>(a.n_tok * a.n_head / G * splits), kAttnThreads, smem, stream>>>(
-        a, run_max, splits, part);
-    BG_CUDA_CHECK_LAUNCH();
+    BG_CUDA_CHECK(launch_kernel(attention_split_kernel<G>, static_cast<unsigned>(a.n_tok * a.n_head / G * splits),
+                                kAttnThreads, smem, stream, a, run_max, splits, part));
     // A thread a dimension (up to 512): each thread's loads, one a run, are all in flight at once;
     // 128 threads with four dimensions each took 13-15 us at decode on an H200.
     const int threads = static_cast<int>(std::min<int64_t>(512, (a.d + 31) / 32 * 32));
-    attention_combine_kernel<<<static_cast<unsigned>(a.n_tok * a.n_head), threads, 0, stream>>>(a, splits, part);
-    BG_CUDA_CHECK_LAUNCH();
+    BG_CUDA_CHECK(launch_kernel(attention_combine_kernel, static_cast<unsigned>(a.n_tok * a.n_head), threads, 0, stream,
+                                a, splits, part));
 }
 
 // Runs a block is split into at most, and rows a run at least on the launcher's choice: shorter
@@ -591,16 +596,14 @@ void indexer(const IndexerArgs& a, cudaStream_t stream) {
     BG_CHECK(tiles <= INT_MAX);
     const size_t smem = static_cast<size_t>(a.n_head * (a.head_dim + 1) + a.n_head + kIdxWarps * a.head_dim) * sizeof(float);
     allow_dynamic_smem(index_scores_kernel, smem, "indexer scores");
-    index_scores_kernel<<<dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(a.n_tok)), kIdxWarps * 32, smem,
-                          stream>>>(a, rows_per_warp);
-    BG_CUDA_CHECK_LAUNCH();
+    BG_CUDA_CHECK(launch_kernel(index_scores_kernel, dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(a.n_tok)),
+                                kIdxWarps * 32, smem, stream, a, rows_per_warp));
 
     int64_t cap = 1;
     while (cap < a.top_k) cap <<= 1;
     const size_t tsmem = static_cast<size_t>(cap) * sizeof(unsigned long long);
     allow_dynamic_smem(topk_kernel, tsmem, "indexer top-k");
-    topk_kernel<<<static_cast<unsigned>(a.n_tok), kTopkThreads, tsmem, stream>>>(a);
-    BG_CUDA_CHECK_LAUNCH();
+    BG_CUDA_CHECK(launch_kernel(topk_kernel, static_cast<unsigned>(a.n_tok), kTopkThreads, tsmem, stream, a));
 }
 
 }  // namespace bg::cuda

@@ -5,6 +5,7 @@
 #include "cuda/check.cuh"
 #include "cuda/common.cuh"
 #include "cuda/ops.cuh"
+#include "cuda/launch.cuh"
 #include "util/check.h"
 
 namespace bg::cuda {
@@ -13,6 +14,7 @@ namespace {
 
 __global__ void compress_pool_kernel(const float* kv, const float* score, int64_t d, int64_t ratio, int64_t b0,
                                      int64_t n_blocks, float* out) {
+    grid_dependency_begin();
     const int64_t total = n_blocks * d;
     for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
          idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -27,8 +29,8 @@ void compress_pool(const float* kv, const float* score, int64_t d, int64_t ratio
                    float* out, cudaStream_t stream) {
     BG_CHECK(ratio >= 1 && b0 >= 0);
     if (n_blocks <= 0 || d <= 0) return;
-    compress_pool_kernel<<<blocks_for(n_blocks * d), kThreads, 0, stream>>>(kv, score, d, ratio, b0, n_blocks, out);
-    BG_CUDA_CHECK_LAUNCH();
+    BG_CUDA_CHECK(launch_kernel(compress_pool_kernel, blocks_for(n_blocks * d), kThreads, 0, stream, kv, score, d,
+                                ratio, b0, n_blocks, out));
 }
 
 }  // namespace bg::cuda

@@ -9,6 +9,7 @@
 #include "cuda/int8_matmul.cuh"
 #include "cuda/ops.cuh"
 #include "cuda/quant_matmul.cuh"
+#include "cuda/launch.cuh"
 #include "util/check.h"
 
 namespace bg::cuda {
@@ -16,6 +17,7 @@ namespace bg::cuda {
 namespace {
 
 __global__ void scale_kernel(float* x, int64_t n, float s) {
+    grid_dependency_begin();
     const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (i < n) x[i] *= s;
 }
@@ -291,8 +293,7 @@ public:
     }
     void scale(float* x, int64_t n, float s) override {
         if (n <= 0) return;
-        scale_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream_>>>(x, n, s);
-        BG_CUDA_CHECK_LAUNCH();
+        BG_CUDA_CHECK(launch_kernel(scale_kernel, static_cast<unsigned>((n + 255) / 256), 256, 0, stream_, x, n, s));
     }
     void hc_mix(const float* m, const float* base, const float* scale, int64_t n_tok, int n_iter, float eps,
                 float* mix) override {

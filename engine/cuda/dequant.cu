@@ -1,4 +1,5 @@
 #include "cuda/dequant.cuh"
+#include "cuda/launch.cuh"
 
 #include <cuda_fp16.h>
 
@@ -24,6 +25,7 @@ __device__ float e2m1(uint32_t code) {
 }
 
 __global__ void dequant_kernel(uint32_t type, const uint8_t* src, float* dst, int64_t n) {
+    grid_dependency_begin();
     const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (i >= n) return;
     switch (type) {
@@ -63,6 +65,7 @@ __global__ void dequant_kernel(uint32_t type, const uint8_t* src, float* dst, in
 // Element i of rows x dim: value i % dim of packed row i / dim, decoded by the function the CPU
 // uses (fp8::packed_value).
 __global__ void dequant_fp8_rows_kernel(const uint8_t* src, float* dst, int64_t rows, int64_t dim) {
+    grid_dependency_begin();
     const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (i >= rows * dim) return;
     const int64_t r = i / dim, j = i % dim;
@@ -94,9 +97,8 @@ cudaError_t dequantize(GgmlType t, const void* src, float* dst, int64_t n, cudaS
     if (n <= 0) return cudaSuccess;
     const int threads = 256;
     const int64_t blocks = (n + threads - 1) / threads;
-    dequant_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(static_cast<uint32_t>(t),
-                                                                           static_cast<const uint8_t*>(src), dst, n);
-    return cudaGetLastError();
+    return launch_kernel(dequant_kernel, static_cast<unsigned>(blocks), threads, 0, stream, static_cast<uint32_t>(t),
+                         static_cast<const uint8_t*>(src), dst, n);
 }
 
 cudaError_t dequantize_fp8_rows(const void* src, float* dst, int64_t rows, int64_t dim, cudaStream_t stream) {
@@ -104,9 +106,8 @@ cudaError_t dequantize_fp8_rows(const void* src, float* dst, int64_t rows, int64
     if (rows == 0) return cudaSuccess;
     const int threads = 256;
     const int64_t blocks = (rows * dim + threads - 1) / threads;
-    dequant_fp8_rows_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(static_cast<const uint8_t*>(src), dst,
-                                                                                  rows, dim);
-    return cudaGetLastError();
+    return launch_kernel(dequant_fp8_rows_kernel, static_cast<unsigned>(blocks), threads, 0, stream,
+                         static_cast<const uint8_t*>(src), dst, rows, dim);
 }
 
 int device_count() {

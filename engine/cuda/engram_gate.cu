@@ -6,6 +6,7 @@
 #include "cuda/check.cuh"
 #include "cuda/common.cuh"
 #include "cuda/ops.cuh"
+#include "cuda/launch.cuh"
 #include "util/check.h"
 
 namespace bg::cuda {
@@ -15,6 +16,7 @@ namespace {
 // One block per (token, copy).
 __global__ void engram_kernel(const float* kv, const float* wk, const float* wq, int64_t n_embd, float eps,
                               float* H, float* gates) {
+    grid_dependency_begin();
     __shared__ float red[33];
     const int64_t t = blockIdx.x / 4;
     const int c = static_cast<int>(blockIdx.x % 4);
@@ -50,8 +52,8 @@ void engram_gate_add(const float* kv, const float* wk, const float* wq, int64_t 
                      float* H, float* gates, cudaStream_t stream) {
     if (n_tok <= 0) return;
     BG_CHECK(n_embd > 0 && n_tok * 4 <= INT_MAX);
-    engram_kernel<<<static_cast<unsigned>(n_tok * 4), kThreads, 0, stream>>>(kv, wk, wq, n_embd, eps, H, gates);
-    BG_CUDA_CHECK_LAUNCH();
+    BG_CUDA_CHECK(launch_kernel(engram_kernel, static_cast<unsigned>(n_tok * 4), kThreads, 0, stream, kv, wk, wq,
+                                n_embd, eps, H, gates));
 }
 
 }  // namespace bg::cuda

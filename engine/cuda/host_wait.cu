@@ -14,6 +14,7 @@
 
 #include "cuda/check.cuh"
 #include "cuda/ops.cuh"
+#include "cuda/launch.cuh"
 
 namespace bg::cuda {
 
@@ -35,6 +36,7 @@ __device__ __forceinline__ unsigned long long global_ns() {
 }
 
 __global__ void wait_host_word_kernel(const uint32_t* word, uint32_t value) {
+    grid_dependency_begin();
     const unsigned long long t0 = global_ns();
     while (static_cast<int32_t>(load_acquire_system(word) - value) < 0) {
         if (global_ns() - t0 > kTimeoutNs) __trap();
@@ -47,8 +49,8 @@ __global__ void wait_host_word_kernel(const uint32_t* word, uint32_t value) {
 void wait_host_word(const uint32_t* word_host, uint32_t value, cudaStream_t stream) {
     void* on_device = nullptr;
     BG_CUDA_CHECK(cudaHostGetDevicePointer(&on_device, const_cast<uint32_t*>(word_host), 0));
-    wait_host_word_kernel<<<1, 1, 0, stream>>>(static_cast<const uint32_t*>(on_device), value);
-    BG_CUDA_CHECK(cudaGetLastError());
+    BG_CUDA_CHECK(
+        launch_kernel(wait_host_word_kernel, 1, 1, 0, stream, static_cast<const uint32_t*>(on_device), value));
 }
 
 }  // namespace bg::cuda

@@ -45,6 +45,7 @@
 #include "cuda/check.cuh"
 #include "cuda/int8_matmul_kernel.cuh"
 #include "cuda/swiglu_dev.cuh"
+#include "cuda/launch.cuh"
 
 namespace bg::cuda::int8mm {
 
@@ -139,6 +140,7 @@ struct HasLoadSplit<T, std::void_t<decltype(&T::load_chunk_split)>> : std::true_
 
 template <class T, int NTOK, int MATS>
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvParams p) {
+    grid_dependency_begin();
     static_assert(T::kSubK == 16 || T::kSubK == 32, "a scale covers 16 or 32 weights");
     static_assert(NTOK <= kGemvMaxTok, "one and two tokens alone");
     static_assert(kGemvSpanChunks % chunks_per_block<T>() == 0 && kGemvSpanChunks == 32, "whole blocks, a chunk a lane");
@@ -406,7 +408,8 @@ void launch_gemv_k(const GemvParams& p, cudaStream_t stream) {
         return static_cast<int64_t>(most > 48 * 1024 ? most : 48 * 1024);
     }();
     BG_CHECK_MSG(smem <= dynamic_max, "int8 GEMV: the activations of this many columns exceed the device's shared memory");
-    gemv_kernel<T, NTOK, MATS><<<grid, kGemvWarps * 32, static_cast<size_t>(smem), stream>>>(p);
+    BG_CUDA_CHECK(
+        launch_kernel(gemv_kernel<T, NTOK, MATS>, grid, kGemvWarps * 32, static_cast<size_t>(smem), stream, p));
 }
 template <class T>
 void launch_gemv_impl(const GemvParams& p, int ntok, int mats, cudaStream_t stream) {

@@ -12,6 +12,7 @@
 #include "cuda/int8_gemv_kernel.cuh"
 #include "cuda/int8_matmul_kernel.cuh"
 #include "cuda/swiglu_dev.cuh"
+#include "cuda/launch.cuh"
 #include "tensor/qtypes/all.h"
 #include "util/check.h"
 
@@ -41,6 +42,7 @@ struct QuantRows {
 template <int KB>
 __global__ void quantize_x_kernel(const float* x, int64_t ldx, QuantRows src, int m, int nkb, int n_tiles,
                                   int cols_tok, int8_t* q, float* d, float2* s) {
+    grid_dependency_begin();
     const int w = blockIdx.x * kQuantWarps + (threadIdx.x >> 5);
     const int groups = (nkb + KB - 1) / KB;
     if (w >= groups * cols_tok) return;
@@ -90,8 +92,8 @@ void quantize_x_rows(Int8Workspace& ws, const float* x, int64_t ldx, const Quant
     auto launch = [&](auto kb) {
         constexpr int KB = decltype(kb)::value;
         const int warps = (nkb + KB - 1) / KB * cols_tok;
-        quantize_x_kernel<KB><<<(warps + kQuantWarps - 1) / kQuantWarps, kQuantWarps * 32, 0, stream>>>(
-            x, ldx, src, m, nkb, n_tiles, cols_tok, ws.xq(), ws.xd(), ws.xs());
+        BG_CUDA_CHECK(launch_kernel(quantize_x_kernel<KB>, (warps + kQuantWarps - 1) / kQuantWarps, kQuantWarps * 32, 0,
+                                    stream, x, ldx, src, m, nkb, n_tiles, cols_tok, ws.xq(), ws.xd(), ws.xs()));
     };
     if (cols_tok > kTileTok) launch(std::integral_constant<int, 4>{});
     else launch(std::integral_constant<int, 1>{});

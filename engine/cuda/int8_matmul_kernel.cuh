@@ -23,6 +23,7 @@
 
 #include "cuda/check.cuh"
 #include "cuda/swiglu_dev.cuh"
+#include "cuda/launch.cuh"
 
 namespace bg::cuda::int8mm {
 
@@ -168,6 +169,7 @@ __device__ __forceinline__ void mma_s8_k16(int (&d)[4], int a0, int a1, int b) {
 
 template <class T, int NT, int MATS>
 __global__ void __launch_bounds__(kWarps * 32) mma_kernel(MmaParams p) {
+    grid_dependency_begin();
     static_assert(T::kSubK == 16 || T::kSubK == 32, "a scale covers 16 or 32 weights");
     constexpr int kCpb = chunks_per_block<T>(), kSC = step_chunks<T>(), kStages = stages<T, NT, MATS>();
     constexpr int kWin = row_window<T>();
@@ -404,7 +406,7 @@ void launch_one(const MmaParams& p, dim3 grid, cudaStream_t stream) {
         return true;
     }();
     (void)opted;
-    mma_kernel<T, NT, MATS><<<grid, kWarps * 32, bytes, stream>>>(p);
+    BG_CUDA_CHECK(launch_kernel(mma_kernel<T, NT, MATS>, grid, kWarps * 32, bytes, stream, p));
 }
 template <class T, int NT>
 void launch_nt(const MmaParams& p, int mats, dim3 grid, cudaStream_t stream) {

@@ -9,6 +9,7 @@
 #include "cuda/check.cuh"
 #include "cuda/common.cuh"
 #include "cuda/ops.cuh"
+#include "cuda/launch.cuh"
 #include "tensor/qtypes/iq2_xxs.h"
 #include "tensor/qtypes/q2_k.h"
 #include "tensor/qtypes/q3_k.h"
@@ -118,6 +119,7 @@ __device__ __forceinline__ float4 ggml_element4(uint32_t type, const uint8_t* ro
 // y (striding) over rows.
 __global__ void dequant_rows_kernel(uint32_t type, const uint8_t* w, uint64_t row_stride, int64_t cols,
                                     int64_t n_rows, float* out) {
+    grid_dependency_begin();
     const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (i >= cols) return;
     for (int64_t r = blockIdx.y; r < n_rows; r += gridDim.y)
@@ -128,6 +130,7 @@ __global__ void dequant_rows_kernel(uint32_t type, const uint8_t* w, uint64_t ro
 // scratch comes from cudaMalloc and every row is a multiple of 16 bytes).
 __global__ void dequant_rows4_kernel(uint32_t type, const uint8_t* w, uint64_t row_stride, int64_t cols,
                                      int64_t n_rows, float* out) {
+    grid_dependency_begin();
     const int64_t i = 4 * (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x);
     if (i >= cols) return;
     for (int64_t r = blockIdx.y; r < n_rows; r += gridDim.y)
@@ -136,6 +139,7 @@ __global__ void dequant_rows4_kernel(uint32_t type, const uint8_t* w, uint64_t r
 
 __global__ void embed_kernel(uint32_t type, const uint8_t* emb, uint64_t row_stride, int64_t rows, int64_t cols,
                              const int32_t* tokens, int64_t n_tok, float* H) {
+    grid_dependency_begin();
     const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (e >= cols) return;
     for (int64_t t = blockIdx.y; t < n_tok; t += gridDim.y) {
@@ -231,11 +235,13 @@ void matmul(MatmulContext& ctx, const DeviceMat& W, const float* x, int64_t ldx,
             const dim3 grid = rows_grid(threads_per_row, rows);
             const uint8_t* src = W.data + static_cast<uint64_t>(r0) * W.row_stride;
             if (by4) {
-                dequant_rows4_kernel<<<grid, kThreads, 0, stream>>>(static_cast<uint32_t>(W.type), src, W.row_stride,
-                                                                    W.cols, rows, ctx.scratch_);
+                BG_CUDA_CHECK(launch_kernel(dequant_rows4_kernel, grid, kThreads, 0, stream,
+                                            static_cast<uint32_t>(W.type), src, W.row_stride, W.cols, rows,
+                                            ctx.scratch_));
             } else {
-                dequant_rows_kernel<<<grid, kThreads, 0, stream>>>(static_cast<uint32_t>(W.type), src, W.row_stride,
-                                                                   W.cols, rows, ctx.scratch_);
+                BG_CUDA_CHECK(launch_kernel(dequant_rows_kernel, grid, kThreads, 0, stream,
+                                            static_cast<uint32_t>(W.type), src, W.row_stride, W.cols, rows,
+                                            ctx.scratch_));
             }
             BG_CUDA_CHECK_LAUNCH();
             const int m = static_cast<int>(rows);
@@ -249,10 +255,9 @@ void matmul(MatmulContext& ctx, const DeviceMat& W, const float* x, int64_t ldx,
 void embed_tokens(const DeviceMat& emb, const int32_t* tokens, int64_t n_tok, float* H, cudaStream_t stream) {
     check_mat(emb);
     if (n_tok <= 0) return;
-    embed_kernel<<<rows_grid(emb.cols, n_tok), kThreads, 0, stream>>>(static_cast<uint32_t>(emb.type), emb.data,
-                                                                      emb.row_stride, emb.rows, emb.cols, tokens, n_tok,
-                                                                      H);
-    BG_CUDA_CHECK_LAUNCH();
+    BG_CUDA_CHECK(launch_kernel(embed_kernel, rows_grid(emb.cols, n_tok), kThreads, 0, stream,
+                                static_cast<uint32_t>(emb.type), emb.data, emb.row_stride, emb.rows, emb.cols, tokens,
+                                n_tok, H));
 }
 
 }  // namespace bg::cuda

@@ -8,6 +8,7 @@
 #include "cuda/check.cuh"
 #include "cuda/common.cuh"
 #include "cuda/ops.cuh"
+#include "cuda/launch.cuh"
 #include "util/check.h"
 
 namespace bg::cuda {
@@ -27,6 +28,7 @@ constexpr int kMixTokPerBlock = 4;  // tokens of a 64-thread block
 
 __global__ void hc_mix_kernel(const float* m_all, const float* base, const float* scale, int64_t n_tok, int n_iter,
                               float eps, float* mix_all) {
+    grid_dependency_begin();
     const int lane = threadIdx.x & 31, i = lane & 15;
     const int64_t t = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 16;
     const bool live = t < n_tok;  // half-warp-uniform; dead halves still join the shuffles
@@ -68,6 +70,7 @@ __global__ void hc_mix_kernel(const float* m_all, const float* base, const float
 
 __global__ void hc_collapse_kernel(const float* H, const float* pre, int64_t pre_stride, int64_t n_tok,
                                    int64_t n_embd, float* x) {
+    grid_dependency_begin();
     const int64_t total = n_tok * n_embd;
     for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
          idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -82,6 +85,7 @@ __global__ void hc_collapse_kernel(const float* H, const float* pre, int64_t pre
 
 __global__ void hc_expand_kernel(const float* mix, const float* y, const float* R, int64_t n_tok, int64_t n_embd,
                                  float* H) {
+    grid_dependency_begin();
     const int64_t total = n_tok * n_embd;
     for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
          idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -105,24 +109,23 @@ void hc_mix(const float* m, const float* base, const float* scale, int64_t n_tok
     BG_CHECK(n_iter >= 1);
     if (n_tok <= 0) return;
     // Few tokens per call: small blocks spread them over more SMs.
-    hc_mix_kernel<<<static_cast<unsigned>((n_tok + kMixTokPerBlock - 1) / kMixTokPerBlock), kMixTokPerBlock * 16, 0,
-                    stream>>>(m, base, scale, n_tok, n_iter, eps, mix);
-    BG_CUDA_CHECK_LAUNCH();
+    BG_CUDA_CHECK(launch_kernel(hc_mix_kernel, static_cast<unsigned>((n_tok + kMixTokPerBlock - 1) / kMixTokPerBlock),
+                                kMixTokPerBlock * 16, 0, stream, m, base, scale, n_tok, n_iter, eps, mix));
 }
 
 void hc_collapse(const float* H, const float* pre, int64_t pre_stride, int64_t n_tok, int64_t n_embd, float* x,
                  cudaStream_t stream) {
     BG_CHECK(pre_stride >= 4 || n_tok <= 1);
     if (n_tok <= 0 || n_embd <= 0) return;
-    hc_collapse_kernel<<<blocks_for(n_tok * n_embd), kThreads, 0, stream>>>(H, pre, pre_stride, n_tok, n_embd, x);
-    BG_CUDA_CHECK_LAUNCH();
+    BG_CUDA_CHECK(launch_kernel(hc_collapse_kernel, blocks_for(n_tok * n_embd), kThreads, 0, stream, H, pre, pre_stride,
+                                n_tok, n_embd, x));
 }
 
 void hc_expand(const float* mix, const float* y, const float* R, int64_t n_tok, int64_t n_embd, float* H,
                cudaStream_t stream) {
     if (n_tok <= 0 || n_embd <= 0) return;
-    hc_expand_kernel<<<blocks_for(n_tok * n_embd), kThreads, 0, stream>>>(mix, y, R, n_tok, n_embd, H);
-    BG_CUDA_CHECK_LAUNCH();
+    BG_CUDA_CHECK(
+        launch_kernel(hc_expand_kernel, blocks_for(n_tok * n_embd), kThreads, 0, stream, mix, y, R, n_tok, n_embd, H));
 }
 
 }  // namespace bg::cuda

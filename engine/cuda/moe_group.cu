@@ -11,6 +11,7 @@
 
 #include "cuda/check.cuh"
 #include "cuda/ops.cuh"
+#include "cuda/launch.cuh"
 #include "util/check.h"
 
 namespace bg::cuda {
@@ -24,6 +25,7 @@ constexpr int kPerThread = kMaxExperts / kThreads;  // experts one thread owns a
 
 __global__ void group_by_expert_kernel(const int32_t* ids, int64_t n_slots, int k, int64_t pos0, int n_expert,
                                        int32_t* counts, int32_t* gather, int32_t* scatter) {
+    grid_dependency_begin();
     __shared__ int32_t tile[kTile];
     __shared__ int32_t start[kMaxExperts + 1];
     __shared__ int32_t bad;
@@ -96,9 +98,8 @@ void group_by_expert(const int32_t* ids, int64_t n_slots, int64_t k, int64_t pos
     BG_CHECK(k >= 1 && n_slots >= 0 && n_slots % k == 0);
     BG_CHECK_MSG(n_expert >= 1 && n_expert <= kMaxExperts, "group_by_expert: at most 4096 experts");
     BG_CHECK(pos0 >= 0 && (pos0 + n_slots / k) * k <= INT_MAX);
-    group_by_expert_kernel<<<1, kThreads, 0, stream>>>(ids, n_slots, static_cast<int>(k), pos0,
-                                                       static_cast<int>(n_expert), counts, gather, scatter);
-    BG_CUDA_CHECK_LAUNCH();
+    BG_CUDA_CHECK(launch_kernel(group_by_expert_kernel, 1, kThreads, 0, stream, ids, n_slots, static_cast<int>(k), pos0,
+                                static_cast<int>(n_expert), counts, gather, scatter));
 }
 
 }  // namespace bg::cuda

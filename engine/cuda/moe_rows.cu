@@ -4,6 +4,7 @@
 #include "cuda/check.cuh"
 #include "cuda/common.cuh"
 #include "cuda/ops.cuh"
+#include "cuda/launch.cuh"
 #include "util/check.h"
 
 namespace bg::cuda {
@@ -13,6 +14,7 @@ namespace {
 // 2-D grids below: x over the row's width, y (striding) over rows.
 __global__ void gather_kernel(const float* x, int64_t ldx, const int32_t* rows, int64_t m, int64_t width,
                               float* out) {
+    grid_dependency_begin();
     const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (e >= width) return;
     for (int64_t j = blockIdx.y; j < m; j += gridDim.y) out[j * width + e] = x[rows[j] * ldx + e];
@@ -21,6 +23,7 @@ __global__ void gather_kernel(const float* x, int64_t ldx, const int32_t* rows, 
 // Rows [add0, add0 + n_add) are added, the others written (n_add = 0: a plain scatter).
 __global__ void scatter_kernel(const float* src, const int32_t* rows, int64_t m, int64_t add0, int64_t n_add,
                                int64_t width, float* dst) {
+    grid_dependency_begin();
     const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (e >= width) return;
     for (int64_t j = blockIdx.y; j < m; j += gridDim.y) {
@@ -32,6 +35,7 @@ __global__ void scatter_kernel(const float* src, const int32_t* rows, int64_t m,
 
 __global__ void weighted_sum_kernel(const float* eo, const float* w, int64_t n_tok, int64_t k, int64_t width,
                                     float* y) {
+    grid_dependency_begin();
     const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (e >= width) return;
     for (int64_t t = blockIdx.y; t < n_tok; t += gridDim.y) {
@@ -47,30 +51,29 @@ void moe_gather(const float* x, int64_t ldx, const int32_t* rows, int64_t m, int
                 cudaStream_t stream) {
     if (m <= 0 || width <= 0) return;
     BG_CHECK(ldx >= width);
-    gather_kernel<<<rows_grid(width, m), kThreads, 0, stream>>>(x, ldx, rows, m, width, out);
-    BG_CUDA_CHECK_LAUNCH();
+    BG_CUDA_CHECK(launch_kernel(gather_kernel, rows_grid(width, m), kThreads, 0, stream, x, ldx, rows, m, width, out));
 }
 
 void moe_scatter(const float* src, const int32_t* rows, int64_t m, int64_t width, float* dst, cudaStream_t stream) {
     if (m <= 0 || width <= 0) return;
-    scatter_kernel<<<rows_grid(width, m), kThreads, 0, stream>>>(src, rows, m, 0, 0, width, dst);
-    BG_CUDA_CHECK_LAUNCH();
+    BG_CUDA_CHECK(
+        launch_kernel(scatter_kernel, rows_grid(width, m), kThreads, 0, stream, src, rows, m, 0, 0, width, dst));
 }
 
 void moe_scatter_join(const float* src, const int32_t* rows, int64_t m, int64_t add0, int64_t n_add, int64_t width,
                       float* dst, cudaStream_t stream) {
     if (m <= 0 || width <= 0) return;
     BG_CHECK(add0 >= 0 && n_add >= 0 && add0 + n_add <= m);
-    scatter_kernel<<<rows_grid(width, m), kThreads, 0, stream>>>(src, rows, m, add0, n_add, width, dst);
-    BG_CUDA_CHECK_LAUNCH();
+    BG_CUDA_CHECK(
+        launch_kernel(scatter_kernel, rows_grid(width, m), kThreads, 0, stream, src, rows, m, add0, n_add, width, dst));
 }
 
 void moe_weighted_sum(const float* eo, const float* w, int64_t n_tok, int64_t k, int64_t width, float* y,
                       cudaStream_t stream) {
     if (n_tok <= 0 || width <= 0) return;
     BG_CHECK(k >= 0);
-    weighted_sum_kernel<<<rows_grid(width, n_tok), kThreads, 0, stream>>>(eo, w, n_tok, k, width, y);
-    BG_CUDA_CHECK_LAUNCH();
+    BG_CUDA_CHECK(
+        launch_kernel(weighted_sum_kernel, rows_grid(width, n_tok), kThreads, 0, stream, eo, w, n_tok, k, width, y));
 }
 
 }  // namespace bg::cuda

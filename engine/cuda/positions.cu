@@ -6,6 +6,7 @@
 #include "cuda/check.cuh"
 #include "cuda/common.cuh"
 #include "cuda/ops.cuh"
+#include "cuda/launch.cuh"
 #include "util/check.h"
 
 namespace bg::cuda {
@@ -13,6 +14,7 @@ namespace bg::cuda {
 namespace {
 
 __global__ void fill_positions_kernel(int32_t* pos, int64_t n, int64_t start, int64_t step) {
+    grid_dependency_begin();
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x)
         pos[i] = static_cast<int32_t>(start + i * step);
@@ -23,8 +25,7 @@ __global__ void fill_positions_kernel(int32_t* pos, int64_t n, int64_t start, in
 void fill_positions(int32_t* pos, int64_t n, int64_t start, int64_t step, cudaStream_t stream) {
     if (n <= 0) return;
     BG_CHECK(start >= 0 && start + (n - 1) * step <= INT32_MAX && start + (n - 1) * step >= 0);
-    fill_positions_kernel<<<blocks_for(n), kThreads, 0, stream>>>(pos, n, start, step);
-    BG_CUDA_CHECK_LAUNCH();
+    BG_CUDA_CHECK(launch_kernel(fill_positions_kernel, blocks_for(n), kThreads, 0, stream, pos, n, start, step));
 }
 
 }  // namespace bg::cuda

@@ -36,6 +36,7 @@
 #include "cuda/quant_matmul.cuh"
 #include "cuda/quant_matmul_kernel.cuh"
 #include "cuda/swiglu_dev.cuh"
+#include "cuda/launch.cuh"
 #include "util/check.h"
 
 namespace bg::cuda {
@@ -60,6 +61,7 @@ __global__ void fp16_subnormal_probe(float* out) {
 template <typename Act>
 __global__ void convert_x_kernel(const float* x, int64_t ldx, const int32_t* rows, int k_total, Act* out, int ldo,
                                  int lo_off, int mx) {
+    grid_dependency_begin();
     const int t = blockIdx.y;
     const int k = 4 * (blockIdx.x * blockDim.x + threadIdx.x);
     if (k >= k_total) return;  // k_total is a multiple of 32
@@ -89,11 +91,11 @@ void convert_x(GgmlType t, const float* x, int64_t ldx, const int32_t* rows, int
                int lo_off, cudaStream_t stream) {
     const dim3 grid(static_cast<unsigned>((k / 4 + 127) / 128), static_cast<unsigned>(m));
     if (t == GgmlType::BF16) {
-        convert_x_kernel<__nv_bfloat16><<<grid, 128, 0, stream>>>(x, ldx, rows, k, static_cast<__nv_bfloat16*>(out), ldo,
-                                                                   lo_off, 0);
+        BG_CUDA_CHECK(launch_kernel(convert_x_kernel<__nv_bfloat16>, grid, 128, 0, stream, x, ldx, rows, k,
+                                    static_cast<__nv_bfloat16*>(out), ldo, lo_off, 0));
     } else {
-        convert_x_kernel<__half><<<grid, 128, 0, stream>>>(x, ldx, rows, k, static_cast<__half*>(out), ldo, lo_off,
-                                                           t == GgmlType::MXFP4 ? 1 : 0);
+        BG_CUDA_CHECK(launch_kernel(convert_x_kernel<__half>, grid, 128, 0, stream, x, ldx, rows, k,
+                                    static_cast<__half*>(out), ldo, lo_off, t == GgmlType::MXFP4 ? 1 : 0));
     }
     BG_CUDA_CHECK_LAUNCH();
 }

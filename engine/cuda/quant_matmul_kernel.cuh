@@ -13,6 +13,7 @@
 #include "cuda/check.cuh"
 #include "cuda/quant_matmul.cuh"
 #include "cuda/swiglu_dev.cuh"
+#include "cuda/launch.cuh"
 #include "util/check.h"
 
 namespace bg::cuda::qmm {
@@ -314,6 +315,7 @@ __device__ __forceinline__ void load_stage(const KParams& p, const RowSlots<C>& 
 
 template <int WT, int WARPS, int MT, int NT, int KBASE, int STAGES>
 __global__ void __launch_bounds__(WARPS * 32) qmm_kernel(const KParams p) {
+    grid_dependency_begin();
     using C = Cfg<WT, WARPS, MT, NT, KBASE, STAGES>;
     using Act = typename WTraits<WT>::Act;
     constexpr bool kScaled = WT != kBf;
@@ -665,8 +667,8 @@ struct Launch {
         p.counters = ws.counters();
         blocks_per_sm();  // sets the shared-memory attribute once
         const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(p.splits));
-        qmm_kernel<WT, WARPS, MT, NT, KBASE, STAGES><<<grid, C::kThreads, C::SMEM, stream>>>(p);
-        BG_CUDA_CHECK_LAUNCH();
+        BG_CUDA_CHECK(
+            launch_kernel(qmm_kernel<WT, WARPS, MT, NT, KBASE, STAGES>, grid, C::kThreads, C::SMEM, stream, p));
     }
 };
 

@@ -9,6 +9,7 @@
 #include "cuda/check.cuh"
 #include "cuda/common.cuh"
 #include "cuda/ops.cuh"
+#include "cuda/launch.cuh"
 #include "util/check.h"
 
 namespace bg::cuda {
@@ -21,6 +22,7 @@ constexpr int kNormThreads = 1024;
 template <bool VEC>
 __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const float* x, const float* w, int64_t n, float eps,
                                                                float* y) {
+    grid_dependency_begin();
     __shared__ float red[33];
     const float* xr = x + blockIdx.x * n;
     float* yr = y + blockIdx.x * n;
@@ -66,10 +68,11 @@ void rmsnorm(const float* x, const float* w, int64_t n, int64_t n_rows, float ep
     BG_CHECK(n > 0 && n_rows <= INT_MAX);
     const int threads = n >= 4 * kThreads ? kNormThreads : kThreads;
     if (n % 4 == 0 && aligned16(x) && aligned16(y) && (!w || aligned16(w)))
-        rmsnorm_kernel<true><<<static_cast<unsigned>(n_rows), threads, 0, stream>>>(x, w, n, eps, y);
+        BG_CUDA_CHECK(
+            launch_kernel(rmsnorm_kernel<true>, static_cast<unsigned>(n_rows), threads, 0, stream, x, w, n, eps, y));
     else
-        rmsnorm_kernel<false><<<static_cast<unsigned>(n_rows), threads, 0, stream>>>(x, w, n, eps, y);
-    BG_CUDA_CHECK_LAUNCH();
+        BG_CUDA_CHECK(
+            launch_kernel(rmsnorm_kernel<false>, static_cast<unsigned>(n_rows), threads, 0, stream, x, w, n, eps, y));
 }
 
 }  // namespace bg::cuda

@@ -8,6 +8,7 @@
 #include "cuda/check.cuh"
 #include "cuda/common.cuh"
 #include "cuda/ops.cuh"
+#include "cuda/launch.cuh"
 #include "util/check.h"
 
 namespace bg::cuda {
@@ -26,6 +27,7 @@ struct RopeArgs {
 // One thread per (token, head, pair).
 __global__ void rope_kernel(float* x, int64_t row_stride, int64_t n_tok, const int32_t* pos, int64_t n_heads,
                             int64_t head_dim, RopeArgs p) {
+    grid_dependency_begin();
     const int64_t n_pairs = p.n_dims / 2, total = n_tok * n_heads * n_pairs;
     for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
          idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -74,9 +76,8 @@ void rope(float* x, int64_t row_stride, int64_t n_tok, const int32_t* pos, int64
         a.low = std::max(0.0f, std::floor(corr_dim(p.beta_fast)));
         a.high = std::min(static_cast<float>(p.n_dims - 1), std::ceil(corr_dim(p.beta_slow)));
     }
-    rope_kernel<<<blocks_for(n_tok * n_heads * (p.n_dims / 2)), kThreads, 0, stream>>>(x, row_stride, n_tok, pos,
-                                                                                      n_heads, head_dim, a);
-    BG_CUDA_CHECK_LAUNCH();
+    BG_CUDA_CHECK(launch_kernel(rope_kernel, blocks_for(n_tok * n_heads * (p.n_dims / 2)), kThreads, 0, stream, x,
+                                row_stride, n_tok, pos, n_heads, head_dim, a));
 }
 
 }  // namespace bg::cuda

@@ -8,6 +8,7 @@
 
 #include "cuda/check.cuh"
 #include "cuda/ops.cuh"
+#include "cuda/launch.cuh"
 #include "util/check.h"
 
 namespace bg::cuda {
@@ -46,6 +47,7 @@ __device__ __forceinline__ void warp_best(float& bk, int& be) {
 __global__ void route_kernel(int policy, const float* logits, const float* bias, const uint8_t* resident,
                              const uint8_t* hot, int64_t n_expert, int k, int norm, float scale, int32_t* ids,
                              float* weights) {
+    grid_dependency_begin();
     extern __shared__ float route_smem[];
     float* p = route_smem;                                             // [n_expert]
     float* key = p + n_expert;                                         // [n_expert] p + bias
@@ -113,6 +115,7 @@ template <int PL>
 __global__ void route_reg_kernel(int policy, const float* logits, const float* bias, const uint8_t* resident,
                                  const uint8_t* hot, int64_t n_expert, int k, int norm, float scale, int32_t* ids,
                                  float* weights) {
+    grid_dependency_begin();
     static_assert(PL >= 1 && PL <= 32, "a bit an expert of a lane");
     extern __shared__ int32_t route_chosen[];  // [k]
     __shared__ float chosen_p[32];             // p of the first 32 ranks (more read p again below)
@@ -194,8 +197,9 @@ template <int PL>
 void launch_route_reg(int policy, const float* logits, const float* bias, const uint8_t* resident, const uint8_t* hot,
                       int64_t n_tok, int64_t n_expert, int k, RouteWeighting wt, int32_t* ids, float* weights,
                       cudaStream_t stream) {
-    route_reg_kernel<PL><<<static_cast<unsigned>(n_tok), 32, static_cast<size_t>(k) * sizeof(int32_t), stream>>>(
-        policy, logits, bias, resident, hot, n_expert, k, wt.norm ? 1 : 0, wt.scale, ids, weights);
+    BG_CUDA_CHECK(launch_kernel(route_reg_kernel<PL>, static_cast<unsigned>(n_tok), 32,
+                                static_cast<size_t>(k) * sizeof(int32_t), stream, policy, logits, bias, resident, hot,
+                                n_expert, k, wt.norm ? 1 : 0, wt.scale, ids, weights));
 }
 
 }  // namespace
@@ -226,10 +230,8 @@ void route(RoutingPolicy policy, const float* logits, const float* bias, const u
     const size_t smem =
         (2 * static_cast<size_t>(n_expert) + static_cast<size_t>(k)) * 4 + 2 * static_cast<size_t>(n_expert);
     BG_CHECK_MSG(smem <= 48 * 1024, "router: too many experts for one block's shared memory");
-    route_kernel<<<static_cast<unsigned>(n_tok), 32, smem, stream>>>(static_cast<int>(policy), logits, bias, resident,
-                                                                     hot, n_expert, k, wt.norm ? 1 : 0, wt.scale, ids,
-                                                                     weights);
-    BG_CUDA_CHECK_LAUNCH();
+    BG_CUDA_CHECK(launch_kernel(route_kernel, static_cast<unsigned>(n_tok), 32, smem, stream, static_cast<int>(policy),
+                                logits, bias, resident, hot, n_expert, k, wt.norm ? 1 : 0, wt.scale, ids, weights));
 }
 
 }  // namespace bg::cuda
