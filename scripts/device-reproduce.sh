@@ -429,11 +429,20 @@ for part in "$@"; do
       # runs it (resident-only, S 20 / H 5, one warm pass, 32 tokens) in hybrid and, every
       # resident expert in VRAM, the GPU's own chain on all SMs and on 28, gpu (hybrid's budgets,
       # every host-resident expert copied) and cpu (every one on the CPU) (BG_AB_CFGS); BG_AB_REPS
-      # rounds (2).
+      # rounds (2). BG_AB_BASE_ARGS: the base is this build run with these arguments added instead
+      # (e.g. "--chained-launches off": one change alone, no second build), its folder named
+      # <commit>-<arguments>-vs-<commit>.
       slice_model
-      [ -x "$stage/betelgeuse.base" ] || { note "slice-decode-ab: no $stage/betelgeuse.base"; status=1; continue; }
       new_id=$("$bin" version 2>/dev/null | awk '/commit/ {print $2; exit}')
-      base_id=$("$stage/betelgeuse.base" version 2>/dev/null | awk '/commit/ {print $2; exit}')
+      base_args=(${BG_AB_BASE_ARGS:-})
+      if [ ${#base_args[@]} -gt 0 ]; then
+        base_bin=$bin
+        base_id="${new_id:-new}$(printf -- '-%s' "${base_args[@]}" | tr -c 'A-Za-z0-9_.\n-' '_' | sed 's/--*/-/g')"
+      else
+        base_bin=$stage/betelgeuse.base
+        [ -x "$base_bin" ] || { note "slice-decode-ab: no $base_bin"; status=1; continue; }
+        base_id=$("$base_bin" version 2>/dev/null | awk '/commit/ {print $2; exit}')
+      fi
       # A folder a call (its UTC start, HHMM) under the pair's: a later call on the same machine
       # starts from a fresh copy of the tree, so its rounds would take the earlier call's names
       # (2026-12-06 07:21 and 07:24: the second call's rounds 1-3 beside the first's 1-2).
@@ -441,7 +450,7 @@ for part in "$@"; do
       nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$dir/machine.txt"
       for rep in $(seq 1 "${BG_AB_REPS:-2}"); do
         for which in base new; do
-          b=$bin; [ $which = base ] && b=$stage/betelgeuse.base
+          b=$bin; extra=(); [ $which = base ] && { b=$base_bin; extra=("${base_args[@]}"); }
           for cfg in ${BG_AB_CFGS:-hybrid vram vram-sm28}; do  # vram-sm28: the RTX 3060's 28 SMs (--sm-limit)
             case $cfg in
               vram) budget=(--slots 20 --hot 20 --vram-budget 8000 --host-budget 2875 --decode-experts gpu) ;;
@@ -454,7 +463,7 @@ for part in "$@"; do
             esac
             note "slice decode A/B: $which $cfg round $rep"
             "$b" run --backend cuda --model models/slice.gguf --file scenarios/prompts/64-tokens.txt --passes 2 --gen 32 \
-              --ignore-eos --routing resident-only --prefill layer-major --ubatch 16 --promote "${budget[@]}" --threads 0 \
+              --ignore-eos --routing resident-only --prefill layer-major --ubatch 16 --promote "${budget[@]}" "${extra[@]}" --threads 0 \
               --metrics-json "$dir/$which-$cfg-$rep.json" > "$dir/$which-$cfg-$rep.log" 2>&1 || status=1
             grep -E "^decode" "$dir/$which-$cfg-$rep.log" | sed "s/^/$which $cfg $rep: /" | tee -a "$log"
           done

@@ -26,6 +26,7 @@
 #include "cuda/check.cuh"
 #include "cuda/cuda_ops.cuh"
 #include "cuda/dequant.cuh"
+#include "cuda/launch.cuh"
 #include "emulated_gpu_numerics.h"
 #include "random_inputs.h"
 #include "tensor/ggml_types.h"
@@ -322,3 +323,59 @@ TEST_F(GpuCudaOps, JoinReadsTheHostRowsInPlaceOnceTheWordIsPublished) {
 }
 
 }  // namespace
+
+namespace {
+
+// Chained launches (engine/cuda/launch.cuh) on and off select themselves as documented.
+struct ChainedLaunchesRestore {
+    ~ChainedLaunchesRestore() { cuda::allow_chained_launches(true); }
+};
+
+}  // namespace
+
+TEST_F(GpuCudaOps, ChainedLaunchesFollowTheSettingAndTheDevice) {
+    ChainedLaunchesRestore restore;
+    int dev = 0, major = 0;
+    BG_CUDA_CHECK(cudaGetDevice(&dev));
+    BG_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    cuda::allow_chained_launches(false);
+    EXPECT_FALSE(cuda::chained_launches());
+    cuda::allow_chained_launches(true);
+    EXPECT_EQ(cuda::chained_launches(), major >= 9) << "compute capability " << major;
+}
+
+// A chain of dependent kernels, each reading what the one before wrote: a long matmul (a 4096 x
+// 4096 Q8_0 GEMV) and short ones after it (rmsnorm in place, scale, swiglu). Launched chained, a
+// kernel's blocks are placed while the one before runs; one that read before its wait would see
+// the last round's values. The chain must give the plain launches' bits, on every device (on
+// one before sm_90 both runs are plain).
+TEST_F(GpuCudaOps, ChainedKernelsGiveThePlainLaunchesBits) {
+    ChainedLaunchesRestore restore;
+    const int64_t E = 4096, rounds = 40;
+    OpsLimits lim;
+    lim.max_tok = 1;
+    lim.matmul.add_matrix(GgmlType::Q8_0, E, E, 0);
+    std::unique_ptr<Ops> gpu = cuda::make_cuda_ops();
+    gpu->reserve(lim);
+    const Weights w(*gpu, random_weights(GgmlType::Q8_0, E, E, rng_));
+    const std::vector<float> x0 = bgtest::uniform(rng_, E, -1.0f, 1.0f);
+    float* x = static_cast<float*>(gpu->alloc(E * 4));
+    float* y = static_cast<float*>(gpu->alloc(E * 4));
+    std::vector<float> got[2];
+    for (int chained = 1; chained >= 0; --chained) {
+        cuda::allow_chained_launches(chained == 1);
+        gpu->upload(x, x0.data(), E * 4);
+        for (int64_t r = 0; r < rounds; ++r) {
+            gpu->matmul(w.view(true, GgmlType::Q8_0, E, E), x, E, 1, y, E);
+            gpu->rmsnorm(y, nullptr, E, 1, 1e-6f, y);
+            gpu->scale(y, E, 1.5f);
+            gpu->swiglu(y, y, E, 0.0f, SwigluClamp::kDeepSeek, x);  // x = silu(y) * y
+            gpu->rmsnorm(x, nullptr, E, 1, 1e-6f, x);
+        }
+        got[chained].resize(E);
+        gpu->download(got[chained].data(), x, E * 4);
+        gpu->sync();
+    }
+    for (float v : got[0]) ASSERT_TRUE(std::isfinite(v));
+    EXPECT_EQ(std::memcmp(got[0].data(), got[1].data(), E * 4), 0) << "chained launches changed the chain's result";
+}

@@ -15,6 +15,7 @@ namespace bg {
 // What a backend is made with (from the run's configuration).
 struct BackendOptions {
     int sm_limit = 0;  // --sm-limit: run on this many SMs (rounded down to what the GPU allows); 0: all
+    bool chained_launches = true;  // --chained-launches: where the device has them (cuda/launch.cuh)
 };
 
 enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice, kHostToHost };
@@ -66,6 +67,8 @@ public:
     virtual void bind_thread() {}
     // The SMs the backend's work may use (all zeros where there are none: the CPU).
     virtual SmLimit sm_limit() const { return {}; }
+    // Whether kernels are launched chained (BackendOptions::chained_launches where the device has them).
+    virtual bool chained_launches() const { return false; }
 };
 
 std::unique_ptr<Backend> make_cpu_backend();

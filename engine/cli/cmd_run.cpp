@@ -129,6 +129,11 @@ void add_run_flags(CLI::App* cmd, RunConfig& cfg) {
                     "partition, e.g. steps of 8 on sm_90; the count used is printed and recorded); 0: all SMs")
         ->capture_default_str()
         ->check(CLI::NonNegativeNumber);
+    cmd->add_option("--chained-launches", cfg.chained_launches,
+                    "CUDA: let each kernel's blocks be placed while the kernel before it runs, so it starts the moment "
+                    "that one ends (programmatic dependent launch; sm_90 and later, elsewhere always off; whether it "
+                    "was used is recorded) (on | off)")
+        ->capture_default_str();
     add_enum_option(cmd, cfg.swiglu_clamp, "Form of the SwiGLU clamp (backend/types.h says both)");
     add_enum_option(cmd, cfg.matmul,
                     "fast (int8 activations, integer tensor cores) | precise (float path, for reference checks)");

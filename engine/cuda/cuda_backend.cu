@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string>
 
+#include "cuda/launch.cuh"
 #include "cuda/sm_limit.cuh"
 #include "util/check.h"
 
@@ -22,7 +23,7 @@ void check(cudaError_t e, const char* what) {
 
 class CudaBackend final : public Backend {
 public:
-    CudaBackend(int device, int sm_limit) : device_(device) {
+    CudaBackend(int device, int sm_limit, bool chained) : device_(device) {
         int n = 0;
         if (cudaGetDeviceCount(&n) != cudaSuccess || n <= device) {
             cudaGetLastError();
@@ -35,6 +36,7 @@ public:
         // thread back to the primary context and all SMs).
         partition_ = std::make_unique<SmPartition>(device, sm_limit);
         partition_->bind_thread();
+        allow_chained_launches(chained);
         if (partition_->limit().requested > 0) std::fprintf(stderr, "cuda: %s\n", partition_->limit().note.c_str());
         check(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
         BG_CHECK_MSG(partition_->owns(copy_stream_), "the copy stream is not in the SM partition's context");
@@ -58,6 +60,7 @@ public:
     const char* name() const override { return "cuda"; }
     void bind_thread() override { partition_->bind_thread(); }
     SmLimit sm_limit() const override { return partition_->limit(); }
+    bool chained_launches() const override { return cuda::chained_launches(); }
     uint8_t* alloc_device(uint64_t bytes) override {
         void* p = nullptr;
         const cudaError_t e = cudaMalloc(&p, std::max<uint64_t>(bytes, 1));
@@ -158,7 +161,9 @@ private:
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend(int device, int sm_limit) { return std::make_unique<CudaBackend>(device, sm_limit); }
+std::unique_ptr<Backend> make_cuda_backend(int device, int sm_limit, bool chained_launches) {
+    return std::make_unique<CudaBackend>(device, sm_limit, chained_launches);
+}
 
 PcieProbe probe_pcie(uint64_t bytes, int reps, int device) {
     PcieProbe r;

@@ -14,8 +14,9 @@ namespace bg::cuda {
 // Throws bg::Error when no device is present or an allocation fails (with the size), or when
 // `sm_limit` > 0 cannot be honoured (engine/cuda/sm_limit.cuh). Leaves the backend's context (a
 // green context of sm_limit SMs, else the device's primary context) current on the calling
-// thread; other threads call Backend::bind_thread() before they use CUDA.
-std::unique_ptr<Backend> make_cuda_backend(int device = 0, int sm_limit = 0);
+// thread; other threads call Backend::bind_thread() before they use CUDA. chained_launches: the
+// process's kernel launches chained where the device has them (engine/cuda/launch.cuh).
+std::unique_ptr<Backend> make_cuda_backend(int device = 0, int sm_limit = 0, bool chained_launches = true);
 
 // Host-to-device copy bandwidth from page-locked and from pageable memory, in GB/s (1e9 B/s),
 // each the best of `reps` copies of `bytes`.

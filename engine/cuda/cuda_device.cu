@@ -11,7 +11,9 @@ class CudaDevice final : public DeviceFactory {
 public:
     const char* name() const override { return "cuda"; }
     bool dense_on_device() const override { return true; }
-    std::unique_ptr<Backend> make_backend(const BackendOptions& opts) override { return make_cuda_backend(0, opts.sm_limit); }
+    std::unique_ptr<Backend> make_backend(const BackendOptions& opts) override {
+        return make_cuda_backend(0, opts.sm_limit, opts.chained_launches);
+    }
     std::unique_ptr<Ops> make_ops(cpu::ThreadPool&) override { return make_cuda_ops(); }
 };
 

@@ -6,7 +6,14 @@
 
 namespace bg::cuda {
 
+namespace {
+std::atomic<bool> g_allowed{true};
+}  // namespace
+
+void allow_chained_launches(bool allowed) { g_allowed.store(allowed, std::memory_order_relaxed); }
+
 bool chained_launches() {
+    if (!g_allowed.load(std::memory_order_relaxed)) return false;
     // Per device: 0 not looked up yet, 1 unchained, 2 chained. Devices past the table are looked
     // up at every launch (no machine here has that many).
     constexpr int kDevices = 64;

@@ -29,9 +29,13 @@ __device__ __forceinline__ void grid_dependency_begin() {
 #endif
 }
 
-// Whether launches on the current device are chained: its compute capability is 9.0 or more.
-// A fact of the hardware, looked up once per device.
+// Whether launches on the current device are chained: allowed (the default), and its compute
+// capability is 9.0 or more (a fact of the hardware, looked up once per device).
 bool chained_launches();
+// --chained-launches off: every launch plain, for comparing the two on one machine. One setting
+// for the process, as its CUDA context is one: the op launchers see only a stream. The backend
+// sets it once at creation, before any kernel is launched.
+void allow_chained_launches(bool allowed);
 
 // Launches kernel<<<grid, block, smem, stream>>>(args...), chained where chained_launches().
 // Returns the launch's error (the caller checks it, so a failure names the caller's line).

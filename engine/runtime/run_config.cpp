@@ -63,6 +63,7 @@ nlohmann::json RunConfig::to_json() const {
         {"threads", threads},
         {"backend", enum_name(backend)},
         {"sm_limit", sm_limit},
+        {"chained_launches", chained_launches},
         {"swiglu_clamp", enum_name(swiglu_clamp)},
         {"matmul", enum_name(matmul)},
         {"n_ctx", n_ctx},

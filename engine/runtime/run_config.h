@@ -63,6 +63,7 @@ struct RunConfig {
     int threads = 0;                  // 0: all cores (on a GPU a quarter fewer, at most three: Session says why)
     BackendChoice backend = BackendChoice::kAuto;
     int64_t sm_limit = 0;             // CUDA: run on this many SMs (rounded down to what the GPU allows); 0: all
+    bool chained_launches = true;     // CUDA: kernels start as the one before ends (sm_90+; cuda/launch.cuh)
     SwigluClamp swiglu_clamp = SwigluClamp::kDeepSeek;
     // fast: int8 activations and exact integer block sums for quantized weights (llama.cpp's
     // default); precise: the float path the float64 reference checks use.

@@ -123,6 +123,7 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
     if (cfg.sm_limit < 0) fail("--sm-limit must be >= 0 (0: no limit), got %lld", (long long)cfg.sm_limit);
     BackendOptions bo;
     bo.sm_limit = static_cast<int>(std::min<int64_t>(cfg.sm_limit, 1 << 20));
+    bo.chained_launches = cfg.chained_launches;
     // On a GPU with an SM limit this makes the limited context current on this thread; the
     // store's streamer thread binds itself to it (Backend::bind_thread).
     backend_ = device->make_backend(bo);
@@ -306,7 +307,8 @@ nlohmann::json Session::run(bool verbose, const std::function<void(int32_t)>& on
                          {"vram_reserve_bytes", vram_reserve_bytes_},
                          {"runtime_device_bytes", runtime_device_bytes_},
                          {"work_buffer_bytes", fwd_->buffer_bytes()},
-                         {"sm_limit", backend_->sm_limit().to_json()}};
+                         {"sm_limit", backend_->sm_limit().to_json()},
+                         {"chained_launches", backend_->chained_launches()}};
     // Layers' experts may differ in size (llama-quantize's ffn_down rules): the largest, and each.
     std::vector<uint64_t> expert_each;
     for (int64_t l = 0; l < hp.n_layer; ++l) expert_each.push_back(model_->expert_bytes_each(l));
