@@ -201,9 +201,7 @@ Forward::Forward(const Model& m, std::unique_ptr<Ops> ops, ExpertProvider& exper
                         {&logits_, f.logits}})
         *p = alloc<float>(c);
     bpos_ = alloc<int32_t>(f.bpos);
-    gather_rows_ = alloc<int32_t>(f.gather_rows);
-    scatter_rows_ = alloc<int32_t>(f.scatter_rows);
-    expert_counts_ = alloc<int32_t>(f.expert_counts);
+    groups_ = alloc<int32_t>(f.groups);
     greedy_ = alloc<int32_t>(f.greedy);
 
     tokens_ = alloc_host<int32_t>(f.tokens);
@@ -212,15 +210,13 @@ Forward::Forward(const Model& m, std::unique_ptr<Ops> ops, ExpertProvider& exper
     onehot_ = alloc_host<float>(f.onehot);
     erows_ = alloc_host<uint64_t>(f.erows);
     if (!m_.moe_shape().engram_layers.empty()) plan_rows_.resize(static_cast<size_t>(hp_.engram_buckets()));
-    by_expert_count_ = alloc_host<int32_t>(f.by_expert_count);
+    groups_host_ = alloc_host<int32_t>(f.groups_host);
     by_expert_start_ = alloc_host<int32_t>(f.by_expert_start);
     used_experts_ = alloc_host<int32_t>(f.used_experts);
     used_tokens_ = alloc_host<int32_t>(f.used_tokens);
     greedy_host_ = alloc_host<int32_t>(f.greedy_host);
     if (host_ops_) {
         xf_host_ = alloc_host<float>(f.xf_host);
-        host_gather_ = alloc_host<int32_t>(f.host_gather);
-        host_scatter_ = alloc_host<int32_t>(f.host_scatter);
         host_pack_ = alloc_host<int32_t>(f.host_pack);
         host_dest_ = alloc_host<int32_t>(f.host_dest);
         eo_host_ = alloc_host<float>(f.eo_host);
@@ -614,23 +610,31 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
     const Launch all = launch_of(units, n_units);
     const int64_t pos0 = all.pos0, n_pos = all.n;
     const int64_t n_slots = n_pos * k;
-    BG_CHECK(n_slots <= lay_.gather_rows);
+    BG_CHECK(ne + 1 + 2 * n_slots <= lay_.groups);
     // Group every (token, rank) slot by expert on the device, experts in ascending id order
     // (rows: xf by position, eo by position*k + rank); the host needs only the counts: the
-    // layer's one device-to-host copy, which waits for the layer's routing.
-    ops_->group_by_expert(ids_ + pos0 * k, n_slots, k, pos0, ne, expert_counts_, gather_rows_, scatter_rows_);
-    ops_->download(by_expert_count_, expert_counts_, (ne + 1) * sizeof(int32_t));
-    // A call the CPU may compute host-resident experts of: its activations and rows on the host,
-    // in the same copy-and-wait.
+    // layer's one device-to-host copy, which waits for the layer's routing. The groups are laid
+    // out for this call (ForwardLayout::groups): counts [ne + 1], gather rows [n_slots], scatter
+    // rows [n_slots], one after another.
+    int32_t* const counts = groups_;
+    int32_t* const gather_rows = counts + ne + 1;
+    int32_t* const scatter_rows = gather_rows + n_slots;
+    ops_->group_by_expert(ids_ + pos0 * k, n_slots, k, pos0, ne, counts, gather_rows, scatter_rows);
+    // A call the CPU may compute host-resident experts of: its rows come in the counts' copy (two
+    // copies of a decode layer's routing, not four: about 2.5 us each on the device in 8df53a9's
+    // H100 trace, the sync waiting for the last), its activations in one more.
     const bool host_compute = host_ops_ && n_pos <= cfg_.host_expert_positions;
+    const int32_t* const by_expert_count = groups_host_;
+    int32_t* const host_gather = groups_host_ + ne + 1;  // meaningful with host_compute
+    const int32_t* const host_scatter = host_gather + n_slots;
+    BG_CHECK(!host_compute || ne + 1 + 2 * n_slots <= lay_.groups_host);
+    ops_->download(groups_host_, groups_, (ne + 1 + (host_compute ? 2 * n_slots : 0)) * sizeof(int32_t));
     if (host_compute) {
         // The CPU's threads wake while the device finishes the layer's routing, and stay awake
         // through the layer's experts (a decode layer takes 1-3 ms on the slice).
         host_ops_->expect_work(kHostWorkAwakeUs);
         if (host_thread_) host_thread_->stay_awake(kHostWorkAwakeUs);
         ops_->download(xf_host_, xf_ + pos0 * E_, n_pos * E_ * sizeof(float));
-        ops_->download(host_gather_, gather_rows_, n_slots * sizeof(int32_t));
-        ops_->download(host_scatter_, scatter_rows_, n_slots * sizeof(int32_t));
     }
     // The last layer settles while the device runs this one's attention and routing: what it
     // waits for (its experts' fences, its CPU jobs, which the device waited for) comes before
@@ -642,16 +646,16 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
     if (host_compute) experts_.expect_layer(kHostWorkAwakeUs);
     ops_->sync();
     if (host_compute)
-        for (int64_t i = 0; i < n_slots; ++i) host_gather_[i] -= static_cast<int32_t>(pos0);  // rows of xf_host_
-    if (by_expert_count_[ne] != 0)
-        fail("forward: layer %lld routed %d of %lld slots outside the %lld experts", (long long)l, by_expert_count_[ne],
+        for (int64_t i = 0; i < n_slots; ++i) host_gather[i] -= static_cast<int32_t>(pos0);  // rows of xf_host_
+    if (by_expert_count[ne] != 0)
+        fail("forward: layer %lld routed %d of %lld slots outside the %lld experts", (long long)l, by_expert_count[ne],
              (long long)n_slots, (long long)ne);
     int64_t n_used = 0;
     by_expert_start_[0] = 0;
     for (int64_t e = 0; e < ne; ++e) {
-        by_expert_start_[e + 1] = by_expert_start_[e] + by_expert_count_[e];
-        if (by_expert_count_[e] > 0) {
-            used_tokens_[n_used] = by_expert_count_[e];
+        by_expert_start_[e + 1] = by_expert_start_[e] + by_expert_count[e];
+        if (by_expert_count[e] > 0) {
+            used_tokens_[n_used] = by_expert_count[e];
             used_experts_[n_used++] = static_cast<int32_t>(e);
         }
     }
@@ -715,10 +719,10 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
             const int64_t s0 = by_expert_start_[e], m_total = by_expert_start_[e + 1] - s0;
             BG_CHECK(host_compute && m_total <= cfg_.host_expert_positions);
             BG_CHECK(n_host_calls < static_cast<int64_t>(host_calls_.size()));
-            host_calls_[static_cast<size_t>(n_host_calls)] = {{v.gate, v.up, v.down}, host_gather_ + s0, m_total,
+            host_calls_[static_cast<size_t>(n_host_calls)] = {{v.gate, v.up, v.down}, host_gather + s0, m_total,
                                                               host_pack_ + n_packed};
             host_call_experts_[static_cast<size_t>(n_host_calls++)] = e;
-            for (int64_t j = 0; j < m_total; ++j) host_dest_[n_packed + j] = host_scatter_[s0 + j];
+            for (int64_t j = 0; j < m_total; ++j) host_dest_[n_packed + j] = host_scatter[s0 + j];
             if (v.part) {
                 BG_CHECK(part_pack_n == 0);  // one split expert a layer at most
                 part_pack0 = n_packed;
@@ -779,7 +783,7 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
             for (int64_t c0 = 0; c0 < m_total; c0 += chunk) {
                 if (n_calls == kCalls) ops_->expert_ffn_batch(calls, std::exchange(n_calls, 0), xf_, E_,
                                                               hp_.swiglu_limit[l], cfg_.swiglu_form, eo_);
-                calls[n_calls++] = {mats, gather_rows_ + s0 + c0, std::min(chunk, m_total - c0), scatter_rows_ + s0 + c0};
+                calls[n_calls++] = {mats, gather_rows + s0 + c0, std::min(chunk, m_total - c0), scatter_rows + s0 + c0};
             }
         }
         ops_->expert_ffn_batch(calls, n_calls, xf_, E_, hp_.swiglu_limit[l], cfg_.swiglu_form, eo_);

@@ -158,8 +158,8 @@ private:
     // Work buffers for one unit
     float *hflat_, *mixm_, *mixa_, *x_, *y_, *qa_, *q_, *kvb_, *att_, *oa_, *iq_, *iw_, *iscore_, *rlogits_;
     float *pooled_, *emb_, *erow_, *ekv_, *sg_, *su_, *sh_, *logits_;
-    int32_t *bpos_, *gather_rows_, *scatter_rows_;
-    int32_t* expert_counts_;   // [n_expert + 1] Ops::group_by_expert's counts
+    int32_t* bpos_;
+    int32_t* groups_;          // ForwardLayout::groups: counts [n_expert + 1], a call's gather and scatter rows
     int32_t *greedy_, *greedy_host_;  // [1] a decode step's greedy token (Ops::argmax), on the device, on the host
     // Host side
     int32_t* tokens_;          // [n_ctx], for Engram hashing
@@ -174,12 +174,12 @@ private:
     size_t plan_layer_ = SIZE_MAX;  // SIZE_MAX: no plan (or a provider that does not read ahead)
     size_t plan_fetching_ = 0;      // the Engram layer (index) whose fetches are not all done: offers go no further
     std::vector<uint64_t> plan_rows_;  // [buckets] one position's rows
-    int32_t *by_expert_count_;  // [n_expert + 1] expert_counts_ on the host
+    int32_t* groups_host_;      // groups_ on the host: the counts, with host compute the rows too
     int32_t *by_expert_start_, *used_experts_, *used_tokens_;
     // Host-resident experts on the CPU (ForwardLayout's host_*; null without), and the CPU's
     // outputs and their rows as the device's ops read them in place (Ops::host_view).
     float *xf_host_ = nullptr, *eo_host_ = nullptr;
-    int32_t *host_gather_ = nullptr, *host_scatter_ = nullptr, *host_pack_ = nullptr, *host_dest_ = nullptr;
+    int32_t *host_pack_ = nullptr, *host_dest_ = nullptr;
     const float* eo_host_view_ = nullptr;
     const int32_t* host_dest_view_ = nullptr;
     double host_expert_ms_ = 0;   // written by host_thread_'s jobs, read between calls
@@ -194,7 +194,7 @@ private:
         int64_t first = 0, n = 0;  // host_calls_[first .. first + n), host_call_experts_ likewise
         float limit = 0;           // the layer's SwiGLU clamp
     };
-    std::vector<ExpertCall> host_calls_;  // rows: host_gather_ + its first slot; out_rows: host_pack_
+    std::vector<ExpertCall> host_calls_;  // rows: the host's gather rows from its first slot; out_rows: host_pack_
     std::vector<int32_t> host_call_experts_;
     static void run_host_job(void* self, int64_t job);
     std::vector<HostExpertJob> host_jobs_;

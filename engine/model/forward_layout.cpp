@@ -76,15 +76,14 @@ ForwardLayout ForwardLayout::of(const HParams& hp, const std::vector<LayerRoles>
     f.sg = f.su = f.sh = mu * nsh;
     f.logits = hp.n_vocab;
     f.bpos = mu + 1;
-    f.gather_rows = f.scatter_rows = ctx * k;
-    f.expert_counts = ne + 1;
+    f.groups = ne + 1 + 2 * ctx * k;
     f.greedy = f.greedy_host = 1;  // a decode step's greedy token (Ops::argmax)
     f.tokens = ctx;
     f.out_host = std::max(hp.n_vocab, E);
     f.emb_host = ub * E;
     f.onehot = ub * kHc;
     f.erows = mu * std::max<int64_t>(1, nb);
-    f.by_expert_count = ne + 1;
+    f.groups_host = ne + 1;
     f.by_expert_start = ne + 1;
     f.used_experts = ne;
     f.used_tokens = ne;
@@ -117,7 +116,8 @@ ForwardLayout ForwardLayout::of(const HParams& hp, const std::vector<LayerRoles>
     if (cfg.host_expert_positions > 0) {
         const int64_t P = cfg.host_expert_positions, slots = P * k;
         f.xf_host = P * E;
-        f.host_gather = f.host_scatter = f.host_pack = f.host_dest = slots;
+        f.groups_host += 2 * slots;
+        f.host_pack = f.host_dest = slots;
         f.eo_host = slots * E;
         f.host_done = 1;
         // Routed experts only: P tokens at most per expert (a token uses an expert once).
@@ -139,15 +139,14 @@ ForwardBytes ForwardLayout::bytes(bool memory_is_host, uint64_t device_image_byt
             if (c > 0) b.device_caches += sized(c, 4);
     b.device_work += static_cast<uint64_t>(resident_masks + hot_masks) * sized(resident_mask, 1);
     for (int64_t c : {H, pre, xf, mixf, ids, wts, eo, iota, hflat, mixm, mixa, x, y, qa, q, kvb, att, oa, iq, iw, iscore,
-                      rlogits, pooled, emb, erow, ekv, sg, su, sh, logits, bpos, gather_rows,
-                      scatter_rows, expert_counts, greedy})
+                      rlogits, pooled, emb, erow, ekv, sg, su, sh, logits, bpos, groups, greedy})
         b.device_work += sized(c, 4);
-    for (int64_t c : {tokens, out_host, emb_host, onehot, by_expert_count, by_expert_start, used_experts,
+    for (int64_t c : {tokens, out_host, emb_host, onehot, groups_host, by_expert_start, used_experts,
                       used_tokens, greedy_host})
         b.host += sized(c, 4);
     b.host += sized(erows, 8);
     if (xf_host > 0) {
-        for (int64_t c : {xf_host, host_gather, host_scatter, host_pack, host_dest, eo_host, host_done}) b.host += sized(c, 4);
+        for (int64_t c : {xf_host, host_pack, host_dest, eo_host, host_done}) b.host += sized(c, 4);
     }
     b.host += own_host_bytes;
     b.device_matmul = own_device_bytes;

@@ -61,18 +61,22 @@ struct ForwardLayout {
     // Work buffers (floats, then int32)
     int64_t hflat = 0, mixm = 0, mixa = 0, x = 0, y = 0, qa = 0, q = 0, kvb = 0, att = 0, oa = 0, iq = 0, iw = 0,
             iscore = 0, rlogits = 0, pooled = 0, emb = 0, erow = 0, ekv = 0, sg = 0, su = 0, sh = 0, logits = 0;
-    int64_t bpos = 0, gather_rows = 0, scatter_rows = 0, expert_counts = 0, greedy = 0;
-    // Host (int32 unless said)
+    // groups: Ops::group_by_expert's output, laid out per call so that the host gets it in one
+    // download: [n_expert + 1] counts, then the call's [n_slots] gather rows, then its [n_slots]
+    // scatter rows (n_slots up to n_ctx * k).
+    int64_t bpos = 0, groups = 0, greedy = 0;
+    // Host (int32 unless said). groups_host: groups' counts, and with host-resident experts on the
+    // CPU (below) a call's gather and scatter rows after them as on the device.
     int64_t tokens = 0, out_host = 0 /* float */, emb_host = 0 /* float */, onehot = 0 /* float */,
-            erows = 0 /* uint64 */, by_expert_count = 0, by_expert_start = 0, used_experts = 0, used_tokens = 0,
+            erows = 0 /* uint64 */, groups_host = 0, by_expert_start = 0, used_experts = 0, used_tokens = 0,
             greedy_host = 0;
     // Host-resident experts computed on the CPU (ForwardConfig::host_expert_positions P > 0; all
-    // 0 and not allocated otherwise). Host: the call's activations [P][n_embd] (float), its
-    // gather and scatter rows, packed-row ids and the packed rows' destinations [P*k] (int32),
+    // 0 and not allocated otherwise). Host: the call's activations [P][n_embd] (float), (its
+    // gather and scatter rows are in groups_host), packed-row ids and the packed rows' destinations [P*k] (int32),
     // the CPU's expert outputs, packed [P*k][n_embd] (float), which the device reads in place
     // (Ops::host_view) as it scatters them into the expert-output rows. host_done: the word the
     // CPU's thread advances as a layer's experts are done (uint32, Ops::wait_host_word).
-    int64_t xf_host = 0, host_gather = 0, host_scatter = 0, host_pack = 0, host_dest = 0, eo_host = 0, host_done = 0;
+    int64_t xf_host = 0, host_pack = 0, host_dest = 0, eo_host = 0, host_done = 0;
     // What the forward asks of its ops at most (they size their own memory from it: the routed
     // experts' scratch, and on CUDA the matmul paths' memory from the weight types).
     OpsLimits ops;
