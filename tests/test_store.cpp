@@ -10,6 +10,8 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -761,11 +763,13 @@ public:
     void copy(uint8_t* dst, const uint8_t* src, uint64_t bytes, bg::CopyKind kind) override { base_->copy(dst, src, bytes, kind); }
     uint64_t copy_async(uint8_t* dst, const uint8_t* src, uint64_t bytes, bg::CopyKind kind) override {
         base_->copy(dst, src, bytes, kind);
+        note_thread();
         return ++queued_;
     }
     uint64_t copy_rows_async(uint8_t* dst, uint64_t dst_pitch, const uint8_t* src, uint64_t src_pitch, uint64_t width,
                              uint64_t rows, bg::CopyKind kind) override {
         base_->copy_rows_async(dst, dst_pitch, src, src_pitch, width, rows, kind);
+        note_thread();
         return ++queued_;
     }
     void wait_copy(uint64_t ticket) override {
@@ -781,13 +785,24 @@ public:
         open_ = open;
         cv_.notify_all();
     }
+    uint64_t queued() const { return queued_.load(); }
+    // The threads that queued copies since the last call.
+    std::vector<std::thread::id> take_copy_threads() {
+        std::lock_guard<std::mutex> g(mu_);
+        return std::exchange(copy_threads_, {});
+    }
 
 private:
+    void note_thread() {
+        std::lock_guard<std::mutex> g(mu_);
+        copy_threads_.push_back(std::this_thread::get_id());
+    }
     std::unique_ptr<bg::Backend> base_ = bg::make_cpu_backend();
     std::atomic<uint64_t> queued_{0};
     std::mutex mu_;
     std::condition_variable cv_;
     bool open_ = true;
+    std::vector<std::thread::id> copy_threads_;
 };
 
 // Copies in flight (a backend with copy events): the experts present come first, together (also
@@ -880,6 +895,67 @@ TEST(Store, CopiesInFlightComeAloneInCopyOrderWithTheirEvents) {
         }
         ender.join();
         EXPECT_TRUE(ended.load());
+        const bg::StoreCounters d = st.counters() - before;
+        EXPECT_EQ(d.copied_experts, static_cast<uint64_t>(n_copied));
+        EXPECT_EQ(d.vram_hits, hot.size());
+    }
+    EXPECT_GT(st.verify_slots(), 0u);
+}
+
+// A decode layer (host_compute) leaves its first copies to the caller: none is queued by the
+// streamer (here 20 ms on), start_copies queues every one on the calling thread before it
+// returns, and a caller that never calls it gets them queued by its first wait for an expert,
+// on its thread too. The experts, their copies and the counts are those of a streamer's copies.
+TEST(Store, ADecodeLayersFirstCopiesAreQueuedByTheCaller) {
+    bg::RunConfig c = tiny_cfg();
+    bg::Session s(c);
+    const bg::ResidencyPlan& plan = s.plan();
+    GatedCopyBackend backend;
+    bg::io::IoConfig io;
+    io.engine = c.io;
+    auto reader = bg::io::Reader::open(s.model().shard_paths(), io);
+    bg::StoreConfig sc;
+    sc.transient_slots = c.transient_slots;
+    sc.vram_budget_bytes = sc.host_budget_bytes = 1ull << 30;
+    bg::TieredExpertStore st(s.model(), backend, *reader, plan, sc);
+    st.preload();
+    const int64_t layer = plan.n_layer() - 1;
+    const std::set<int32_t> hot(plan.hot_ids[layer].begin(), plan.hot_ids[layer].end());
+    const std::set<int32_t> want(plan.resident[layer].begin(), plan.resident[layer].end());
+    const int64_t n_copied = static_cast<int64_t>(want.size() - hot.size());
+    ASSERT_GT(n_copied, 1) << "fewer than two host-resident experts: no test";
+    ASSERT_LE(n_copied, c.transient_slots) << "every copy in one batch";
+    const std::vector<int32_t> experts(want.begin(), want.end());
+    const std::vector<int32_t> tokens(experts.size(), 1);
+    const int64_t n = static_cast<int64_t>(experts.size());
+    for (const bool calls_start : {true, false}) {
+        SCOPED_TRACE(calls_start ? "start_copies" : "no start_copies");
+        st.begin_pass();
+        const bg::StoreCounters before = st.counters();
+        const uint64_t queued0 = backend.queued();
+        backend.take_copy_threads();
+        backend.set_open(false);
+        ASSERT_EQ(st.begin_layer(layer, experts.data(), tokens.data(), n, true), n);  // host mode gpu: all copied
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        EXPECT_EQ(backend.queued(), queued0) << "the streamer queued a decode layer's first copies";
+        std::vector<int32_t> got(experts.size());
+        std::vector<bg::ExpertView> views(experts.size());
+        int64_t n_got = st.ready_batch_now(got.data(), views.data(), n);
+        EXPECT_EQ(n_got, static_cast<int64_t>(hot.size()));
+        if (calls_start) {
+            st.start_copies();
+            EXPECT_EQ(backend.queued() - queued0, static_cast<uint64_t>(n_copied)) << "queued before start_copies returned";
+        }
+        while (n_got < n) n_got += st.next_ready_batch(got.data() + n_got, views.data() + n_got, n - n_got);
+        const std::vector<std::thread::id> threads = backend.take_copy_threads();
+        EXPECT_EQ(static_cast<int64_t>(threads.size()), n_copied);
+        for (const std::thread::id& t : threads) EXPECT_EQ(t, std::this_thread::get_id()) << "a copy queued by another thread";
+        backend.set_open(true);
+        for (int32_t e : got) st.release(e);
+        st.end_layer();
+        std::vector<int32_t> sorted(got.begin(), got.end());
+        std::sort(sorted.begin(), sorted.end());
+        EXPECT_EQ(sorted, experts);
         const bg::StoreCounters d = st.counters() - before;
         EXPECT_EQ(d.copied_experts, static_cast<uint64_t>(n_copied));
         EXPECT_EQ(d.vram_hits, hot.size());

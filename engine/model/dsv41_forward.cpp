@@ -745,6 +745,9 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
     int64_t n_got = host_compute && shared_first ? experts_.ready_batch_now(got_experts, got_views, kExpertBatch) : 0;
     BG_CHECK(n_got >= 0 && n_got <= std::min(kExpertBatch, hand_outs));
     if (n_got > 0) start_host_job(n_got);
+    // The copies of the host experts left to the device, queued here rather than by the store's
+    // thread beside this thread's launches (TieredExpertStore::start_copies).
+    if (host_compute) experts_.start_copies();
     if (shared_first) {
         ops_->busy_begin();
         shared_expert(pos0, n_pos);

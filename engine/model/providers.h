@@ -71,6 +71,11 @@ public:
     // caller takes those before queueing work of its own (a decode step's CPU experts start
     // sooner). Here none.
     virtual int64_t ready_batch_now(int32_t* /*experts*/, ExpertView* /*views*/, int64_t /*max*/) { return 0; }
+    // After begin_layer with host_compute: a provider whose own thread queues copies lets the
+    // caller queue the layer's first ones here, on its thread, once it has started the CPU's
+    // experts (ready_batch_now) and before its own launches. Results of nothing; a provider that
+    // is not called so queues them itself by the caller's first next_ready_batch. Here nothing.
+    virtual void start_copies() {}
     virtual void release(int32_t expert) = 0;
     // release for an expert returned on_host, with how long the caller's CPU took to compute it
     // (a provider that splits by rates learns the CPU's from it; for a part, the part's time).

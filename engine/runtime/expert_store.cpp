@@ -309,6 +309,8 @@ int64_t TieredExpertStore::begin_layer(int64_t layer, const int32_t* experts, co
     }
     prepared_ = false;
     active_ = true;
+    // A decode layer's first copies: the caller's (start_copies), where the streamer queues them.
+    caller_copies_ = host_compute && cfg_.prefetch;
     ++events_;
     awake_until_ns_.store(0, std::memory_order_relaxed);  // expect_layer's spin ends with the wait it covered
     const int64_t hand_outs = n_deliver_;
@@ -337,6 +339,13 @@ int64_t TieredExpertStore::hand_out(int32_t* experts, ExpertView* views, int64_t
     // Without prefetch experts are handed out strictly in order, each loaded on demand: only a
     // caller that waits asks for the next.
     if (!wait && !cfg_.prefetch) return 0;
+    if (wait && caller_copies_) {  // the caller did not call start_copies: its wait queues them
+        caller_copies_ = false;
+        if (!queue_copies(lk)) {
+            ++events_;
+            cv_work_.notify_all();
+        }
+    }
     if (!cfg_.prefetch) {
         requested_ = delivered_ + 1;
         ++events_;
@@ -439,7 +448,8 @@ void TieredExpertStore::end_layer() {
         // released first): it still writes the layer's items until then.
         cv_ready_.wait(lk, [&] { return (done_ == n_items_ && copies_landing_ == 0) || !error_.empty(); });
         if (!error_.empty()) throw Error(error_);
-        BG_CHECK(reads_in_flight_ == 0);
+        BG_CHECK(reads_in_flight_ == 0 && batch_ == Batch::kNone);
+        caller_copies_ = false;  // a layer whose every expert was present: nothing was left to copy
         active_ = false;
         layer_ = -1;
         ++events_;
@@ -512,8 +522,10 @@ void TieredExpertStore::complete_read(io::ReadOp* op) {
 // Moves bytes toward device memory in item order: staging -> hot slot for hot-home experts,
 // host -> transient slot for the others. A batch of copies is queued at once (back to back on
 // the copy engine, no host round trip between them) and each expert is handed over as its copy
-// lands. Copies run without the lock held.
-bool TieredExpertStore::do_copies(std::unique_lock<std::mutex>& lk) {
+// lands. Copies are queued without the lock held; batch_ keeps the other thread off copy_batch_
+// meanwhile.
+bool TieredExpertStore::queue_copies(std::unique_lock<std::mutex>& lk) {
+    if (batch_ != Batch::kNone) return false;
     const int64_t limit = cfg_.prefetch ? n_items_ : requested_;
     copy_batch_.clear();
     // An item takes one copy, or up to three as a split expert's copied part: its tickets all fit.
@@ -534,11 +546,12 @@ bool TieredExpertStore::do_copies(std::unique_lock<std::mutex>& lk) {
         tickets += it.part_first > 0 ? 3 : 1;
     }
     if (copy_batch_.empty()) return false;
+    batch_ = Batch::kQueueing;
     copies_landing_ += static_cast<int64_t>(copy_batch_.size());
+    batch_t0_ = Clock::now();
+    batch_t0_ms_ = now_ms();
+    batch_engine_ms0_ = backend_.copy_busy_ms();
     lk.unlock();
-    const auto t0 = Clock::now();
-    const double t0_ms = now_ms();
-    const double engine_ms0 = backend_.copy_busy_ms();
     for (QueuedCopy& q : copy_batch_) q.ticket = queue_expert_copy(layer_, q.dst, q.src, q.first_row, &q.bytes);
     // Each may be handed out now, with the event its compute waits for on the device.
     lk.lock();
@@ -550,7 +563,15 @@ bool TieredExpertStore::do_copies(std::unique_lock<std::mutex>& lk) {
         it.copy_event = backend_.copy_event(q.ticket);
         any_event = any_event || static_cast<bool>(it.copy_event);
     }
+    batch_ = Batch::kQueued;
+    ++events_;  // the streamer lands it (queued by the compute thread, it waits for this)
     if (any_event) cv_ready_.notify_all();
+    cv_work_.notify_all();
+    return true;
+}
+
+void TieredExpertStore::land_copies(std::unique_lock<std::mutex>& lk) {
+    BG_CHECK(batch_ == Batch::kQueued);
     lk.unlock();
     for (const QueuedCopy& q : copy_batch_) {
         backend_.wait_copy(q.ticket);
@@ -565,12 +586,14 @@ bool TieredExpertStore::do_copies(std::unique_lock<std::mutex>& lk) {
         if (it.to_hot) homes_->at(layer_, it.expert).loaded = true;
         if (it.stage == Stage::kCopying) it.stage = Stage::kReady;  // else handed out (and maybe released) in flight
         if (it.unused) finish_unused_locked(it);
-        --copies_landing_;
+        // The last copy counts as landed with the batch's end below: end_layer, which waits for
+        // none landing, then finds the batch done and its rate learnt for this layer.
+        if (&q != &copy_batch_.back()) --copies_landing_;
         cv_ready_.notify_all();
         lk.unlock();
     }
-    const double wall_ms = ms_between(t0, Clock::now());
-    const double engine_ms = engine_ms0 >= 0 ? backend_.copy_busy_ms() - engine_ms0 : wall_ms;
+    const double wall_ms = ms_between(batch_t0_, Clock::now());
+    const double engine_ms = batch_engine_ms0_ >= 0 ? backend_.copy_busy_ms() - batch_engine_ms0_ : wall_ms;
     lk.lock();
     c_.pcie_wall_ms += wall_ms;
     c_.pcie_ms += engine_ms;
@@ -585,8 +608,20 @@ bool TieredExpertStore::do_copies(std::unique_lock<std::mutex>& lk) {
                                        : r.part_copy_fixed + r.part_copy_slope * (n_ff - static_cast<double>(q.first_row)) / n_ff;
         r.copy_ms += kRateWeight * (engine_ms / wholes - r.copy_ms);
     }
-    copy_timeline_.add(t0_ms, now_ms());  // batches follow one another on this thread: in order, disjoint
-    return true;
+    copy_timeline_.add(batch_t0_ms_, now_ms());  // one batch at a time: in order, disjoint
+    batch_ = Batch::kNone;
+    --copies_landing_;
+    cv_ready_.notify_all();
+}
+
+void TieredExpertStore::start_copies() {
+    std::unique_lock<std::mutex> lk(mu_);
+    if (!caller_copies_) return;
+    caller_copies_ = false;
+    if (!queue_copies(lk)) {
+        ++events_;  // none to queue now: the streamer queues what comes later
+        cv_work_.notify_all();
+    }
 }
 
 void TieredExpertStore::expect_layer(int64_t us) {
@@ -616,10 +651,18 @@ void TieredExpertStore::wait_for_work(std::unique_lock<std::mutex>& lk, Pred pre
 void TieredExpertStore::streamer() {
     std::unique_lock<std::mutex> lk(mu_);
     for (;;) {
-        wait_for_work(lk, [&] { return stop_ || (active_ && error_.empty() && (done_ < n_items_)); });
+        // A batch the compute thread queued is landed even once every item is released (handed
+        // out in flight): the layer ends only when it has.
+        wait_for_work(lk, [&] {
+            return stop_ || (active_ && error_.empty() && (done_ < n_items_ || batch_ == Batch::kQueued));
+        });
         if (stop_) return;
         bool progress = start_reads_locked();
-        progress |= do_copies(lk);
+        if (!caller_copies_) progress |= queue_copies(lk);
+        if (batch_ == Batch::kQueued) {
+            land_copies(lk);
+            progress = true;
+        }
         if (reads_in_flight_ > 0) {
             // Reap completions; block only when nothing else can move.
             lk.unlock();
