@@ -805,24 +805,36 @@ private:
     std::vector<std::thread::id> copy_threads_;
 };
 
+// The tiny model's store over a GatedCopyBackend, preloaded: every resident expert in its slot.
+struct GatedStore {
+    bg::RunConfig c = tiny_cfg();
+    bg::Session s{c};
+    GatedCopyBackend backend;
+    std::unique_ptr<bg::io::Reader> reader;
+    std::unique_ptr<bg::TieredExpertStore> st;
+    GatedStore() {
+        bg::io::IoConfig io;
+        io.engine = c.io;
+        reader = bg::io::Reader::open(s.model().shard_paths(), io);
+        bg::StoreConfig sc;
+        sc.transient_slots = c.transient_slots;
+        sc.vram_budget_bytes = sc.host_budget_bytes = 1ull << 30;
+        st = std::make_unique<bg::TieredExpertStore>(s.model(), backend, *reader, s.plan(), sc);
+        st->preload();
+    }
+};
+
 // Copies in flight (a backend with copy events): the experts present come first, together (also
 // without waiting, ready_batch_now, which then gives none while the copies are held); then
 // each expert whose copy is queued comes alone, in copy order, with its copy's event, before the
 // copy has landed; it may be released before it lands, and end_layer returns only once the
 // streamer has seen every copy land. Then a layer with copies landing at once.
 TEST(Store, CopiesInFlightComeAloneInCopyOrderWithTheirEvents) {
-    bg::RunConfig c = tiny_cfg();
-    bg::Session s(c);
-    const bg::ResidencyPlan& plan = s.plan();
-    GatedCopyBackend backend;
-    bg::io::IoConfig io;
-    io.engine = c.io;
-    auto reader = bg::io::Reader::open(s.model().shard_paths(), io);
-    bg::StoreConfig sc;
-    sc.transient_slots = c.transient_slots;
-    sc.vram_budget_bytes = sc.host_budget_bytes = 1ull << 30;
-    bg::TieredExpertStore st(s.model(), backend, *reader, plan, sc);
-    st.preload();
+    GatedStore g;
+    const bg::RunConfig& c = g.c;
+    const bg::ResidencyPlan& plan = g.s.plan();
+    GatedCopyBackend& backend = g.backend;
+    bg::TieredExpertStore& st = *g.st;
     const int64_t L = plan.n_layer();
     for (int64_t layer : {L - 1, int64_t{0}}) {
         SCOPED_TRACE(layer);
@@ -907,18 +919,11 @@ TEST(Store, CopiesInFlightComeAloneInCopyOrderWithTheirEvents) {
 // returns, and a caller that never calls it gets them queued by its first wait for an expert,
 // on its thread too. The experts, their copies and the counts are those of a streamer's copies.
 TEST(Store, ADecodeLayersFirstCopiesAreQueuedByTheCaller) {
-    bg::RunConfig c = tiny_cfg();
-    bg::Session s(c);
-    const bg::ResidencyPlan& plan = s.plan();
-    GatedCopyBackend backend;
-    bg::io::IoConfig io;
-    io.engine = c.io;
-    auto reader = bg::io::Reader::open(s.model().shard_paths(), io);
-    bg::StoreConfig sc;
-    sc.transient_slots = c.transient_slots;
-    sc.vram_budget_bytes = sc.host_budget_bytes = 1ull << 30;
-    bg::TieredExpertStore st(s.model(), backend, *reader, plan, sc);
-    st.preload();
+    GatedStore g;
+    const bg::RunConfig& c = g.c;
+    const bg::ResidencyPlan& plan = g.s.plan();
+    GatedCopyBackend& backend = g.backend;
+    bg::TieredExpertStore& st = *g.st;
     const int64_t layer = plan.n_layer() - 1;
     const std::set<int32_t> hot(plan.hot_ids[layer].begin(), plan.hot_ids[layer].end());
     const std::set<int32_t> want(plan.resident[layer].begin(), plan.resident[layer].end());
