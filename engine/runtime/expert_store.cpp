@@ -339,13 +339,7 @@ int64_t TieredExpertStore::hand_out(int32_t* experts, ExpertView* views, int64_t
     // Without prefetch experts are handed out strictly in order, each loaded on demand: only a
     // caller that waits asks for the next.
     if (!wait && !cfg_.prefetch) return 0;
-    if (wait && caller_copies_) {  // the caller did not call start_copies: its wait queues them
-        caller_copies_ = false;
-        if (!queue_copies(lk)) {
-            ++events_;
-            cv_work_.notify_all();
-        }
-    }
+    if (wait) queue_caller_copies(lk);  // the caller did not call start_copies: its wait queues them
     if (!cfg_.prefetch) {
         requested_ = delivered_ + 1;
         ++events_;
@@ -614,14 +608,18 @@ void TieredExpertStore::land_copies(std::unique_lock<std::mutex>& lk) {
     cv_ready_.notify_all();
 }
 
-void TieredExpertStore::start_copies() {
-    std::unique_lock<std::mutex> lk(mu_);
+void TieredExpertStore::queue_caller_copies(std::unique_lock<std::mutex>& lk) {
     if (!caller_copies_) return;
     caller_copies_ = false;
     if (!queue_copies(lk)) {
         ++events_;  // none to queue now: the streamer queues what comes later
         cv_work_.notify_all();
     }
+}
+
+void TieredExpertStore::start_copies() {
+    std::unique_lock<std::mutex> lk(mu_);
+    queue_caller_copies(lk);
 }
 
 void TieredExpertStore::expect_layer(int64_t us) {

@@ -252,6 +252,8 @@ private:
     // its expert over. One batch at a time (batch_).
     bool queue_copies(std::unique_lock<std::mutex>& lk);
     void land_copies(std::unique_lock<std::mutex>& lk);
+    // The first batch begin_layer left to the caller (caller_copies_), queued on this thread.
+    void queue_caller_copies(std::unique_lock<std::mutex>& lk);
     void complete_read(io::ReadOp* op);
     void finish_unused_locked(Item& it);
     // release, and with cpu_ms >= 0 (an on_cpu item) the layer's CPU rate learnt from it.
