@@ -19,7 +19,9 @@
 //    (BM_ExpertInt8) and the dense shapes (BM_DenseInt8), with the counters above and mma_us,
 //    the int8 MMA work over the peak measured in this run by a register-only mma.sync probe,
 //    and x_bound = us / max(floor_us, mma_us);
-// Filters: --benchmark_filter=Fused (only the new kernels), =D2D, =Expert, =Dense.
+//  - a decode layer's routing (BM_RoutingDecode): the router's walk and the grouping of its
+//    slots, with L2 evicted before each sample or not; counter us.
+// Filters: --benchmark_filter=Fused (only the new kernels), =D2D, =Expert, =Dense, =Routing.
 // --sm-limit N (ours, taken out before Google Benchmark reads the rest): every benchmark runs in
 // a green context of N SMs (rounded down to what the GPU can partition; the count used is
 // printed and recorded in the output's context as "sm_limit"); 0 or absent: all SMs.
@@ -633,6 +635,77 @@ BENCHMARK(BM_GemvWarpsPerSm)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 BG_DENSE_SHAPES(BENCHMARK(BM_DenseFusedSingle));
+
+// A decode layer's routing on the device: the router's walk (cuda::route, resident-only, 6 of 384
+// experts, 20 of them resident and 5 hot) and the grouping of its slots by expert
+// (cuda::group_by_expert) for n_tok tokens, the two kernels between a pair of events. cold 1: a
+// 256 MiB memset before each sample evicts L2, as a decode layer's weights streaming through it
+// do between two routings (the router's bias and eligibility bytes then come from device memory).
+// Counter us: the median sample.
+void BM_RoutingDecode(benchmark::State& state) {
+    const int64_t n_tok = state.range(0), ne = 384;
+    const bool cold = state.range(1) != 0;
+    constexpr int k = 6;
+    std::mt19937 rng(7);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> logits(static_cast<size_t>(n_tok * ne)), bias(static_cast<size_t>(ne));
+    for (float& v : logits) v = nd(rng);
+    for (float& v : bias) v = 0.1f * nd(rng);
+    std::vector<uint8_t> resident(static_cast<size_t>(ne), 0), hot(static_cast<size_t>(ne), 0);
+    for (int64_t i = 0; i < 20; ++i) resident[static_cast<size_t>((i * 19) % ne)] = 1;
+    for (int64_t i = 0; i < 5; ++i) hot[static_cast<size_t>((i * 19) % ne)] = 1;
+    float* d_logits = device_copy(logits);
+    float* d_bias = device_copy(bias);
+    uint8_t* d_res = device_copy(resident);
+    uint8_t* d_hot = device_copy(hot);
+    const std::vector<int32_t> zeros(static_cast<size_t>(n_tok * k + ne + 1), 0);
+    int32_t* ids = device_copy(zeros);
+    int32_t* counts = device_copy(zeros);
+    int32_t* gather = device_copy(zeros);
+    int32_t* scatter = device_copy(zeros);
+    float* w = device_copy(std::vector<float>(static_cast<size_t>(n_tok * k), 0.0f));
+    constexpr size_t kFlushBytes = size_t{256} << 20;
+    void* flush = nullptr;
+    BG_CUDA_CHECK(cudaMalloc(&flush, kFlushBytes));
+    cudaStream_t s = nullptr;
+    cudaEvent_t t0 = nullptr, t1 = nullptr;
+    BG_CUDA_CHECK(cudaStreamCreate(&s));
+    BG_CUDA_CHECK(cudaEventCreate(&t0));
+    BG_CUDA_CHECK(cudaEventCreate(&t1));
+    const auto routing = [&] {
+        cuda::route(RoutingPolicy::kResidentOnly, d_logits, d_bias, d_res, d_hot, n_tok, ne, k,
+                    RouteWeighting{true, 1.5f}, ids, w, s);
+        cuda::group_by_expert(ids, n_tok * k, k, 0, ne, counts, gather, scatter, s);
+    };
+    routing();  // module load
+    std::vector<double> samples;
+    int round = 0;
+    for (auto _ : state) {
+        if (cold) BG_CUDA_CHECK(cudaMemsetAsync(flush, ++round & 0xff, kFlushBytes, s));
+        BG_CUDA_CHECK(cudaEventRecord(t0, s));
+        routing();
+        BG_CUDA_CHECK(cudaEventRecord(t1, s));
+        BG_CUDA_CHECK(cudaEventSynchronize(t1));
+        float ms = 0;
+        BG_CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
+        state.SetIterationTime(ms / 1e3);
+        samples.push_back(ms / 1e3);
+    }
+    state.counters["us"] = median(samples) * 1e6;
+    BG_CUDA_CHECK(cudaEventDestroy(t0));
+    BG_CUDA_CHECK(cudaEventDestroy(t1));
+    BG_CUDA_CHECK(cudaStreamDestroy(s));
+    for (void* p : {static_cast<void*>(d_logits), static_cast<void*>(d_bias), static_cast<void*>(d_res),
+                    static_cast<void*>(d_hot), static_cast<void*>(ids), static_cast<void*>(counts),
+                    static_cast<void*>(gather), static_cast<void*>(scatter), static_cast<void*>(w), flush})
+        BG_CUDA_CHECK(cudaFree(p));
+}
+BENCHMARK(BM_RoutingDecode)
+    ->ArgNames({"n_tok", "cold"})
+    ->ArgsProduct({{1, 16}, {1, 0}})
+    ->Iterations(kSamples)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 
 // One expert's three MXFP4 matrices: 3 * n_embd * n_ff * 17/32 bytes.
 constexpr int64_t kDeviceExpertBytes = 3 * 1024 * 768 / 32 * 17;    // 1,253,376

@@ -201,7 +201,7 @@ TEST_F(GpuCudaOps, GroupByExpertMatchesTheCpu) {
     std::unique_ptr<Ops> gpu = cuda::make_cuda_ops();
     std::unique_ptr<Ops> cpu = cpu::make_cpu_ops(pool_);
     for (const auto& [n_tok, k, ne] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
-             {1, 6, 384}, {16, 6, 384}, {500, 6, 384}, {834, 6, 600}, {37, 2, 16}}) {
+             {1, 6, 384}, {16, 6, 384}, {500, 6, 384}, {834, 6, 600}, {37, 2, 16}, {3, 8, 4000}}) {
         std::uniform_int_distribution<int32_t> expert(0, static_cast<int32_t>(ne - 1));
         std::vector<int32_t> ids(static_cast<size_t>(n_tok * k));
         for (auto& id : ids) id = expert(rng_);

@@ -107,10 +107,15 @@ __global__ void route_kernel(int policy, const float* logits, const float* bias,
 }
 
 // The same walk with each lane's experts (lane + 32 i, i < PL) in registers: keys, p and the
-// eligibility and taken bits, so a rank's scan is PL register compares and the butterfly. With
-// them in shared memory each rank still waited on PL dependent loads (18 us a decode layer at
-// 384 experts on an H200). Experts past n_expert are marked taken. Dynamic shared memory: the
-// chosen ids [k].
+// eligibility and taken bits, so a rank's scan is PL register compares and the butterfly (with
+// them in shared memory each rank waited on PL dependent loads: 18 us a decode layer at 384
+// experts on an H200). Experts past n_expert are marked taken. The block has a thread an expert
+// (32 PL), which compute p, the key and the eligibility bits side by side into shared memory;
+// the first warp takes its registers from there and walks. With that warp alone computing them,
+// a lane's PL logits, biases and eligibility bytes were read one after another, each behind the
+// branch of the one before: 15 us a decode layer in a98fd0d's H100 trace, where the layer's
+// weights streaming through L2 had evicted the bias and the eligibility bytes. Dynamic shared
+// memory: the chosen ids [k].
 template <int PL>
 __global__ void route_reg_kernel(int policy, const float* logits, const float* bias, const uint8_t* resident,
                                  const uint8_t* hot, int64_t n_expert, int k, int norm, float scale, int32_t* ids,
@@ -119,25 +124,38 @@ __global__ void route_reg_kernel(int policy, const float* logits, const float* b
     static_assert(PL >= 1 && PL <= 32, "a bit an expert of a lane");
     extern __shared__ int32_t route_chosen[];  // [k]
     __shared__ float chosen_p[32];             // p of the first 32 ranks (more read p again below)
+    __shared__ float s_p[32 * PL], s_key[32 * PL];
+    __shared__ uint8_t s_bits[32 * PL];  // kResident | kHot; kAbsent past n_expert
+    constexpr uint8_t kAbsent = 4;
     const int64_t t = blockIdx.x;
-    const int lane = threadIdx.x;
     const float* lg = logits + t * n_expert;
+    for (int e = threadIdx.x; e < 32 * PL; e += blockDim.x) {
+        if (e < n_expert) {
+            const float x = __ldg(lg + e);
+            const float pe = sqrtf(fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x))));  // sqrt(softplus)
+            s_p[e] = pe;
+            s_key[e] = pe + (bias ? __ldg(bias + e) : 0.0f);
+            s_bits[e] = static_cast<uint8_t>((resident && resident[e] ? kResident : 0) | (hot && hot[e] ? kHot : 0));
+        } else {
+            s_p[e] = 0.0f;
+            s_key[e] = -INFINITY;
+            s_bits[e] = kAbsent;
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x >= 32) return;
+    const int lane = threadIdx.x;
     float p[PL], key[PL];
     uint32_t res_bits = 0, hot_bits = 0, taken = 0;
 #pragma unroll
     for (int i = 0; i < PL; ++i) {
-        const int64_t e = lane + 32 * static_cast<int64_t>(i);
-        if (e < n_expert) {
-            const float x = __ldg(lg + e);
-            p[i] = sqrtf(fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x))));  // sqrt(softplus)
-            key[i] = p[i] + (bias ? __ldg(bias + e) : 0.0f);
-            if (resident && resident[e]) res_bits |= 1u << i;
-            if (hot && hot[e]) hot_bits |= 1u << i;
-        } else {
-            p[i] = 0.0f;
-            key[i] = -INFINITY;
-            taken |= 1u << i;
-        }
+        const int e = lane + 32 * i;
+        p[i] = s_p[e];
+        key[i] = s_key[e];
+        const uint32_t b = s_bits[e];
+        if (b & kResident) res_bits |= 1u << i;
+        if (b & kHot) hot_bits |= 1u << i;
+        if (b & kAbsent) taken |= 1u << i;
     }
     int n_found = 0;
     float sum = 0.0f;
@@ -197,7 +215,7 @@ template <int PL>
 void launch_route_reg(int policy, const float* logits, const float* bias, const uint8_t* resident, const uint8_t* hot,
                       int64_t n_tok, int64_t n_expert, int k, RouteWeighting wt, int32_t* ids, float* weights,
                       cudaStream_t stream) {
-    BG_CUDA_CHECK(launch_kernel(route_reg_kernel<PL>, static_cast<unsigned>(n_tok), 32,
+    BG_CUDA_CHECK(launch_kernel(route_reg_kernel<PL>, static_cast<unsigned>(n_tok), 32 * PL,
                                 static_cast<size_t>(k) * sizeof(int32_t), stream, policy, logits, bias, resident, hot,
                                 n_expert, k, wt.norm ? 1 : 0, wt.scale, ids, weights));
 }
