@@ -396,6 +396,21 @@ std::string targets_line(const json& r, const json& cfg) {
                          fmt_num(100.0 * bound2 / per_tok_ms, 0) + " %";
                 }
             }
+            // A token's Engram rows are read once its id is known, and no bound above counts
+            // their wait: the disk's own latency for such a batch, from the same run's probe
+            // (probe-disk's timed batches; machines described before it have none).
+            const auto engram_wait = median_of(cfg, 0, "engram.disk_ms");
+            const json* disk_probe = mach.contains("raw_disk_probe") ? &mach["raw_disk_probe"] : nullptr;
+            if (engram_wait && *engram_wait > 0 && disk_probe && disk_probe->is_object() &&
+                disk_probe->contains("batch_ms_median") && (*disk_probe)["batch_ms_median"].is_number() &&
+                (*disk_probe)["batch_ms_median"].get<double>() > 0) {
+                const double wait_ms = *engram_wait / *steps;
+                d += "; the Engram rows' fetches waited " + fmt_num(wait_ms, 2) + " ms per token (" +
+                     fmt_num(100.0 * wait_ms / per_tok_ms, 0) + " % of the wall), where this disk takes " +
+                     fmt_num((*disk_probe)["batch_ms_median"].get<double>(), 2) + " ms for " +
+                     std::to_string(disk_probe->value("batch_reads", int64_t(0))) +
+                     " random 4 KiB reads at once (probe-disk, median)";
+            }
             md += d + "\n";
         }
     }

@@ -340,6 +340,17 @@ TEST(HarnessResults, MarkdownStatesHardwareUseAgainstTheSameRunsProbes) {
                        "token, which the wall reaches at 54 %"),
               std::string::npos)
         << md2;
+    // The Engram rows' fetch wait, beside the disk's latency for such a batch where the machine's
+    // disk probe timed batches (none in r's machine record).
+    EXPECT_EQ(md.find("Engram rows' fetches"), std::string::npos) << md;
+    json r3 = r;
+    r3["configurations"][0]["summary"]["decode"]["metrics"]["engram.disk_ms"] = {{"median", 4.5}};
+    r3["machine"]["raw_disk_probe"] = {{"seq_gb_s", 2.0}, {"batch_reads", 24}, {"batch_ms_median", 0.25}};
+    const std::string md3 = bgh::render_markdown(r3, "");
+    EXPECT_NE(md3.find("; the Engram rows' fetches waited 0.30 ms per token (3 % of the wall), where this disk takes "
+                       "0.25 ms for 24 random 4 KiB reads at once (probe-disk, median)"),
+              std::string::npos)
+        << md3;
 }
 
 // The slice profile's per-layer figures and the deeper model derived from them: plain arithmetic,

@@ -546,14 +546,21 @@ TEST_P(IoTest, ProbeDiskReportsPositiveNumbers) {
     pc.io = cfg(16, 256 * 1024);
     pc.seq_bytes = 64ull << 20;  // more than the file: capped
     pc.rand_reads = 2000;
+    pc.batches = 20;  // of 24 reads asked, at most the queue depth's 16 at once
     const auto res = bg::io::probe_disk(file_->path, pc);
-    std::printf("probe: %.2f GB/s sequential, %.0f IOPS, %s\n", res.seq_gb_s, res.rand_iops, res.engine.c_str());
+    std::printf("probe: %.2f GB/s sequential, %.0f IOPS, %llu reads at once %.3f ms, %s\n", res.seq_gb_s, res.rand_iops,
+                (unsigned long long)res.batch_reads, res.batch_ms_median, res.engine.c_str());
     EXPECT_EQ(res.seq_bytes, kFileBytes);
     EXPECT_GT(res.seq_gb_s, 0);
     EXPECT_GT(res.seq_seconds, 0);
     EXPECT_GT(res.rand_iops, 0);
     EXPECT_GT(res.rand_gb_s, 0);
+    EXPECT_EQ(res.batch_reads, 16u);
+    EXPECT_GT(res.batch_ms_median, 0);
+    EXPECT_GE(res.batch_ms_p90, res.batch_ms_median);
     EXPECT_FALSE(res.engine.empty());
+    pc.batches = 0;
+    EXPECT_EQ(bg::io::probe_disk(file_->path, pc).batch_ms_median, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, IoTest,

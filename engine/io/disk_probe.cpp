@@ -96,6 +96,38 @@ ProbeResult probe_disk(const std::string& path, const ProbeConfig& cfg) {
         res.rand_iops = static_cast<double>(file_bytes > 0 ? cfg.rand_reads : 0) / rand_seconds;
         res.rand_gb_s = rand_bytes / rand_seconds / 1e9;
     }
+
+    // Batches: each the reads of one decode layer's Engram rows, in one submission.
+    res.batch_reads = std::min<uint64_t>(cfg.batch_reads, ops.size());
+    if (file_bytes > 0 && res.batch_reads > 0 && cfg.batches > 0) {
+        drop_page_cache(path);
+        std::vector<ReadOp*> batch(res.batch_reads), done(res.batch_reads);
+        std::vector<double> ms(cfg.batches);
+        for (double& m : ms) {
+            for (uint64_t i = 0; i < res.batch_reads; ++i) {
+                ops[i] = ReadOp{};
+                ops[i].dst = scratch.data();
+                ops[i].offset = blocks > 0 ? rng.below(blocks) * detail::kAlign : 0;
+                ops[i].bytes = std::min<uint64_t>(detail::kAlign, file_bytes - ops[i].offset);
+                batch[i] = &ops[i];
+            }
+            const auto t0 = std::chrono::steady_clock::now();
+            reader->submit(batch.data(), batch.size());
+            for (uint64_t got = 0; got < res.batch_reads;) {
+                const size_t n = reader->poll(done.data(), done.size(), true);
+                for (size_t i = 0; i < n; ++i)
+                    if (done[i]->error != 0)
+                        fail("disk probe: read of %llu bytes at offset %llu failed: %s",
+                             (unsigned long long)done[i]->bytes, (unsigned long long)done[i]->offset,
+                             std::strerror(done[i]->error));
+                got += n;
+            }
+            m = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        }
+        std::sort(ms.begin(), ms.end());
+        res.batch_ms_median = ms[ms.size() / 2];
+        res.batch_ms_p90 = ms[std::min(ms.size() - 1, ms.size() * 9 / 10)];
+    }
     return res;
 }
 

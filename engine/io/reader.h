@@ -118,6 +118,10 @@ struct ProbeConfig {
     IoConfig io;
     uint64_t seq_bytes = 1ull << 30;   // read sequentially from offset 0 (capped at file size)
     uint64_t rand_reads = 20000;       // 4 KiB reads at random aligned offsets
+    // Batches of batch_reads random 4 KiB reads handed over together, each waited for before the
+    // next: the latency of a decode token's Engram rows (24 a layer on DeepSeek-V4.1-Flash).
+    uint64_t batch_reads = 24;
+    uint64_t batches = 200;
     uint64_t seed = 1;
 };
 struct ProbeResult {
@@ -126,6 +130,9 @@ struct ProbeResult {
     uint64_t seq_bytes = 0;
     double rand_iops = 0;
     double rand_gb_s = 0;
+    double batch_ms_median = 0;  // one batch (ProbeConfig::batch_reads), submit to the last read's landing
+    double batch_ms_p90 = 0;
+    uint64_t batch_reads = 0;  // as run: at most the queue depth
     std::string engine;
 };
 ProbeResult probe_disk(const std::string& path, const ProbeConfig& cfg);
