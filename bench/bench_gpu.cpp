@@ -675,7 +675,7 @@ void BM_RoutingDecode(benchmark::State& state) {
     const auto routing = [&] {
         cuda::route(RoutingPolicy::kResidentOnly, d_logits, d_bias, d_res, d_hot, n_tok, ne, k,
                     RouteWeighting{true, 1.5f}, ids, w, s);
-        cuda::group_by_expert(ids, n_tok * k, k, 0, ne, counts, gather, scatter, s);
+        cuda::group_by_expert(ids, n_tok * k, k, 0, ne, counts, gather, scatter, nullptr, s);
     };
     routing();  // module load
     std::vector<double> samples;

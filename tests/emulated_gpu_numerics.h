@@ -140,8 +140,8 @@ public:
         in_->route(p, l, b, r, h, n, ne, k, wt, ids, w);
     }
     void group_by_expert(const int32_t* ids, int64_t n, int64_t k, int64_t pos0, int64_t ne, int32_t* counts,
-                         int32_t* gather, int32_t* scatter) override {
-        in_->group_by_expert(ids, n, k, pos0, ne, counts, gather, scatter);
+                         int32_t* gather, int32_t* scatter, int32_t* host_copy) override {
+        in_->group_by_expert(ids, n, k, pos0, ne, counts, gather, scatter, host_copy);
     }
     void moe_gather(const float* x, int64_t ldx, const int32_t* rows, int64_t m, int64_t w, float* o) override {
         in_->moe_gather(x, ldx, rows, m, w, o);

@@ -208,18 +208,26 @@ TEST_F(GpuCudaOps, GroupByExpertMatchesTheCpu) {
         ids[ids.size() / 2] = -1;  // CUDA's route marks a missing rank so
         const int64_t n = static_cast<int64_t>(ids.size()), pos0 = std::uniform_int_distribution<int64_t>(0, 999)(rng_);
         std::vector<int32_t> want_counts(ne + 1), want_gather(n), want_scatter(n);
-        cpu->group_by_expert(ids.data(), n, k, pos0, ne, want_counts.data(), want_gather.data(), want_scatter.data());
+        cpu->group_by_expert(ids.data(), n, k, pos0, ne, want_counts.data(), want_gather.data(), want_scatter.data(),
+                             nullptr);
         auto* d_ids = static_cast<int32_t*>(gpu->alloc(n * 4));
         auto* d_counts = static_cast<int32_t*>(gpu->alloc((ne + 1) * 4));
         auto* d_gather = static_cast<int32_t*>(gpu->alloc(n * 4));
         auto* d_scatter = static_cast<int32_t*>(gpu->alloc(n * 4));
         gpu->upload(d_ids, ids.data(), n * 4);
-        gpu->group_by_expert(d_ids, n, k, pos0, ne, d_counts, d_gather, d_scatter);
+        // The kernel's own copy to host memory, as a decode layer's grouping reaches the host.
+        auto* host_copy = static_cast<int32_t*>(gpu->alloc_host((ne + 1 + 2 * n) * 4));
+        std::fill(host_copy, host_copy + ne + 1 + 2 * n, -7);
+        gpu->group_by_expert(d_ids, n, k, pos0, ne, d_counts, d_gather, d_scatter, host_copy);
         std::vector<int32_t> counts(ne + 1), gather(n), scatter(n);
         gpu->download(counts.data(), d_counts, (ne + 1) * 4);
         gpu->download(gather.data(), d_gather, n * 4);
         gpu->download(scatter.data(), d_scatter, n * 4);
         gpu->sync();
+        EXPECT_TRUE(std::equal(counts.begin(), counts.end(), host_copy));
+        EXPECT_TRUE(std::equal(gather.begin(), gather.end() - 1, host_copy + ne + 1));
+        EXPECT_TRUE(std::equal(scatter.begin(), scatter.end() - 1, host_copy + ne + 1 + n));
+        gpu->free_host(host_copy);
         EXPECT_EQ(counts, want_counts) << n_tok << " tokens, " << ne << " experts";
         EXPECT_EQ(counts[ne], 1);
         // The last grouped row is n - 2 (one slot is left out).

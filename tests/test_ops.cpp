@@ -2,6 +2,7 @@
 // of each test is printed so a failure can be replayed by hand), plus hand-worked cases.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -730,6 +731,32 @@ TEST(HostWord, ReachedIsASequenceComparisonThatWraps) {
     EXPECT_TRUE(bg::host_word_reached(1, 0xFFFFFFFFu));
     EXPECT_FALSE(bg::host_word_reached(0xFFFFFFFFu, 1));
     EXPECT_FALSE(bg::host_word_reached(0x80000007u, 7)) << "2^31 past is behind";
+}
+
+// Ops::group_by_expert's host copy: counts, gather and scatter one after another, each what the
+// op wrote to its own buffer; none written without one.
+TEST(Ops, CpuGroupByExpertWritesItsHostCopy) {
+    ThreadPool pool(2);
+    std::unique_ptr<bg::Ops> ops = bg::cpu::make_cpu_ops(pool);
+    std::mt19937 rng = fresh_rng();
+    const int64_t ne = 40, k = 6, n_tok = 3, n = n_tok * k, pos0 = 17;
+    std::uniform_int_distribution<int32_t> expert(0, static_cast<int32_t>(ne - 1));
+    std::vector<int32_t> ids(static_cast<size_t>(n));
+    for (auto& id : ids) id = expert(rng);
+    std::vector<int32_t> counts(ne + 1), gather(n), scatter(n), copy(ne + 1 + 2 * n, -7);
+    ops->group_by_expert(ids.data(), n, k, pos0, ne, counts.data(), gather.data(), scatter.data(), copy.data());
+    std::vector<int32_t> want = counts;
+    want.insert(want.end(), gather.begin(), gather.end());
+    want.insert(want.end(), scatter.begin(), scatter.end());
+    EXPECT_EQ(copy, want);
+    EXPECT_EQ(counts[ne], 0);
+    // The first grouped slot is the first of the lowest expert's (min_element: the first minimum).
+    const int64_t first = std::min_element(ids.begin(), ids.end()) - ids.begin();
+    EXPECT_EQ(gather[0], pos0 + first / k);
+    EXPECT_EQ(scatter[0], pos0 * k + first);
+    std::vector<int32_t> counts2(ne + 1);
+    ops->group_by_expert(ids.data(), n, k, pos0, ne, counts2.data(), gather.data(), scatter.data(), nullptr);
+    EXPECT_EQ(counts2, counts);
 }
 
 // The CPU's ops run as they are queued: Ops::wait_host_word returns at once for a word already

@@ -247,9 +247,12 @@ public:
     // counts[e] for e < n_expert, counts[n_expert] = slots whose id is outside [0, n_expert)
     // (left out of the grouping); for the i-th grouped slot s, gather[i] = pos0 + s/k (its
     // activation row) and scatter[i] = pos0*k + s (its expert-output row). All in backend memory:
-    // the host learns a layer's experts from counts alone, one small copy.
+    // the host learns a layer's experts from counts alone, one small copy. host_copy (alloc_host
+    // memory, or null): the op writes there too, one after another, counts, gather and scatter
+    // ([n_expert + 1 + 2 n_slots]), readable by the host once the op is done (a sync) with no copy
+    // queued after it (a decode layer's grouping, which the host waits for).
     virtual void group_by_expert(const int32_t* ids, int64_t n_slots, int64_t k, int64_t pos0, int64_t n_expert,
-                                 int32_t* counts, int32_t* gather, int32_t* scatter) = 0;
+                                 int32_t* counts, int32_t* gather, int32_t* scatter, int32_t* host_copy) = 0;
     // out[j] = x[rows[j]*ldx .. + width) for j < m.
     virtual void moe_gather(const float* x, int64_t ldx, const int32_t* rows, int64_t m, int64_t width, float* out) = 0;
     // dst[rows[j]*width .. + width) = src[j] for j < m (rows distinct): moe_scatter_join with no

@@ -237,9 +237,13 @@ public:
         for (int64_t t = 0; t < n_tok; ++t)
             bg::route(policy, logits + t * ne, bias, resident, hot, ne, k, wt, ids + t * k, weights + t * k, scratch, order);
     }
-    void group_by_expert(const int32_t* ids, int64_t n_slots, int64_t k, int64_t pos0, int64_t n_expert, int32_t* counts,
-                         int32_t* gather, int32_t* scatter) override {
+    void group_by_expert(const int32_t* ids, int64_t n_slots, int64_t k, int64_t pos0, int64_t n_expert,
+                         int32_t* counts, int32_t* gather, int32_t* scatter, int32_t* host_copy) override {
         bg::group_by_expert(ids, n_slots, k, pos0, n_expert, counts, gather, scatter);
+        if (!host_copy) return;
+        std::memcpy(host_copy, counts, static_cast<size_t>(n_expert + 1) * sizeof(int32_t));
+        std::memcpy(host_copy + n_expert + 1, gather, static_cast<size_t>(n_slots) * sizeof(int32_t));
+        std::memcpy(host_copy + n_expert + 1 + n_slots, scatter, static_cast<size_t>(n_slots) * sizeof(int32_t));
     }
     void moe_gather(const float* x, int64_t ldx, const int32_t* rows, int64_t m, int64_t width, float* out) override {
         for (int64_t j = 0; j < m; ++j) std::memcpy(out + j * width, x + rows[j] * ldx, width * sizeof(float));

@@ -324,9 +324,15 @@ public:
     void moe_gather(const float* x, int64_t ldx, const int32_t* rows, int64_t m, int64_t width, float* out) override {
         cuda::moe_gather(x, ldx, rows, m, width, out, stream_);
     }
-    void group_by_expert(const int32_t* ids, int64_t n_slots, int64_t k, int64_t pos0, int64_t n_expert, int32_t* counts,
-                         int32_t* gather, int32_t* scatter) override {
-        cuda::group_by_expert(ids, n_slots, k, pos0, n_expert, counts, gather, scatter, stream_);
+    void group_by_expert(const int32_t* ids, int64_t n_slots, int64_t k, int64_t pos0, int64_t n_expert,
+                         int32_t* counts, int32_t* gather, int32_t* scatter, int32_t* host_copy) override {
+        // The device's address of the host copy: looked up once a buffer (a decode layer's call
+        // passes the same one every time).
+        if (host_copy != group_copy_host_) {
+            group_copy_device_ = host_copy ? static_cast<int32_t*>(const_cast<void*>(host_view(host_copy))) : nullptr;
+            group_copy_host_ = host_copy;
+        }
+        cuda::group_by_expert(ids, n_slots, k, pos0, n_expert, counts, gather, scatter, group_copy_device_, stream_);
     }
     void moe_scatter_join(const float* src, const int32_t* rows, int64_t m, int64_t add0, int64_t n_add, int64_t width,
                           float* dst) override {
@@ -359,6 +365,8 @@ private:
     std::unique_ptr<MatmulContext> mm_;          // cuBLAS (null: no matrix needs it)
     std::vector<void*> own_;
     uint64_t own_bytes_ = 0;
+    int32_t* group_copy_host_ = nullptr;    // group_by_expert's last host copy
+    int32_t* group_copy_device_ = nullptr;  // and its device address
     float *xg_ = nullptr, *g_ = nullptr, *up_ = nullptr, *h_ = nullptr, *eo_ = nullptr;  // unfused experts
     AttentionPartials att_part_;  // decode attention's row split (none where lim has no heads)
     unsigned long long* argmax_word_ = nullptr;  // argmax's running best key, 0 between calls

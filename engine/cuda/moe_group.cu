@@ -1,5 +1,6 @@
 // Ops::group_by_expert on the device: the routing slots of a layer grouped by expert without the
-// host, so a layer's only device-to-host copy is the per-expert counts.
+// host, so a layer's only device-to-host copy is the per-expert counts (or none: a decode layer's
+// grouping is written to the host copy by the kernel itself).
 //
 // One block. Slots are staged through shared memory in tiles; each thread owns experts
 // e = tid, tid + blockDim, .. and walks every tile in slot order, so each expert's run keeps the
@@ -23,8 +24,10 @@ constexpr int kTile = 2048;        // slots per shared-memory tile
 constexpr int kMaxExperts = 4096;  // run starts in shared memory
 constexpr int kPerThread = kMaxExperts / kThreads;  // experts one thread owns at most
 
+// host_copy (the device's address of host memory, or null): [counts | gather | scatter] written
+// there too, over the bus as the kernel runs.
 __global__ void group_by_expert_kernel(const int32_t* ids, int64_t n_slots, int k, int64_t pos0, int n_expert,
-                                       int32_t* counts, int32_t* gather, int32_t* scatter) {
+                                       int32_t* counts, int32_t* gather, int32_t* scatter, int32_t* host_copy) {
     grid_dependency_begin();
     __shared__ int32_t tile[kTile];
     __shared__ int32_t start[kMaxExperts + 1];
@@ -84,10 +87,14 @@ __global__ void group_by_expert_kernel(const int32_t* ids, int64_t n_slots, int 
     for (int e = e0; e < e0 + per && e < n_expert; ++e) {
         const int32_t c = start[e];
         counts[e] = c;
+        if (host_copy) host_copy[e] = c;
         start[e] = run_at;
         run_at += c;
     }
-    if (threadIdx.x == 0) counts[n_expert] = bad;
+    if (threadIdx.x == 0) {
+        counts[n_expert] = bad;
+        if (host_copy) host_copy[n_expert] = bad;
+    }
     __syncthreads();
 #pragma unroll
     for (int j = 0; j < kPerThread; ++j)
@@ -106,8 +113,13 @@ __global__ void group_by_expert_kernel(const int32_t* ids, int64_t n_slots, int 
             for (int i = 0; i < n; ++i) {
                 if (tile[i] != e) continue;
                 const int64_t s = t0 + i;
-                gather[at] = static_cast<int32_t>(pos0 + s / k);
-                scatter[at] = static_cast<int32_t>(pos0 * k + s);
+                const auto g = static_cast<int32_t>(pos0 + s / k), sc = static_cast<int32_t>(pos0 * k + s);
+                gather[at] = g;
+                scatter[at] = sc;
+                if (host_copy) {
+                    host_copy[n_expert + 1 + at] = g;
+                    host_copy[n_expert + 1 + n_slots + at] = sc;
+                }
                 ++at;
             }
             mine[j] = at;
@@ -117,13 +129,13 @@ __global__ void group_by_expert_kernel(const int32_t* ids, int64_t n_slots, int 
 
 }  // namespace
 
-void group_by_expert(const int32_t* ids, int64_t n_slots, int64_t k, int64_t pos0, int64_t n_expert,
-                     int32_t* counts, int32_t* gather, int32_t* scatter, cudaStream_t stream) {
+void group_by_expert(const int32_t* ids, int64_t n_slots, int64_t k, int64_t pos0, int64_t n_expert, int32_t* counts,
+                     int32_t* gather, int32_t* scatter, int32_t* host_copy, cudaStream_t stream) {
     BG_CHECK(k >= 1 && n_slots >= 0 && n_slots % k == 0);
     BG_CHECK_MSG(n_expert >= 1 && n_expert <= kMaxExperts, "group_by_expert: at most 4096 experts");
     BG_CHECK(pos0 >= 0 && (pos0 + n_slots / k) * k <= INT_MAX);
     BG_CUDA_CHECK(launch_kernel(group_by_expert_kernel, 1, kThreads, 0, stream, ids, n_slots, static_cast<int>(k), pos0,
-                                static_cast<int>(n_expert), counts, gather, scatter));
+                                static_cast<int>(n_expert), counts, gather, scatter, host_copy));
 }
 
 }  // namespace bg::cuda

@@ -124,9 +124,10 @@ void indexer(const IndexerArgs& a, cudaStream_t stream);
 void route(RoutingPolicy policy, const float* logits, const float* bias, const uint8_t* resident, const uint8_t* hot,
            int64_t n_tok, int64_t n_expert, int k, RouteWeighting wt, int32_t* ids, float* weights,
            cudaStream_t stream);
-// Ops::group_by_expert on the device (engine/cuda/moe_group.cu).
-void group_by_expert(const int32_t* ids, int64_t n_slots, int64_t k, int64_t pos0, int64_t n_expert,
-                     int32_t* counts, int32_t* gather, int32_t* scatter, cudaStream_t stream);
+// Ops::group_by_expert on the device (engine/cuda/moe_group.cu); host_copy: the device's address
+// of the host copy, or null.
+void group_by_expert(const int32_t* ids, int64_t n_slots, int64_t k, int64_t pos0, int64_t n_expert, int32_t* counts,
+                     int32_t* gather, int32_t* scatter, int32_t* host_copy, cudaStream_t stream);
 void moe_gather(const float* x, int64_t ldx, const int32_t* rows, int64_t m, int64_t width,
                 float* out, cudaStream_t stream);
 void moe_scatter(const float* src, const int32_t* rows, int64_t m, int64_t width, float* dst,

@@ -570,6 +570,14 @@ void Forward::attention_half(int64_t l, Ubatch* const* units, int64_t n_units) {
     mix(w.hc_ffn_fn, w.hc_ffn_base, w.hc_ffn_scale, h, n, mixf);
     ops_->hc_collapse(h, mixa_ + kMixPre, kMixWidth, n, E_, xf);
     ops_->rmsnorm(xf, w.ffn_norm, E_, n, hp_.rms_eps, xf);
+    // The MoE input of a call the CPU may compute host-resident experts of (a decode step) goes
+    // to the host now, before the routing: queued after the grouping it waited for its end.
+    xf_host_pos0_ = -1;
+    if (host_ops_ && n <= cfg_.host_expert_positions) {
+        ops_->download(xf_host_, xf, n * E_ * sizeof(float));
+        xf_host_pos0_ = p0;
+        xf_host_n_ = n;
+    }
     // The next sub-layer collapses with this mix's pre.
     ops_->copy_rows(pre_ + p0 * kHc, kHc, mixf + kMixPre, kMixWidth, kHc, n);
 
@@ -612,29 +620,35 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
     const int64_t n_slots = n_pos * k;
     BG_CHECK(ne + 1 + 2 * n_slots <= lay_.groups);
     // Group every (token, rank) slot by expert on the device, experts in ascending id order
-    // (rows: xf by position, eo by position*k + rank); the host needs only the counts: the
-    // layer's one device-to-host copy, which waits for the layer's routing. The groups are laid
-    // out for this call (ForwardLayout::groups): counts [ne + 1], gather rows [n_slots], scatter
-    // rows [n_slots], one after another.
+    // (rows: xf by position, eo by position*k + rank); the host needs only the counts, which wait
+    // for the layer's routing. The groups are laid out for this call (ForwardLayout::groups):
+    // counts [ne + 1], gather rows [n_slots], scatter rows [n_slots], one after another.
     int32_t* const counts = groups_;
     int32_t* const gather_rows = counts + ne + 1;
     int32_t* const scatter_rows = gather_rows + n_slots;
-    ops_->group_by_expert(ids_ + pos0 * k, n_slots, k, pos0, ne, counts, gather_rows, scatter_rows);
-    // A call the CPU may compute host-resident experts of: its rows come in the counts' copy (two
-    // copies of a decode layer's routing, not four: about 2.5 us each on the device in 8df53a9's
-    // H100 trace, the sync waiting for the last), its activations in one more.
+    // A call the CPU may compute host-resident experts of needs its rows on the host too: the
+    // grouping kernel writes them there itself, all three (its activations came down after the
+    // MoE norm, attention_half). A copy queued after the kernel started on the device 5-6 us
+    // after it ended, and the activations' after that (a98fd0d's H100 trace): on the path from a
+    // decode layer's routing to its first expert copy.
     const bool host_compute = host_ops_ && n_pos <= cfg_.host_expert_positions;
     const int32_t* const by_expert_count = groups_host_;
     int32_t* const host_gather = groups_host_ + ne + 1;  // meaningful with host_compute
     const int32_t* const host_scatter = host_gather + n_slots;
     BG_CHECK(!host_compute || ne + 1 + 2 * n_slots <= lay_.groups_host);
-    ops_->download(groups_host_, groups_, (ne + 1 + (host_compute ? 2 * n_slots : 0)) * sizeof(int32_t));
+    ops_->group_by_expert(ids_ + pos0 * k, n_slots, k, pos0, ne, counts, gather_rows, scatter_rows,
+                          host_compute ? groups_host_ : nullptr);
     if (host_compute) {
         // The CPU's threads wake while the device finishes the layer's routing, and stay awake
         // through the layer's experts (a decode layer takes 1-3 ms on the slice).
         host_ops_->expect_work(kHostWorkAwakeUs);
         if (host_thread_) host_thread_->stay_awake(kHostWorkAwakeUs);
-        ops_->download(xf_host_, xf_ + pos0 * E_, n_pos * E_ * sizeof(float));
+        // Its activations, where the attention half did not send this call's (a call of several
+        // launches).
+        if (xf_host_pos0_ != pos0 || xf_host_n_ != n_pos)
+            ops_->download(xf_host_, xf_ + pos0 * E_, n_pos * E_ * sizeof(float));
+    } else {
+        ops_->download(groups_host_, groups_, (ne + 1) * sizeof(int32_t));
     }
     // The last layer settles while the device runs this one's attention and routing: what it
     // waits for (its experts' fences, its CPU jobs, which the device waited for) comes before

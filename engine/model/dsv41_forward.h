@@ -179,6 +179,8 @@ private:
     // Host-resident experts on the CPU (ForwardLayout's host_*; null without), and the CPU's
     // outputs and their rows as the device's ops read them in place (Ops::host_view).
     float *xf_host_ = nullptr, *eo_host_ = nullptr;
+    // The positions whose MoE input the last attention half sent to xf_host_ (-1: none).
+    int64_t xf_host_pos0_ = -1, xf_host_n_ = 0;
     int32_t *host_pack_ = nullptr, *host_dest_ = nullptr;
     const float* eo_host_view_ = nullptr;
     const int32_t* host_dest_view_ = nullptr;
