@@ -69,6 +69,18 @@ T* device_copy(const std::vector<T>& h) {
     return d;
 }
 
+// Seconds on the device of what work() queues on s, between two events (waited for here).
+template <typename F>
+double device_seconds(cudaStream_t s, cudaEvent_t t0, cudaEvent_t t1, F work) {
+    BG_CUDA_CHECK(cudaEventRecord(t0, s));
+    work();
+    BG_CUDA_CHECK(cudaEventRecord(t1, s));
+    BG_CUDA_CHECK(cudaEventSynchronize(t1));
+    float ms = 0;
+    BG_CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
+    return ms / 1e3;
+}
+
 void BM_ExpertMxfp4(benchmark::State& state) {
     const int64_t E = state.range(0), F = state.range(1), M = state.range(2);
     std::mt19937 rng(1234);
@@ -106,14 +118,9 @@ void BM_ExpertMxfp4(benchmark::State& state) {
 
     double total_s = 0;
     for (auto _ : state) {
-        BG_CUDA_CHECK(cudaEventRecord(t0, s));
-        expert();
-        BG_CUDA_CHECK(cudaEventRecord(t1, s));
-        BG_CUDA_CHECK(cudaEventSynchronize(t1));
-        float ms = 0;
-        BG_CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
-        state.SetIterationTime(ms / 1e3);
-        total_s += ms / 1e3;
+        const double sec = device_seconds(s, t0, t1, expert);
+        state.SetIterationTime(sec);
+        total_s += sec;
     }
     const double iters = static_cast<double>(state.iterations());
     state.counters["weight_GB/s"] = weight_bytes * iters / total_s / 1e9;
@@ -190,15 +197,10 @@ std::vector<double> d2d_times(size_t bytes, int reps) {
     BG_CUDA_CHECK(cudaEventCreate(&t1));
     for (int i = 0; i < 3; ++i) BG_CUDA_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s));
     std::vector<double> times;
-    for (int i = 0; i < reps; ++i) {
-        BG_CUDA_CHECK(cudaEventRecord(t0, s));
-        BG_CUDA_CHECK(cudaMemcpyAsync(i % 2 ? a : b, i % 2 ? b : a, bytes, cudaMemcpyDeviceToDevice, s));
-        BG_CUDA_CHECK(cudaEventRecord(t1, s));
-        BG_CUDA_CHECK(cudaEventSynchronize(t1));
-        float ms = 0;
-        BG_CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
-        times.push_back(ms / 1e3);
-    }
+    for (int i = 0; i < reps; ++i)
+        times.push_back(device_seconds(s, t0, t1, [&] {
+            BG_CUDA_CHECK(cudaMemcpyAsync(i % 2 ? a : b, i % 2 ? b : a, bytes, cudaMemcpyDeviceToDevice, s));
+        }));
     BG_CUDA_CHECK(cudaEventDestroy(t0));
     BG_CUDA_CHECK(cudaEventDestroy(t1));
     BG_CUDA_CHECK(cudaStreamDestroy(s));
@@ -320,18 +322,15 @@ void time_calls(benchmark::State& state, cudaStream_t s, size_t n_sets, double b
         BG_CUDA_CHECK(cudaStreamSynchronize(s));
     }
     std::vector<double> per_call;
-    for (auto _ : state) {
-        BG_CUDA_CHECK(cudaEventRecord(t0, s));
+    const auto sample = [&] {  // kCallsPerSample calls
         if (graph) {
             BG_CUDA_CHECK(cudaGraphLaunch(exec, s));
         } else {
             for (int i = 0; i < kCallsPerSample; ++i) call(set++ % n_sets);
         }
-        BG_CUDA_CHECK(cudaEventRecord(t1, s));
-        BG_CUDA_CHECK(cudaEventSynchronize(t1));
-        float ms = 0;
-        BG_CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
-        const double sec = ms / 1e3 / kCallsPerSample;
+    };
+    for (auto _ : state) {
+        const double sec = device_seconds(s, t0, t1, sample) / kCallsPerSample;
         state.SetIterationTime(sec);
         per_call.push_back(sec);
     }
@@ -682,14 +681,8 @@ void BM_RoutingDecode(benchmark::State& state) {
     int round = 0;
     for (auto _ : state) {
         if (cold) BG_CUDA_CHECK(cudaMemsetAsync(flush, ++round & 0xff, kFlushBytes, s));
-        BG_CUDA_CHECK(cudaEventRecord(t0, s));
-        routing();
-        BG_CUDA_CHECK(cudaEventRecord(t1, s));
-        BG_CUDA_CHECK(cudaEventSynchronize(t1));
-        float ms = 0;
-        BG_CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
-        state.SetIterationTime(ms / 1e3);
-        samples.push_back(ms / 1e3);
+        samples.push_back(device_seconds(s, t0, t1, routing));
+        state.SetIterationTime(samples.back());
     }
     state.counters["us"] = median(samples) * 1e6;
     BG_CUDA_CHECK(cudaEventDestroy(t0));

@@ -571,7 +571,8 @@ void Forward::attention_half(int64_t l, Ubatch* const* units, int64_t n_units) {
     ops_->hc_collapse(h, mixa_ + kMixPre, kMixWidth, n, E_, xf);
     ops_->rmsnorm(xf, w.ffn_norm, E_, n, hp_.rms_eps, xf);
     // The MoE input of a call the CPU may compute host-resident experts of (a decode step) goes
-    // to the host now, before the routing: queued after the grouping it waited for its end.
+    // to the host now, before the routing (queued after the grouping, its copy started only once
+    // the grouping had ended).
     xf_host_pos0_ = -1;
     if (host_ops_ && n <= cfg_.host_expert_positions) {
         ops_->download(xf_host_, xf, n * E_ * sizeof(float));
