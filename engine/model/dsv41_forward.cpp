@@ -317,24 +317,28 @@ void engram_rows_for(const HParams& hp, int64_t l, const int32_t* tokens, int64_
 
 void Forward::engram_rows(int64_t layer, int64_t pos, uint64_t* rows) const { engram_rows_for(hp_, layer, tokens_, pos, rows); }
 
-void Forward::embed(Ubatch& u, const int32_t* tokens, int64_t n, int64_t pos0) {
-    if (n < 1 || n > cfg_.max_ubatch) fail("forward: a unit holds 1..%lld tokens, got %lld", (long long)cfg_.max_ubatch, (long long)n);
-    if (pos0 < 0 || pos0 + n > cfg_.n_ctx)
+void Forward::record_tokens(const int32_t* tokens, int64_t n, int64_t pos0) {
+    if (pos0 < 0 || n < 1 || pos0 + n > cfg_.n_ctx)
         fail("forward: positions %lld..%lld exceed the context of %lld tokens", (long long)pos0,
              (long long)(pos0 + n - 1), (long long)cfg_.n_ctx);
     for (int64_t i = 0; i < n; ++i)
         if (tokens[i] < 0 || tokens[i] >= hp_.n_vocab)
             fail("forward: token id %d is outside the vocabulary (%lld)", tokens[i], (long long)hp_.n_vocab);
+    std::copy(tokens, tokens + n, tokens_ + pos0);
+}
+
+void Forward::embed(Ubatch& u, const int32_t* tokens, int64_t n, int64_t pos0) {
+    if (n < 1 || n > cfg_.max_ubatch)
+        fail("forward: a unit holds 1..%lld tokens, got %lld", (long long)cfg_.max_ubatch, (long long)n);
+    record_tokens(tokens, n, pos0);
     u.pos0 = pos0;
     u.n = n;
-    std::copy(tokens, tokens + n, tokens_ + pos0);
     // The embedding lives in host memory: its rows, dequantised here, go over as [n][E] floats,
     // which the backend then spreads over the four residual copies.
     const MatView emb = m_.token_embd();
     // The last call's rows may still be on their way over: emb_host_ is rewritten only once they
-    // are. Waited for here rather than after queueing them, so a decode step's Engram reads
-    // (plan_reads, next) start before this call's copies are done (in decode the token's own
-    // download synced the stream just before, so this wait costs nothing there).
+    // are. Waited for here rather than after queueing them (in decode the token's own download
+    // synced the stream just before, so this wait costs nothing there).
     if (emb_host_in_flight_) ops_->sync();
     for (int64_t i = 0; i < n; ++i)
         dequantize_row(emb.type, emb.data + static_cast<uint64_t>(tokens[i]) * emb.row_stride, emb_host_ + i * E_, E_);
@@ -344,8 +348,8 @@ void Forward::embed(Ubatch& u, const int32_t* tokens, int64_t n, int64_t pos0) {
     emb_host_in_flight_ = true;
 }
 
-void Forward::plan_reads(int64_t pos0, int64_t n) {
-    BG_CHECK(pos0 >= 0 && n >= 1 && pos0 + n <= cfg_.n_ctx);
+void Forward::plan_reads(const int32_t* tokens, int64_t pos0, int64_t n) {
+    record_tokens(tokens, n, pos0);  // the Engram rows hash them
     if (!engram_.reads_ahead()) {
         plan_layer_ = SIZE_MAX;  // nothing to offer rows to
         return;

@@ -72,7 +72,7 @@ public:
     void embed(Ubatch& u, const int32_t* tokens, int64_t n, int64_t pos0) override;
     // Offers the Engram rows of the positions, Engram layer by layer, to the provider's
     // read-ahead, as much as it takes now; the rest is offered after each Engram fetch.
-    void plan_reads(int64_t pos0, int64_t n) override;
+    void plan_reads(const int32_t* tokens, int64_t pos0, int64_t n) override;
     // Engram, the attention sub-layer, the MoE mix and routing of consecutive units as one
     // launch. The routing stays on the device for moe_half; with an observer attached it is also
     // copied into each unit's ids / wts.
@@ -122,6 +122,8 @@ private:
     };
     Launch launch_of(Ubatch* const* units, int64_t n_units) const;
     void engram(int64_t l, int64_t p0, int64_t n);
+    // Checks the positions and the ids, and records the tokens (tokens_).
+    void record_tokens(const int32_t* tokens, int64_t n, int64_t pos0);
     void offer_engram_rows();  // the plan_reads rows not yet taken, while the provider takes them
     void attention(int64_t l, int64_t p0, int64_t n);
     void blocks(int64_t l, int64_t p0, int64_t n);

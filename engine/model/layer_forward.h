@@ -49,10 +49,11 @@ public:
     virtual void reset() = 0;
     // Starts a unit at positions pos0..pos0+n-1: records the tokens and embeds them.
     virtual void embed(Ubatch& u, const int32_t* tokens, int64_t n, int64_t pos0) = 0;
-    // After embedding them: positions pos0..pos0+n-1 (one or more units, consecutive) will now
-    // pass every layer in order, layer by layer, units in position order. What they will read
-    // that follows from their tokens alone (Engram rows) may start moving now.
-    virtual void plan_reads(int64_t pos0, int64_t n) = 0;
+    // Positions pos0..pos0+n-1 (one or more units, consecutive), holding tokens[0..n), will pass
+    // every layer in order, layer by layer, units in position order: what they will read that
+    // follows from their tokens alone (Engram rows) may start moving now, before or after their
+    // embedding (the tokens are recorded here too).
+    virtual void plan_reads(const int32_t* tokens, int64_t pos0, int64_t n) = 0;
     // Before layer l's attention halves for n_pos positions: the expert provider may start
     // moving what routing can pick (nothing, where the routing rule does not know it yet).
     virtual void prepare_moe(int64_t l, int64_t n_pos) = 0;

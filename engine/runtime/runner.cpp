@@ -57,7 +57,7 @@ void Runner::prefill(const std::vector<int32_t>& prompt, PrefillOrder order, int
     if (order == PrefillOrder::kTokenMajor) {
         for (int64_t ui = 0; ui < n_units; ++ui) {
             embed(ui);
-            fwd_.plan_reads(units_[ui].pos0, units_[ui].n);
+            fwd_.plan_reads(&prompt[units_[ui].pos0], units_[ui].pos0, units_[ui].n);
             for (int64_t l = 0; l < L; ++l) fwd_.layer(l, units_[ui]);
             unit_logits(units_[ui]);
         }
@@ -71,7 +71,7 @@ void Runner::prefill(const std::vector<int32_t>& prompt, PrefillOrder order, int
             embed(ui);
             unit_ptrs_.push_back(&units_[ui]);
         }
-        fwd_.plan_reads(0, n);
+        fwd_.plan_reads(&prompt[0], 0, n);
         for (int64_t l = 0; l < L; ++l) {
             fwd_.prepare_moe(l, n);
             for (int64_t ui = 0; ui < n_units;) {
@@ -125,11 +125,16 @@ std::vector<int32_t> Runner::decode(std::vector<float>& logits, int64_t n_gen, S
             t = sampler ? sampler->sample(logits.data(), V) : argmax(logits.data(), V);
         }
         out.push_back(t);
+        const bool last = g + 1 == n_gen || stop.stopped_at(out);
+        // The next step's Engram rows follow from its token alone: their reads start before the
+        // host shows the token or embeds it (the slice's first layer is an Engram layer and waits
+        // for them whole: the disk's latency for 24 random reads; submitted after the embedding,
+        // they started at least 40 us after the token's download in c9ed0e0's H100 trace).
+        if (!last && n_past_ < fwd_.n_ctx()) fwd_.plan_reads(&t, n_past_, 1);
         if (on_token) on_token(t);
-        if (g + 1 == n_gen || stop.stopped_at(out)) break;
+        if (last) break;
         if (n_past_ >= fwd_.n_ctx()) fail("decode: context of %lld tokens is full", (long long)fwd_.n_ctx());
         fwd_.embed(u, &t, 1, n_past_);
-        fwd_.plan_reads(n_past_, 1);
         for (int64_t l = 0; l < L; ++l) fwd_.layer(l, u);
         if (greedy_on_device) {
             next = fwd_.greedy_token(u, 0, ban);
