@@ -264,7 +264,15 @@ TEST(ModelE2E, EngramRowsAreOfferedOneEngramLayerAhead) {
         e.runner.prefill(prompt, order, 4, &logits);
         EXPECT_EQ(rec.pending(), 0u) << "rows offered and never fetched";
         std::vector<float> last(logits.end() - e.model->hp().n_vocab, logits.end());
-        e.runner.decode(last, 4);
+        // A decode step's rows are offered before its token is shown (and embedded): when the
+        // runner hands out each token but the last, the next step's first Engram layer's rows
+        // are offered and not yet fetched; after the last, none is.
+        std::vector<size_t> pending_at_token;
+        e.runner.decode(last, 4, nullptr, [&](int32_t) { pending_at_token.push_back(rec.pending()); });
+        ASSERT_EQ(pending_at_token.size(), 4u);
+        for (size_t g = 0; g + 1 < pending_at_token.size(); ++g)
+            EXPECT_GT(pending_at_token[g], 0u) << "token " << g << " was shown before the next step's reads began";
+        EXPECT_EQ(pending_at_token.back(), 0u);
         EXPECT_EQ(rec.pending(), 0u);
         EXPECT_GT(rec.offers_, 0);
         EXPECT_GT(rec.fetches_, 0);
