@@ -73,7 +73,7 @@ def tokens(rows):
                 tok = q[1]
             elif tok is not None and emb is None and "embed_kernel" in q[2]:
                 emb = q[0]
-            elif emb is not None and up is None and "Host-to-Device" in q[2] and q[3] not in (16, 20480) and q[3] < 100_000:
+            elif emb is not None and up is None and "Host-to-Device" in q[2] and 16 < q[3] < 100_000:  # not the one-hot row
                 up = q[0]
             elif up is not None and "engram_kernel" in q[2]:
                 eng = q[1]
