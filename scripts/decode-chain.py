@@ -4,14 +4,16 @@
 Usage: decode-chain.py TRACE.csv[.xz]
 Reads a CUPTI or Nsight Systems cuda_gpu_trace CSV of a run with --decode-experts hybrid (or
 cpu) and prints medians over its decode layers and tokens:
-  per layer, from the MoE norm's end (the kernel before the 16-byte device-to-device copy of the
-  mix's pre rows): the host holding the grouping (the grouping kernel's end, or the end of the
-  copies after it where they exist), the first expert copy over PCIe (> 1 MB), the copies' span,
-  and from the last copy's end to the end of the device's wait for the CPU's experts
-  (wait_host_word_kernel);
+  per layer, from the MoE norm's end (the last rmsnorm kernel before the grouping): the host
+  holding the grouping (the grouping kernel's end, or the end of the copies after it where they
+  exist), the first expert copy over PCIe (> 1 MB), the copies' span, and from the last copy's
+  end to the end of the device's wait for the CPU's experts (wait_host_word_kernel);
   per token, from the greedy token's kernel (argmax_take) to the token's download, the
   embedding kernel, the upload of the first Engram layer's rows and that layer's Engram kernel;
   and the token's own time (argmax to argmax).
+Copies of up to 64 KiB run as kernels from 2026-12-07 on (copy_words_kernel, copy_rows_kernel:
+engine/cuda/small_copy.cu), so a short download or upload is either a memcpy row of its size or
+such a kernel; traces of either kind read the same.
 The layers counted are those with a CPU wait (host-resident experts on the CPU) and at least
 one copy.
 """
@@ -38,11 +40,11 @@ def layers(rows):
         if "group_by_expert_kernel" not in name:
             continue
         j = i - 1
-        while j > 0 and not ("Device-to-Device" in rows[j][2] and rows[j][3] == 16):
+        while j > 0 and i - j < 12 and "rmsnorm_kernel" not in rows[j][2]:
             j -= 1
-        if j <= 0:
+        if "rmsnorm_kernel" not in rows[j][2]:
             continue
-        norm_end = rows[j - 1][1]
+        norm_end = rows[j][1]
         host = e
         for q in rows[i + 1:i + 4]:
             if "Device-to-Host" in q[2] and q[0] - e < 30000:
@@ -68,16 +70,21 @@ def tokens(rows):
             continue
         ends.append(e)
         tok = emb = up = eng = None
+        short_copy = lambda q: "copy_words_kernel" in q[2] or "memcpy" in q[2] and q[3] < 100_000
         for q in rows[i + 1:i + 40]:
-            if tok is None and "Device-to-Host" in q[2] and q[3] == 4:
+            if tok is None and ("Device-to-Host" in q[2] and q[3] == 4 or "copy_words_kernel" in q[2]):
                 tok = q[1]
             elif tok is not None and emb is None and "embed_kernel" in q[2]:
                 emb = q[0]
-            elif emb is not None and up is None and "Host-to-Device" in q[2] and 16 < q[3] < 100_000:  # not the one-hot row
-                up = q[0]
-            elif up is not None and "engram_kernel" in q[2]:
+            elif emb is not None and eng is None and short_copy(q):
+                up = q[0]  # the last short copy before the Engram rows' dequantisation: the rows' upload
+            elif up is not None and "dequant_kernel" in q[2]:
+                eng = -1
+            elif eng == -1 and "engram_kernel" in q[2]:
                 eng = q[1]
                 break
+        if eng == -1:
+            eng = None
         if None not in (tok, emb, up, eng):
             out.append(((tok - e) / 1e3, (emb - tok) / 1e3, (up - emb) / 1e3, (eng - up) / 1e3))
     return out, [(b - a) / 1e3 for a, b in zip(ends, ends[1:])]
