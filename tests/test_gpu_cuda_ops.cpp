@@ -387,3 +387,80 @@ TEST_F(GpuCudaOps, ChainedKernelsGiveThePlainLaunchesBits) {
     for (float v : got[0]) ASSERT_TRUE(std::isfinite(v));
     EXPECT_EQ(std::memcmp(got[0].data(), got[1].data(), E * 4), 0) << "chained launches changed the chain's result";
 }
+
+// Ops::upload, download, copy and copy_rows give the source's exact bytes whichever way they go:
+// by kernel (at most cuda::kKernelCopyMaxBytes, the host end alloc_host memory: its mapped
+// address) or by the copy engine (longer, or other host memory), at odd lengths and offsets (byte
+// and 4-byte words) and at the limit and one byte past it. Each copy lands on a sentinel-filled
+// buffer: a byte written outside the range fails too.
+TEST_F(GpuCudaOps, CopiesShortAndLongGiveTheExactBytes) {
+    std::unique_ptr<Ops> gpu = cuda::make_cuda_ops();
+    gpu->reserve(OpsLimits{});
+    const uint64_t cap = cuda::kKernelCopyMaxBytes + 64;
+    std::uniform_int_distribution<int> byte(0, 255);
+    std::vector<uint8_t> src(cap);
+    for (uint8_t& b : src) b = static_cast<uint8_t>(byte(rng_));
+    auto* pinned = static_cast<uint8_t*>(gpu->alloc_host(cap));  // the kernels' host end
+    auto* pinned_out = static_cast<uint8_t*>(gpu->alloc_host(cap));
+    auto* dev = static_cast<uint8_t*>(gpu->alloc(cap));
+    auto* dev2 = static_cast<uint8_t*>(gpu->alloc(cap));
+    std::memcpy(pinned, src.data(), cap);
+    const uint8_t kSentinel = 0xA5;
+    const std::vector<uint8_t> sentinels(cap, kSentinel);
+    struct Case {
+        uint64_t offset, bytes;
+    };
+    const uint64_t max = cuda::kKernelCopyMaxBytes;
+    const Case cases[] = {{0, 16},  {0, 20480}, {3, 1},       {5, 37},      {4, 4100},    {16, 4096},       {1, 6527},
+                          {0, max}, {64, max},  {0, max + 1}, {7, max - 9}, {0, cap - 8}, {12, max / 2 + 4}};
+    for (const Case& c : cases) {
+        SCOPED_TRACE("offset " + std::to_string(c.offset) + " bytes " + std::to_string(c.bytes));
+        ASSERT_LE(c.offset + c.bytes, cap);
+        for (bool from_pinned : {true, false}) {
+            // Upload into sentinels, copy device to device at another offset, download back.
+            gpu->upload(dev, sentinels.data(), cap);
+            gpu->upload(dev2, sentinels.data(), cap);
+            gpu->upload(dev + c.offset, (from_pinned ? pinned : src.data()) + c.offset, c.bytes);
+            const uint64_t at2 = (c.offset + 1) % 8;
+            ASSERT_LE(at2 + c.bytes, cap);
+            gpu->copy(dev2 + at2, dev + c.offset, c.bytes);
+            std::vector<uint8_t> back(cap);
+            uint8_t* out = from_pinned ? pinned_out : back.data();
+            std::memset(out, kSentinel, cap);
+            gpu->download(out + c.offset, dev2 + at2, c.bytes);
+            gpu->sync();
+            for (uint64_t i = 0; i < cap; ++i) {
+                const uint8_t want = i >= c.offset && i < c.offset + c.bytes ? src[i] : kSentinel;
+                ASSERT_EQ(out[i], want) << "byte " << i << (from_pinned ? " (alloc_host end)" : " (other host memory)");
+            }
+            // The device buffers too: nothing written outside the copied range.
+            std::vector<uint8_t> d2(cap);
+            gpu->download(d2.data(), dev2, cap);
+            gpu->sync();
+            for (uint64_t i = 0; i < cap; ++i) {
+                const bool in = i >= at2 && i < at2 + c.bytes;
+                ASSERT_EQ(d2[i], in ? src[c.offset + i - at2] : kSentinel) << "device byte " << i;
+            }
+        }
+    }
+    // copy_rows: short (a kernel) and long (the copy engine), rows narrower than their pitches.
+    for (const auto& [width, rows] : {std::pair<int64_t, int64_t>{4, 1}, {4, 7}, {37, 3}, {1000, 20}, {5000, 4}}) {
+        SCOPED_TRACE("copy_rows " + std::to_string(width) + " x " + std::to_string(rows));
+        const int64_t ld_src = width + 5, ld_dst = width + 11;
+        const std::vector<float> x = bgtest::uniform(rng_, ld_src * rows, -1.0f, 1.0f);
+        auto* d_src = static_cast<float*>(gpu->alloc(ld_src * rows * sizeof(float)));
+        auto* d_dst = static_cast<float*>(gpu->alloc(ld_dst * rows * sizeof(float)));
+        const std::vector<float> fill(static_cast<size_t>(ld_dst * rows), -7.0f);
+        gpu->upload(d_src, x.data(), x.size() * sizeof(float));
+        gpu->upload(d_dst, fill.data(), fill.size() * sizeof(float));
+        gpu->copy_rows(d_dst, ld_dst, d_src, ld_src, width, rows);
+        std::vector<float> got(fill.size());
+        gpu->download(got.data(), d_dst, got.size() * sizeof(float));
+        gpu->sync();
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t c = 0; c < ld_dst; ++c)
+                ASSERT_EQ(got[r * ld_dst + c], c < width ? x[r * ld_src + c] : -7.0f) << "row " << r << " col " << c;
+    }
+    gpu->free_host(pinned);
+    gpu->free_host(pinned_out);
+}

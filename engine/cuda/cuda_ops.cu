@@ -60,9 +60,16 @@ public:
         bytes = std::max<uint64_t>(1, bytes);
         BG_CUDA_CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocDefault));
         std::memset(p, 0, bytes);
+        host_blocks_.push_back(
+            {static_cast<uint8_t*>(p), bytes, static_cast<uint8_t*>(const_cast<void*>(host_view(p)))});
         return p;
     }
-    void free_host(void* p) override { cudaFreeHost(p); }
+    void free_host(void* p) override {
+        host_blocks_.erase(std::remove_if(host_blocks_.begin(), host_blocks_.end(),
+                                          [p](const HostBlock& b) { return b.host == p; }),
+                           host_blocks_.end());
+        cudaFreeHost(p);
+    }
     const void* host_view(const void* host) const override {
         void* on_device = nullptr;
         BG_CUDA_CHECK(cudaHostGetDevicePointer(&on_device, const_cast<void*>(host), 0));
@@ -105,18 +112,33 @@ public:
         BG_CHECK(own_bytes_ == cuda_ops_device_bytes(lim));
     }
 
+    // Copies of at most kKernelCopyMaxBytes go by kernel (small_copy.cu) where the host end is
+    // this object's alloc_host memory, whose device address the kernel reads or writes; the rest
+    // through the copy engine.
     void upload(void* dst, const void* src, uint64_t bytes) override {
-        BG_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+        if (const void* on_device = small_host_block(src, bytes))
+            cuda::copy_bytes(dst, on_device, bytes, stream_);
+        else
+            BG_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
     }
     void download(void* dst, const void* src, uint64_t bytes) override {
-        BG_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+        if (void* on_device = small_host_block(dst, bytes))
+            cuda::copy_bytes(on_device, src, bytes, stream_);
+        else
+            BG_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
     }
     void copy(void* dst, const void* src, uint64_t bytes) override {
-        BG_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+        if (bytes <= kKernelCopyMaxBytes)
+            cuda::copy_bytes(dst, src, bytes, stream_);
+        else
+            BG_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
     }
     void copy_rows(float* dst, int64_t ld_dst, const float* src, int64_t ld_src, int64_t width, int64_t rows) override {
-        BG_CUDA_CHECK(cudaMemcpy2DAsync(dst, ld_dst * sizeof(float), src, ld_src * sizeof(float), width * sizeof(float), rows,
-                                        cudaMemcpyDeviceToDevice, stream_));
+        if (static_cast<uint64_t>(width) * static_cast<uint64_t>(rows) * sizeof(float) <= kKernelCopyMaxBytes)
+            cuda::copy_rows(dst, ld_dst, src, ld_src, width, rows, stream_);
+        else
+            BG_CUDA_CHECK(cudaMemcpy2DAsync(dst, ld_dst * sizeof(float), src, ld_src * sizeof(float),
+                                            width * sizeof(float), rows, cudaMemcpyDeviceToDevice, stream_));
     }
     void zero(void* x, uint64_t bytes) override { BG_CUDA_CHECK(cudaMemsetAsync(x, 0, bytes, stream_)); }
 
@@ -346,6 +368,25 @@ public:
     }
 
 private:
+    // alloc_host memory: where it lies on the host and its device address.
+    struct HostBlock {
+        uint8_t* host;
+        uint64_t bytes;
+        uint8_t* device;
+    };
+    // The device address of [host, host + bytes) where the range is at most kKernelCopyMaxBytes
+    // and lies in one alloc_host block; else null (other host memory, or a copy too long for a
+    // kernel). A handful of blocks, searched in order: no allocation, no driver call.
+    void* small_host_block(const void* host, uint64_t bytes) const {
+        if (bytes > kKernelCopyMaxBytes) return nullptr;
+        const auto p = reinterpret_cast<uintptr_t>(host);
+        for (const HostBlock& b : host_blocks_) {
+            const auto b0 = reinterpret_cast<uintptr_t>(b.host);
+            if (p >= b0 && p - b0 <= b.bytes && bytes <= b.bytes - (p - b0)) return b.device + (p - b0);
+        }
+        return nullptr;
+    }
+
     // Device memory of the ops' own, counted in own_bytes_ (max(1, n) floats: cudaMalloc of 0).
     float* own_floats(int64_t n) {
         const uint64_t bytes = std::max<uint64_t>(1, static_cast<uint64_t>(n)) * sizeof(float);
@@ -365,6 +406,7 @@ private:
     std::unique_ptr<MatmulContext> mm_;          // cuBLAS (null: no matrix needs it)
     std::vector<void*> own_;
     uint64_t own_bytes_ = 0;
+    std::vector<HostBlock> host_blocks_;    // alloc_host memory not yet freed
     int32_t* group_copy_host_ = nullptr;    // group_by_expert's last host copy
     int32_t* group_copy_device_ = nullptr;  // and its device address
     float *xg_ = nullptr, *g_ = nullptr, *up_ = nullptr, *h_ = nullptr, *eo_ = nullptr;  // unfused experts

@@ -5,8 +5,8 @@
 // Each op family's kernels sit beside their launchers in one file named for it: matmul.cu (also
 // embed_tokens), positions.cu, rmsnorm.cu, rope.cu, swiglu.cu, mhc.cu (hc_*), engram_gate.cu,
 // compress_pool.cu, attention.cu (also the indexer), router.cu, moe_group.cu, moe_rows.cu
-// (moe_gather/scatter/weighted_sum), argmax.cu, host_wait.cu (wait_host_word); device helpers they
-// share are in common.cuh.
+// (moe_gather/scatter/weighted_sum), argmax.cu, host_wait.cu (wait_host_word), small_copy.cu
+// (copies too short for the copy engine); device helpers they share are in common.cuh.
 //
 // Conventions shared by every launcher:
 //  - every pointer is device memory unless said otherwise; activations are float32 row-major
@@ -147,5 +147,13 @@ void argmax(const float* x, int64_t n, const TokenBan& ban, unsigned long long* 
 // Ops::wait_host_word (engine/cuda/host_wait.cu): the stream's later work waits until the pinned
 // host word reaches value (a wrapping sequence).
 void wait_host_word(const uint32_t* word_host, uint32_t value, cudaStream_t stream);
+
+// Small copies as kernels (engine/cuda/small_copy.cu), for copies too short to pay for the copy
+// engine (CudaOps: kKernelCopyMaxBytes, cuda_ops.cuh). Both ends device addresses; any
+// alignment; dst and src must not overlap.
+void copy_bytes(void* dst, const void* src, uint64_t bytes, cudaStream_t stream);
+// Ops::copy_rows: rows of width floats, ld_src and ld_dst apart.
+void copy_rows(float* dst, int64_t ld_dst, const float* src, int64_t ld_src, int64_t width, int64_t rows,
+               cudaStream_t stream);
 
 }  // namespace bg::cuda
