@@ -103,6 +103,8 @@ TEST_P(GpuMatmul, MatchesCpuAtEveryBatchSize) {
         // Rows of 50 (not a multiple of 4: the one-element-per-thread dequantiser), 10-row
         // chunks, and F32 rows 2-byte aligned.
         all.push_back({45, 50, 2, 2 * 1024});
+        // A decode router's shape (384 x 5120 F32: for up to 4 tokens the GEMV kernel).
+        all.push_back({384, 5120, 0, cuda::MatmulContext::kDefaultScratchBytes});
     }
     for (const MatCase& mc : all) {
         const uint64_t stride = row_bytes(type, mc.cols) + mc.pad;
@@ -123,7 +125,7 @@ TEST_P(GpuMatmul, MatchesCpuAtEveryBatchSize) {
             r_first = mc.slice0;
         }
         cuda::MatmulContext ctx(mc.scratch);
-        for (int64_t n_tok : {1, 3, 16, 64}) {
+        for (int64_t n_tok : {1, 2, 3, 4, 5, 16, 64}) {
             const int64_t ldx = mc.cols + 5, ldy = hv.rows + 3;
             const std::vector<float> x = uniform(rng_, n_tok * ldx, -1.0f, 1.0f);
             const float sentinel = 12345.0f;

@@ -151,6 +151,41 @@ __global__ void embed_kernel(uint32_t type, const uint8_t* emb, uint64_t row_str
     }
 }
 
+// F32 weights times at most kGemvF32MaxTokens tokens: y[t*ldy + r] = W[r] . x[t], one block a
+// row, the row read once as float4 (rows 16-byte aligned, cols a multiple of 4), x as floats
+// (any ldx). A decode layer's router (384 x 5120 F32) went to cuBLAS, whose GEMV is launched
+// plainly: it started 6-7 us after the copy before it and ran 6.3 us (c9ed0e0's H100 trace). This
+// one is chained (launch.cuh). Products are FMAs, sums fixed in order by the block's shape: the
+// same bits every run.
+constexpr int kGemvF32Threads = 128;
+constexpr int64_t kGemvF32MaxTokens = 4;
+
+template <int NT>
+__global__ void __launch_bounds__(kGemvF32Threads)
+    gemv_f32_kernel(const float* W, int64_t ld_w, int64_t cols, const float* x, int64_t ldx, float* y, int64_t ldy) {
+    grid_dependency_begin();
+    __shared__ float red[33];
+    const int64_t r = blockIdx.x;
+    const float4* w4 = reinterpret_cast<const float4*>(W + r * ld_w);
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
+#pragma unroll 4
+    for (int64_t i = threadIdx.x; i < cols / 4; i += kGemvF32Threads) {
+        const float4 w = w4[i];
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            const float* xt = x + t * ldx + 4 * i;
+            acc[t] = fmaf(w.w, xt[3], fmaf(w.z, xt[2], fmaf(w.y, xt[1], fmaf(w.x, xt[0], acc[t]))));
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+        const float sum = block_sum(acc[t], red);
+        if (threadIdx.x == 0) y[t * ldy + r] = sum;
+    }
+}
+
 void check_mat(const DeviceMat& W) {
     BG_CHECK(type_traits(static_cast<uint32_t>(W.type)) != nullptr);
     BG_CHECK(W.cols > 0 && W.rows >= 0);
@@ -221,7 +256,31 @@ void matmul(MatmulContext& ctx, const DeviceMat& W, const float* x, int64_t ldx,
     const bool direct = W.type == GgmlType::F32 && W.row_stride % sizeof(float) == 0 &&
                         reinterpret_cast<uintptr_t>(W.data) % alignof(float) == 0 &&
                         W.row_stride / sizeof(float) <= INT_MAX;
-    if (direct) {
+    const bool by_gemv = direct && n_tok <= kGemvF32MaxTokens && W.cols % 4 == 0 && W.row_stride % 16 == 0 &&
+                         reinterpret_cast<uintptr_t>(W.data) % 16 == 0 && W.rows <= INT_MAX;
+    if (by_gemv) {
+        const auto* w = reinterpret_cast<const float*>(W.data);
+        const int64_t ld_w = static_cast<int64_t>(W.row_stride / sizeof(float));
+        const unsigned grid = static_cast<unsigned>(W.rows);
+        switch (n_tok) {
+            case 1:
+                BG_CUDA_CHECK(launch_kernel(gemv_f32_kernel<1>, grid, kGemvF32Threads, 0, stream, w, ld_w, W.cols, x,
+                                            ldx, y, ldy));
+                break;
+            case 2:
+                BG_CUDA_CHECK(launch_kernel(gemv_f32_kernel<2>, grid, kGemvF32Threads, 0, stream, w, ld_w, W.cols, x,
+                                            ldx, y, ldy));
+                break;
+            case 3:
+                BG_CUDA_CHECK(launch_kernel(gemv_f32_kernel<3>, grid, kGemvF32Threads, 0, stream, w, ld_w, W.cols, x,
+                                            ldx, y, ldy));
+                break;
+            default:
+                BG_CUDA_CHECK(launch_kernel(gemv_f32_kernel<4>, grid, kGemvF32Threads, 0, stream, w, ld_w, W.cols, x,
+                                            ldx, y, ldy));
+                break;
+        }
+    } else if (direct) {
         const int m = static_cast<int>(W.rows);
         BG_CUBLAS_CHECK(cublasSgemm(ctx.handle_, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha,
                                     reinterpret_cast<const float*>(W.data), static_cast<int>(W.row_stride / sizeof(float)),

@@ -72,7 +72,9 @@ private:
 };
 
 // y[t*ldy + r] = sum_i W[r][i] * x[t*ldx + i] for t < n_tok, r < W.rows (cpu::matmul).
-// F32 weights with 4-byte aligned rows go to cuBLAS as they are; every other matrix is
+// F32 weights with 4-byte aligned rows go to cuBLAS as they are, or, for at most 4 tokens with
+// rows 16-byte aligned and a multiple of 4 wide (a decode step's router), to a GEMV kernel of
+// matmul.cu, chained like the other kernels (launch.cuh); every other matrix is
 // dequantised (exactly, as dequantize_row) in row chunks into the context's scratch, each chunk
 // followed by one SGEMM over all n_tok inputs.
 void matmul(MatmulContext& ctx, const DeviceMat& W, const float* x, int64_t ldx, int64_t n_tok,
