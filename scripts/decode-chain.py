@@ -17,21 +17,14 @@ such a kernel; traces of either kind read the same.
 The layers counted are those with a CPU wait (host-resident experts on the CPU) and at least
 one copy.
 """
-import csv, io, lzma, re, statistics, sys
+import statistics, sys
 
-
-def open_text(p):
-    return io.TextIOWrapper(lzma.open(p), encoding="utf-8") if p.endswith(".xz") else open(p, encoding="utf-8")
+import trace_csv
 
 
 def read(path):
-    rows = []
-    for r in csv.DictReader(open_text(path)):
-        name = re.sub(r"\(.*", "", r["Name"].replace("(anonymous namespace)::", ""))
-        start = int(float(r["Start (ns)"]))
-        rows.append((start, start + int(float(r["Duration (ns)"])), name, int(float(r.get("Bytes (B)") or 0))))
-    rows.sort()
-    return rows
+    """(start, end, short name, bytes) of every row, by start."""
+    return [(s, e, trace_csv.short_name(name), n_bytes) for s, e, name, n_bytes, *_ in trace_csv.read(path)]
 
 
 def layers(rows):

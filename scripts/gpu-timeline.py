@@ -13,17 +13,10 @@ table takes each kernel's cost as the distance from the end of the kernel that e
 its own end (distances over 60 us, the host's waits, left out).
 """
 import statistics
-import csv, io, lzma, sys
+import sys
 from collections import defaultdict
 
-def open_text(p):
-    return io.TextIOWrapper(lzma.open(p), encoding="utf-8") if p.endswith(".xz") else open(p, encoding="utf-8")
-
-def col(header, *keys):
-    for i, h in enumerate(header):
-        if all(k.lower() in h.lower() for k in keys):
-            return i
-    return None
+import trace_csv
 
 def union_ns(iv):
     total, cur_s, cur_e = 0, None, None
@@ -50,18 +43,7 @@ def main():
     if "--window-ms" in args:
         i = args.index("--window-ms"); window_ms = float(args[i + 1]); del args[i:i + 2]
     if len(args) != 1: sys.exit(__doc__)
-    rows = list(csv.reader(open_text(args[0])))
-    hdr_i = next(i for i, r in enumerate(rows) if r and any("Start" in c for c in r))
-    hdr, rows = rows[hdr_i], rows[hdr_i + 1:]
-    c_start, c_dur, c_name = col(hdr, "start"), col(hdr, "duration"), col(hdr, "name")
-    c_strm, c_grid = col(hdr, "strm"), col(hdr, "grdx")
-    ev = []  # (start, end, name, stream, is_kernel)
-    for r in rows:
-        if len(r) <= max(c_start, c_dur, c_name): continue
-        s, d = int(float(r[c_start])), int(float(r[c_dur]))
-        name = r[c_name]
-        kernel = c_grid is not None and r[c_grid].strip() not in ("", "0") and not name.startswith("[CUDA")
-        ev.append((s, s + d, name, r[c_strm] if c_strm is not None else "?", kernel))
+    ev = [(s, e, name, strm, kernel) for s, e, name, _, strm, kernel in trace_csv.read(args[0])]
     if not ev: sys.exit("no GPU activity in the trace")
     hi = max(e for _, e, *_ in ev)
     lo = min(s for s, *_ in ev) if window_ms is None else hi - int(window_ms * 1e6)
@@ -85,7 +67,7 @@ def main():
     print(f"kernels shorter than 5 us: {len(short)} totalling {sum(e - s for s, e, *_ in short) / 1e6:.2f} ms")
     by = defaultdict(lambda: [0, 0])
     for s, e, n, *_ in kern:
-        k = n.replace("(anonymous namespace)::", "").split("(")[0][:90]
+        k = trace_csv.short_name(n)[:90]
         by[k][0] += 1; by[k][1] += e - s
     print("kernels by name (count, ms, mean us):")
     for k, (n, t) in sorted(by.items(), key=lambda kv: -kv[1][1])[:25]:
@@ -93,7 +75,7 @@ def main():
     ends = sorted((e, n) for s, e, n, *_ in kern)
     cost = defaultdict(list)
     for (e0, _), (e1, n) in zip(ends, ends[1:]):
-        if e1 - e0 < 60e3: cost[n.replace("(anonymous namespace)::", "").split("(")[0][:90]].append(e1 - e0)
+        if e1 - e0 < 60e3: cost[trace_csv.short_name(n)[:90]].append(e1 - e0)
     print("kernels by the distance of their end from the end before (count, ms, median us):")
     for k, v in sorted(cost.items(), key=lambda kv: -sum(kv[1]))[:25]:
         print(f"  {sum(v) / 1e6:8.2f} ms {len(v):6d} x {statistics.median(v) / 1e3:8.1f} us  {k}")
