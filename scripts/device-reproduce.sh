@@ -167,7 +167,8 @@ slice_model() {  # [SCALE] (default slice): the harness would generate it too; d
 # A traced decode run's summary (the decode timeline parts): the decode ends the trace, so its
 # window is the decode's wall time, from "decode: N tokens, X tok/s" in DIR/run-CFG.log (on the line
 # of the generated text, which has no newline of its own); the trace is compressed and read by
-# scripts/gpu-timeline.py over that window into DIR/summary-CFG.txt.
+# scripts/gpu-timeline.py over that window into DIR/summary-CFG.txt (and, for hybrid and cpu, by
+# scripts/decode-chain.py into DIR/chain-CFG.txt).
 decode_trace_summary() {  # part dir cfg
   local part=$1 dir=$2 cfg=$3 dec dec_ms
   dec=$(grep -oE "decode: [0-9]+ tokens, [0-9.]+ tok/s" "$dir/run-$cfg.log" | tail -n 1)
@@ -176,6 +177,8 @@ decode_trace_summary() {  # part dir cfg
   xz -9 -f "$dir/trace-$cfg.csv"
   dec_ms=$(echo "$dec" | awk '{printf "%.3f", $2 / $4 * 1000}')
   python3 scripts/gpu-timeline.py "$dir/trace-$cfg.csv.xz" --window-ms "$dec_ms" 2>&1 | tee "$dir/summary-$cfg.txt" | head -n 40 | tee -a "$log" || status=1
+  # Hybrid and cpu runs: the per-layer and per-token chain (scripts/decode-chain.py).
+  case $cfg in hybrid|cpu) python3 scripts/decode-chain.py "$dir/trace-$cfg.csv.xz" 2>&1 | tee "$dir/chain-$cfg.txt" | tee -a "$log" || status=1 ;; esac
 }
 
 # What plan says of a K-quant slice: its experts' bytes, and how many experts the slice's budgets
