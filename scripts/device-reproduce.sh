@@ -37,6 +37,7 @@
 #   slice-3060      harness: scenarios/slice/rtx3060-proxy (seed-4a-4b on 28 SMs, --sm-limit: 24 on
 #                   an H200) and its projection for the RTX 3060
 #   slice-decode    harness: scenarios/slice/decode (--decode-experts hybrid), decode-gpu and decode-cpu
+#   slice-decode-hybrid  harness: scenarios/slice/decode alone (a call short of device time)
 #   slice-engram-read-ahead  harness: scenarios/slice/decode-engram-read-ahead between two runs of
 #                   decode-no-engram-read-ahead (Engram read-ahead on between two runs with it off, one machine;
 #                   the runs of 2026-12-03 12:44-12:57 ran decode, on by default then, around the scenario with it off)
@@ -228,6 +229,7 @@ for part in "$@"; do
     slice-4a4b) slice_model; harness_run run seed-4a-4b slice ;;
     slice-3060) slice_model; harness_run run rtx3060-proxy slice ;;
     slice-decode) slice_model; harness_run run decode slice; harness_run run decode-gpu slice; harness_run run decode-cpu slice ;;
+    slice-decode-hybrid) slice_model; harness_run run decode slice ;;
     slice-engram-read-ahead) slice_model; harness_run run decode-no-engram-read-ahead slice
       harness_run run decode-engram-read-ahead slice; harness_run run decode-no-engram-read-ahead slice ;;
     slice-decode-hot-pool) slice_model; harness_run run decode-hot-pool slice ;;
