@@ -20,7 +20,8 @@
 //    the int8 MMA work over the peak measured in this run by a register-only mma.sync probe,
 //    and x_bound = us / max(floor_us, mma_us);
 //  - a decode layer's routing (BM_RoutingDecode): the router's walk and the grouping of its
-//    slots, with L2 evicted before each sample or not; counter us.
+//    slots, with L2 evicted before each sample or not; counter us; and its GEMV
+//    (BM_RoutingGemvF32: 384 x 5120 F32, the chained kernel or cuBLAS), with floor_us.
 // Filters: --benchmark_filter=Fused (only the new kernels), =D2D, =Expert, =Dense, =Routing.
 // --sm-limit N (ours, taken out before Google Benchmark reads the rest): every benchmark runs in
 // a green context of N SMs (rounded down to what the GPU can partition; the count used is
@@ -696,6 +697,60 @@ void BM_RoutingDecode(benchmark::State& state) {
 BENCHMARK(BM_RoutingDecode)
     ->ArgNames({"n_tok", "cold"})
     ->ArgsProduct({{1, 16}, {1, 0}})
+    ->Iterations(kSamples)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// A decode layer's router GEMV (BM_RoutingGemvF32): the model's F32 ffn_gate_inp, 384 experts x
+// 5120, times n_tok tokens through cuda::matmul, which takes its chained GEMV kernel up to 4
+// tokens and cuBLAS beyond (16 here); cold 1 evicts L2 before each sample as BM_RoutingDecode
+// does. Counters: us (the median sample), floor_us (the weights' bytes over this run's D2D rate),
+// x_floor.
+void BM_RoutingGemvF32(benchmark::State& state) {
+    const int64_t n_tok = state.range(0), ne = 384, E = 5120;
+    const bool cold = state.range(1) != 0;
+    std::mt19937 rng(11);
+    std::normal_distribution<float> nd(0.0f, 0.02f);
+    std::vector<float> w(static_cast<size_t>(ne * E)), x(static_cast<size_t>(n_tok * E));
+    for (float& v : w) v = nd(rng);
+    for (float& v : x) v = 50.0f * nd(rng);
+    float* d_w = device_copy(w);                                                          // [ne][E]
+    float* d_x = device_copy(x);                                                          // [n_tok][E]
+    float* d_y = device_copy(std::vector<float>(static_cast<size_t>(n_tok * ne), 0.0f));  // [n_tok][ne]
+    cuda::MatmulContext ctx(0);  // F32 weights need no dequantisation scratch
+    const cuda::DeviceMat W{reinterpret_cast<const uint8_t*>(d_w), GgmlType::F32, E, ne,
+                            static_cast<uint64_t>(E) * sizeof(float)};
+    constexpr size_t kFlushBytes = size_t{256} << 20;
+    void* flush = nullptr;
+    BG_CUDA_CHECK(cudaMalloc(&flush, kFlushBytes));
+    cudaStream_t s = nullptr;
+    cudaEvent_t t0 = nullptr, t1 = nullptr;
+    BG_CUDA_CHECK(cudaStreamCreate(&s));
+    BG_CUDA_CHECK(cudaEventCreate(&t0));
+    BG_CUDA_CHECK(cudaEventCreate(&t1));
+    const auto gemv = [&] { cuda::matmul(ctx, W, d_x, E, n_tok, d_y, ne, s); };
+    gemv();  // module load, cuBLAS's first call
+    std::vector<double> samples;
+    int round = 0;
+    for (auto _ : state) {
+        if (cold) BG_CUDA_CHECK(cudaMemsetAsync(flush, ++round & 0xff, kFlushBytes, s));
+        samples.push_back(device_seconds(s, t0, t1, gemv));
+        state.SetIterationTime(samples.back());
+    }
+    const double bytes = static_cast<double>(ne * E) * sizeof(float);
+    const double floor_s = g_d2d_gbs > 0 ? bytes / (g_d2d_gbs * 1e9) : 0;
+    state.counters["us"] = median(samples) * 1e6;
+    state.counters["floor_us"] = floor_s * 1e6;
+    state.counters["x_floor"] = floor_s > 0 ? median(samples) / floor_s : 0;
+    BG_CUDA_CHECK(cudaEventDestroy(t0));
+    BG_CUDA_CHECK(cudaEventDestroy(t1));
+    BG_CUDA_CHECK(cudaStreamDestroy(s));
+    for (void* p : {static_cast<void*>(d_w), static_cast<void*>(d_x), static_cast<void*>(d_y), flush})
+        BG_CUDA_CHECK(cudaFree(p));
+}
+BENCHMARK(BM_RoutingGemvF32)
+    ->ArgNames({"n_tok", "cold"})
+    ->ArgsProduct({{1, 4, 16}, {1, 0}})
     ->Iterations(kSamples)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
