@@ -636,6 +636,35 @@ BENCHMARK(BM_GemvWarpsPerSm)
     ->Unit(benchmark::kMicrosecond);
 BG_DENSE_SHAPES(BENCHMARK(BM_DenseFusedSingle));
 
+// The median of the state's samples of work(s) on a stream of its own, each between two events
+// (SetIterationTime each), after one unmeasured call (module load, a library's first call).
+// cold: a 256 MiB memset before each sample evicts L2, as a decode layer's weights streaming
+// through it do between two routings.
+template <typename F>
+double median_stream_seconds(benchmark::State& state, bool cold, F work) {
+    constexpr size_t kFlushBytes = size_t{256} << 20;
+    void* flush = nullptr;
+    BG_CUDA_CHECK(cudaMalloc(&flush, kFlushBytes));
+    cudaStream_t s = nullptr;
+    cudaEvent_t t0 = nullptr, t1 = nullptr;
+    BG_CUDA_CHECK(cudaStreamCreate(&s));
+    BG_CUDA_CHECK(cudaEventCreate(&t0));
+    BG_CUDA_CHECK(cudaEventCreate(&t1));
+    work(s);
+    std::vector<double> samples;
+    int round = 0;
+    for (auto _ : state) {
+        if (cold) BG_CUDA_CHECK(cudaMemsetAsync(flush, ++round & 0xff, kFlushBytes, s));
+        samples.push_back(device_seconds(s, t0, t1, [&] { work(s); }));
+        state.SetIterationTime(samples.back());
+    }
+    BG_CUDA_CHECK(cudaEventDestroy(t0));
+    BG_CUDA_CHECK(cudaEventDestroy(t1));
+    BG_CUDA_CHECK(cudaStreamDestroy(s));
+    BG_CUDA_CHECK(cudaFree(flush));
+    return median(samples);
+}
+
 // A decode layer's routing on the device: the router's walk (cuda::route, resident-only, 6 of 384
 // experts, 20 of them resident and 5 hot) and the grouping of its slots by expert
 // (cuda::group_by_expert) for n_tok tokens, the two kernels between a pair of events. cold 1: a
@@ -664,34 +693,14 @@ void BM_RoutingDecode(benchmark::State& state) {
     int32_t* gather = device_copy(zeros);
     int32_t* scatter = device_copy(zeros);
     float* w = device_copy(std::vector<float>(static_cast<size_t>(n_tok * k), 0.0f));
-    constexpr size_t kFlushBytes = size_t{256} << 20;
-    void* flush = nullptr;
-    BG_CUDA_CHECK(cudaMalloc(&flush, kFlushBytes));
-    cudaStream_t s = nullptr;
-    cudaEvent_t t0 = nullptr, t1 = nullptr;
-    BG_CUDA_CHECK(cudaStreamCreate(&s));
-    BG_CUDA_CHECK(cudaEventCreate(&t0));
-    BG_CUDA_CHECK(cudaEventCreate(&t1));
-    const auto routing = [&] {
-        cuda::route(RoutingPolicy::kResidentOnly, d_logits, d_bias, d_res, d_hot, n_tok, ne, k,
-                    RouteWeighting{true, 1.5f}, ids, w, s);
-        cuda::group_by_expert(ids, n_tok * k, k, 0, ne, counts, gather, scatter, nullptr, s);
-    };
-    routing();  // module load
-    std::vector<double> samples;
-    int round = 0;
-    for (auto _ : state) {
-        if (cold) BG_CUDA_CHECK(cudaMemsetAsync(flush, ++round & 0xff, kFlushBytes, s));
-        samples.push_back(device_seconds(s, t0, t1, routing));
-        state.SetIterationTime(samples.back());
-    }
-    state.counters["us"] = median(samples) * 1e6;
-    BG_CUDA_CHECK(cudaEventDestroy(t0));
-    BG_CUDA_CHECK(cudaEventDestroy(t1));
-    BG_CUDA_CHECK(cudaStreamDestroy(s));
+    state.counters["us"] = 1e6 * median_stream_seconds(state, cold, [&](cudaStream_t s) {
+                               cuda::route(RoutingPolicy::kResidentOnly, d_logits, d_bias, d_res, d_hot, n_tok, ne, k,
+                                           RouteWeighting{true, 1.5f}, ids, w, s);
+                               cuda::group_by_expert(ids, n_tok * k, k, 0, ne, counts, gather, scatter, nullptr, s);
+                           });
     for (void* p : {static_cast<void*>(d_logits), static_cast<void*>(d_bias), static_cast<void*>(d_res),
                     static_cast<void*>(d_hot), static_cast<void*>(ids), static_cast<void*>(counts),
-                    static_cast<void*>(gather), static_cast<void*>(scatter), static_cast<void*>(w), flush})
+                    static_cast<void*>(gather), static_cast<void*>(scatter), static_cast<void*>(w)})
         BG_CUDA_CHECK(cudaFree(p));
 }
 BENCHMARK(BM_RoutingDecode)
@@ -720,32 +729,14 @@ void BM_RoutingGemvF32(benchmark::State& state) {
     cuda::MatmulContext ctx(0);  // F32 weights need no dequantisation scratch
     const cuda::DeviceMat W{reinterpret_cast<const uint8_t*>(d_w), GgmlType::F32, E, ne,
                             static_cast<uint64_t>(E) * sizeof(float)};
-    constexpr size_t kFlushBytes = size_t{256} << 20;
-    void* flush = nullptr;
-    BG_CUDA_CHECK(cudaMalloc(&flush, kFlushBytes));
-    cudaStream_t s = nullptr;
-    cudaEvent_t t0 = nullptr, t1 = nullptr;
-    BG_CUDA_CHECK(cudaStreamCreate(&s));
-    BG_CUDA_CHECK(cudaEventCreate(&t0));
-    BG_CUDA_CHECK(cudaEventCreate(&t1));
-    const auto gemv = [&] { cuda::matmul(ctx, W, d_x, E, n_tok, d_y, ne, s); };
-    gemv();  // module load, cuBLAS's first call
-    std::vector<double> samples;
-    int round = 0;
-    for (auto _ : state) {
-        if (cold) BG_CUDA_CHECK(cudaMemsetAsync(flush, ++round & 0xff, kFlushBytes, s));
-        samples.push_back(device_seconds(s, t0, t1, gemv));
-        state.SetIterationTime(samples.back());
-    }
+    const double med =
+        median_stream_seconds(state, cold, [&](cudaStream_t s) { cuda::matmul(ctx, W, d_x, E, n_tok, d_y, ne, s); });
     const double bytes = static_cast<double>(ne * E) * sizeof(float);
     const double floor_s = g_d2d_gbs > 0 ? bytes / (g_d2d_gbs * 1e9) : 0;
-    state.counters["us"] = median(samples) * 1e6;
+    state.counters["us"] = med * 1e6;
     state.counters["floor_us"] = floor_s * 1e6;
-    state.counters["x_floor"] = floor_s > 0 ? median(samples) / floor_s : 0;
-    BG_CUDA_CHECK(cudaEventDestroy(t0));
-    BG_CUDA_CHECK(cudaEventDestroy(t1));
-    BG_CUDA_CHECK(cudaStreamDestroy(s));
-    for (void* p : {static_cast<void*>(d_w), static_cast<void*>(d_x), static_cast<void*>(d_y), flush})
+    state.counters["x_floor"] = floor_s > 0 ? med / floor_s : 0;
+    for (void* p : {static_cast<void*>(d_w), static_cast<void*>(d_x), static_cast<void*>(d_y)})
         BG_CUDA_CHECK(cudaFree(p));
 }
 BENCHMARK(BM_RoutingGemvF32)

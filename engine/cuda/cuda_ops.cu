@@ -348,13 +348,13 @@ public:
     }
     void group_by_expert(const int32_t* ids, int64_t n_slots, int64_t k, int64_t pos0, int64_t n_expert,
                          int32_t* counts, int32_t* gather, int32_t* scatter, int32_t* host_copy) override {
-        // The device's address of the host copy: looked up once a buffer (a decode layer's call
-        // passes the same one every time).
-        if (host_copy != group_copy_host_) {
-            group_copy_device_ = host_copy ? static_cast<int32_t*>(const_cast<void*>(host_view(host_copy))) : nullptr;
-            group_copy_host_ = host_copy;
+        // The device's address of the host copy (alloc_host memory: one of host_blocks_).
+        int32_t* on_device = nullptr;
+        if (host_copy) {
+            on_device = static_cast<int32_t*>(mapped(host_copy, (n_expert + 1 + 2 * n_slots) * sizeof(int32_t)));
+            BG_CHECK_MSG(on_device, "cuda ops: group_by_expert's host copy is not alloc_host memory of these ops");
         }
-        cuda::group_by_expert(ids, n_slots, k, pos0, n_expert, counts, gather, scatter, group_copy_device_, stream_);
+        cuda::group_by_expert(ids, n_slots, k, pos0, n_expert, counts, gather, scatter, on_device, stream_);
     }
     void moe_scatter_join(const float* src, const int32_t* rows, int64_t m, int64_t add0, int64_t n_add, int64_t width,
                           float* dst) override {
@@ -378,7 +378,10 @@ private:
     // and lies in one alloc_host block; else null (other host memory, or a copy too long for a
     // kernel). A handful of blocks, searched in order: no allocation, no driver call.
     void* small_host_block(const void* host, uint64_t bytes) const {
-        if (bytes > kKernelCopyMaxBytes) return nullptr;
+        return bytes <= kKernelCopyMaxBytes ? mapped(host, bytes) : nullptr;
+    }
+    // The device address of [host, host + bytes) where it lies in one alloc_host block; else null.
+    void* mapped(const void* host, uint64_t bytes) const {
         const auto p = reinterpret_cast<uintptr_t>(host);
         for (const HostBlock& b : host_blocks_) {
             const auto b0 = reinterpret_cast<uintptr_t>(b.host);
@@ -406,9 +409,7 @@ private:
     std::unique_ptr<MatmulContext> mm_;          // cuBLAS (null: no matrix needs it)
     std::vector<void*> own_;
     uint64_t own_bytes_ = 0;
-    std::vector<HostBlock> host_blocks_;    // alloc_host memory not yet freed
-    int32_t* group_copy_host_ = nullptr;    // group_by_expert's last host copy
-    int32_t* group_copy_device_ = nullptr;  // and its device address
+    std::vector<HostBlock> host_blocks_;  // alloc_host memory not yet freed
     float *xg_ = nullptr, *g_ = nullptr, *up_ = nullptr, *h_ = nullptr, *eo_ = nullptr;  // unfused experts
     AttentionPartials att_part_;  // decode attention's row split (none where lim has no heads)
     unsigned long long* argmax_word_ = nullptr;  // argmax's running best key, 0 between calls

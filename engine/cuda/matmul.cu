@@ -262,24 +262,11 @@ void matmul(MatmulContext& ctx, const DeviceMat& W, const float* x, int64_t ldx,
         const auto* w = reinterpret_cast<const float*>(W.data);
         const int64_t ld_w = static_cast<int64_t>(W.row_stride / sizeof(float));
         const unsigned grid = static_cast<unsigned>(W.rows);
-        switch (n_tok) {
-            case 1:
-                BG_CUDA_CHECK(launch_kernel(gemv_f32_kernel<1>, grid, kGemvF32Threads, 0, stream, w, ld_w, W.cols, x,
-                                            ldx, y, ldy));
-                break;
-            case 2:
-                BG_CUDA_CHECK(launch_kernel(gemv_f32_kernel<2>, grid, kGemvF32Threads, 0, stream, w, ld_w, W.cols, x,
-                                            ldx, y, ldy));
-                break;
-            case 3:
-                BG_CUDA_CHECK(launch_kernel(gemv_f32_kernel<3>, grid, kGemvF32Threads, 0, stream, w, ld_w, W.cols, x,
-                                            ldx, y, ldy));
-                break;
-            default:
-                BG_CUDA_CHECK(launch_kernel(gemv_f32_kernel<4>, grid, kGemvF32Threads, 0, stream, w, ld_w, W.cols, x,
-                                            ldx, y, ldy));
-                break;
-        }
+        using GemvKernel = void (*)(const float*, int64_t, int64_t, const float*, int64_t, float*, int64_t);
+        constexpr GemvKernel kByTokens[kGemvF32MaxTokens] = {gemv_f32_kernel<1>, gemv_f32_kernel<2>, gemv_f32_kernel<3>,
+                                                             gemv_f32_kernel<4>};
+        BG_CUDA_CHECK(
+            launch_kernel(kByTokens[n_tok - 1], grid, kGemvF32Threads, 0, stream, w, ld_w, W.cols, x, ldx, y, ldy));
     } else if (direct) {
         const int m = static_cast<int>(W.rows);
         BG_CUBLAS_CHECK(cublasSgemm(ctx.handle_, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha,
