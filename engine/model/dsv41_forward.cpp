@@ -339,10 +339,11 @@ void Forward::embed(Ubatch& u, const int32_t* tokens, int64_t n, int64_t pos0) {
     // The last call's rows may still be on their way over: emb_host_ is rewritten only once they
     // are. Waited for here rather than after queueing them (in decode the token's own download
     // synced the stream just before, so this wait costs nothing there).
-    if (emb_host_in_flight_) ops_->sync();
+    if (emb_host_in_flight_) sync_device();
     for (int64_t i = 0; i < n; ++i)
         dequantize_row(emb.type, emb.data + static_cast<uint64_t>(tokens[i]) * emb.row_stride, emb_host_ + i * E_, E_);
     ops_->upload(emb_, emb_host_, n * E_ * sizeof(float));
+    open_busy();
     ops_->embed_rows(emb_, iota_, n, E_, H(pos0));
     ops_->upload(pre_ + pos0 * kHc, onehot_, n * kHc * sizeof(float));  // onehot_ is never rewritten
     emb_host_in_flight_ = true;
@@ -400,6 +401,7 @@ void Forward::engram(int64_t l, int64_t p0, int64_t n) {
     const LayerWeights& w = layers_[l];
     const int64_t nb = hp_.engram_buckets(), dim = hp_.engram_dim;
     for (int64_t i = 0; i < n; ++i) engram_rows(l, p0 + i, &erows_[i * nb]);
+    close_busy();  // the fetch waits for the rows' reads
     engram_.fetch_rows(l, erows_, n * nb, erow_, *ops_);
     // The fetch read what the ring did not hold: the offers go on after its rows.
     const std::vector<int64_t>& layers = m_.moe_shape().engram_layers;
@@ -413,6 +415,7 @@ void Forward::engram(int64_t l, int64_t p0, int64_t n) {
     }
     if (plan_layer_ != SIZE_MAX && p0 >= plan_pos0_ && end == plan_end_) plan_fetching_ = std::max(plan_fetching_, li + 1);
     // [n][buckets*dim] -> [n][4 keys + 1 value][n_embd]
+    open_busy();
     ops_->matmul(w.engram_wkv, erow_, nb * dim, n, ekv_, (kHc + 1) * E_);
     ops_->engram_gate_add(ekv_, w.engram_k, w.engram_q, n, E_, hp_.rms_eps, H(p0));
     // Into the room this fetch made, once the device has the layer's work: submitting the next
@@ -559,7 +562,7 @@ void Forward::attention_half(int64_t l, Ubatch* const* units, int64_t n_units) {
         engram(l, p0, n);
     else
         offer_engram_rows();  // read-ahead reads move on only while someone polls them
-    ops_->busy_begin();
+    open_busy();              // or still open from the last layer's sums: nothing above waited
     // Attention sub-layer.
     mix(w.hc_attn_fn, w.hc_attn_base, w.hc_attn_scale, h, n, mixa_);
     ops_->hc_collapse(h, pre_ + p0 * kHc, kHc, n, E_, x_);
@@ -593,7 +596,7 @@ void Forward::attention_half(int64_t l, Ubatch* const* units, int64_t n_units) {
     float* wts = wts_ + p0 * k;
     ops_->route(cfg_.routing, rlogits_, w.exp_probs_b, resident_[l], hot_[l], n, ne, static_cast<int>(k),
                 RouteWeighting{hp_.expert_weights_norm, hp_.routed_weight_scale()}, ids, wts);
-    ops_->busy_end();
+    // The bracket stays open for moe_half's grouping, next (or closes at the next wait).
     // The routing stays on the device: moe_half groups it there and the host learns the layer's
     // experts from one copy of the counts. Only an observer (fidelity) sees each unit's choices.
     if (!observer_) return;
@@ -604,7 +607,7 @@ void Forward::attention_half(int64_t l, Ubatch* const* units, int64_t n_units) {
         ops_->download(u.ids.data(), ids_ + u.pos0 * k, u.n * k * sizeof(int32_t));
         ops_->download(u.wts.data(), wts_ + u.pos0 * k, u.n * k * sizeof(float));
     }
-    ops_->sync();
+    sync_device();
     for (int64_t ui = 0; ui < n_units; ++ui) {
         const Ubatch& u = *units[ui];
         for (int64_t i = 0; i < u.n * k; ++i)
@@ -641,6 +644,7 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
     int32_t* const host_gather = groups_host_ + ne + 1;  // meaningful with host_compute
     const int32_t* const host_scatter = host_gather + n_slots;
     BG_CHECK(!host_compute || ne + 1 + 2 * n_slots <= lay_.groups_host);
+    open_busy();  // or still open from the attention half, where nothing waited between
     ops_->group_by_expert(ids_ + pos0 * k, n_slots, k, pos0, ne, counts, gather_rows, scatter_rows,
                           host_compute ? groups_host_ : nullptr);
     if (host_compute) {
@@ -655,6 +659,7 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
     } else {
         ops_->download(groups_host_, groups_, (ne + 1) * sizeof(int32_t));
     }
+    close_busy();
     // The last layer settles while the device runs this one's attention and routing: what it
     // waits for (its experts' fences, its CPU jobs, which the device waited for) comes before
     // these copies on the stream, so none of it is left on the host's path from the counts'
@@ -663,7 +668,7 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
     // The store's streamer spins from here to begin_layer (the device's attention and routing,
     // a few hundred microseconds), not while the last layer's CPU experts, settled above, ran.
     if (host_compute) experts_.expect_layer(kHostWorkAwakeUs);
-    ops_->sync();
+    sync_device();
     if (host_compute)
         for (int64_t i = 0; i < n_slots; ++i) host_gather[i] -= static_cast<int32_t>(pos0);  // rows of xf_host_
     if (by_expert_count[ne] != 0)
@@ -768,9 +773,9 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
     // thread beside this thread's launches (TieredExpertStore::start_copies).
     if (host_compute) experts_.start_copies();
     if (shared_first) {
-        ops_->busy_begin();
+        open_busy();
         shared_expert(pos0, n_pos);
-        ops_->busy_end();
+        close_busy();  // the provider is asked for experts next
     }
 
     constexpr int64_t kCalls = 16;  // chunks of an expert's tokens, each a call; launched when full
@@ -778,6 +783,7 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
     for (int64_t got = 0; got < hand_outs; n_got = 0) {
         if (n_got == 0) {
             release_finished(lag);
+            BG_CHECK(!busy_open_);  // the provider may wait for a copy or a read
             n_got = experts_.next_ready_batch(got_experts, got_views, kExpertBatch);
             BG_CHECK(n_got >= 1 && n_got <= kExpertBatch);
             start_host_job(n_got);
@@ -792,11 +798,12 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
         for (int64_t b = 0; b < n_got; ++b) {
             if (got_views[b].on_host) continue;
             batch.experts[batch.n++] = got_experts[b];
+            BG_CHECK(!busy_open_);
             ops_->wait_event(got_views[b].ready);
         }
         if (batch.n == 0) continue;
         int64_t n_calls = 0;
-        ops_->busy_begin();
+        open_busy();
         for (int64_t b = 0; b < n_got; ++b) {
             if (got_views[b].on_host) continue;
             const int32_t e = got_experts[b];
@@ -809,7 +816,7 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
             }
         }
         ops_->expert_ffn_batch(calls, n_calls, xf_, E_, hp_.swiglu_limit[l], cfg_.swiglu_form, eo_);
-        ops_->busy_end();
+        close_busy();  // the provider is asked for the next experts, and may wait
         // The slots may be refilled once released: the ops reading them must be done first.
         BG_CHECK(unreleased_n_ < Ops::kFences);
         const int64_t at = (unreleased_head_ + unreleased_n_++) % Ops::kFences;
@@ -824,6 +831,7 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
         // queue it, and the next layer's attention half, while they compute. Jobs end on their
         // own, the word with them, so nothing here waits for them any more.
         host_thread_->submit(publish_host_done, this, static_cast<int64_t>(++host_done_seq_));
+        BG_CHECK(!busy_open_);  // the device's wait for the CPU is not its busy time
         ops_->wait_host_word(host_done_, host_done_seq_);
         host_jobs_end.t = nullptr;
     } else if (host_error_) {
@@ -836,6 +844,7 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
         // the expert copies on the copy engine). A split expert's device part wrote its rows
         // (queued above); its CPU part adds to them. The host buffers are rewritten only after
         // the next layer's sync, which the device reaches only past this scatter.
+        open_busy();
         ops_->moe_scatter_join(eo_host_view_, host_dest_view_, n_packed, part_pack0, part_pack_n, E_, eo_);
     }
 
@@ -845,12 +854,13 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
         const Launch g = launch_of(units + ui, nu);
         ui += nu;
         const int64_t p0 = g.pos0, n = g.n;
-        ops_->busy_begin();
+        open_busy();
         if (!shared_first) shared_expert(p0, n);
         ops_->moe_weighted_sum(eo_ + p0 * k * E_, wts_ + p0 * k, n, k, E_, y_);
         ops_->hc_expand(mixf_ + p0 * kMixWidth, y_, H(p0), n, E_, H(p0));
-        ops_->busy_end();
     }
+    // The bracket stays open: the next layer's attention half (or the output head) follows on
+    // the device, chained, unless this thread waits first (which closes it).
     // The layer stays open: its last routed experts (their slots must be free for the next
     // layer's) and the CPU's are released, and the provider told the layer is over, once the
     // device is past them (settle_layer), so this thread goes on to queue the next layer's
@@ -863,7 +873,25 @@ void Forward::publish_host_done(void* self, int64_t seq) {
     publish_host_word(f->host_done_, static_cast<uint32_t>(seq));
 }
 
+void Forward::open_busy() {
+    if (busy_open_) return;
+    ops_->busy_begin();
+    busy_open_ = true;
+}
+
+void Forward::close_busy() {
+    if (!busy_open_) return;
+    ops_->busy_end();
+    busy_open_ = false;
+}
+
+void Forward::sync_device() {
+    close_busy();
+    ops_->sync();
+}
+
 void Forward::settle_layer() {
+    close_busy();
     if (host_thread_) host_thread_->wait_idle();
     if (layer_open_) {
         layer_open_ = false;
@@ -874,7 +902,7 @@ void Forward::settle_layer() {
 }
 
 void Forward::finish() {
-    ops_->sync();
+    sync_device();
     settle_layer();
 }
 
@@ -917,7 +945,7 @@ double Forward::time_expert_ms(const ExpertView& v, int64_t layer, int64_t m, in
     for (int r = warm_up ? 0 : 1; r <= reps; ++r) {  // run 0 loads kernels and warms caches: not counted
         // Timed as decode runs it (moe_half): on a team that is awake.
         if (v.on_host && host_ops_) host_ops_->expect_work(kHostWorkAwakeUs);
-        ops_->sync();
+        sync_device();
         const double t0 = now_ms();
         if (v.on_host) {
             BG_CHECK(host_ops_ && m <= cfg_.host_expert_positions);
@@ -926,7 +954,7 @@ double Forward::time_expert_ms(const ExpertView& v, int64_t layer, int64_t m, in
         } else {
             BG_CHECK(m <= std::min(cfg_.n_ctx, lay_.ops.expert_max_tok));
             ops_->expert_ffn(mats, xf_, E_, iota_, m, hp_.swiglu_limit[layer], cfg_.swiglu_form, eo_, iota_);
-            ops_->sync();
+            sync_device();
         }
         if (r > 0) best = std::min(best, now_ms() - t0);
     }
@@ -934,6 +962,7 @@ double Forward::time_expert_ms(const ExpertView& v, int64_t layer, int64_t m, in
 }
 
 void Forward::release_finished(int64_t keep) {
+    if (unreleased_experts_ > keep) close_busy();  // it waits for a fence
     while (unreleased_n_ > 0) {
         const int at = static_cast<int>(unreleased_head_);
         if (!ops_->fence_passed(at, unreleased_experts_ > keep)) return;
@@ -947,6 +976,7 @@ void Forward::release_finished(int64_t keep) {
 
 void Forward::collapse_final(const Ubatch& u, int64_t i) {
     const int64_t p = u.pos0 + i;
+    open_busy();  // or still open from the last layer's sums
     ops_->hc_collapse(H(p), pre_ + p * kHc, kHc, 1, E_, x_);
     ops_->rmsnorm(x_, vec(m_.output_norm()), E_, 1, hp_.rms_eps, x_);
 }
@@ -959,7 +989,7 @@ void Forward::output_head(const Ubatch& u, int64_t i) {
 void Forward::final_hidden(const Ubatch& u, int64_t i, float* out) {
     collapse_final(u, i);
     ops_->download(out_host_, x_, E_ * sizeof(float));
-    ops_->sync();
+    sync_device();
     settle_layer();
     std::memcpy(out, out_host_, E_ * sizeof(float));
 }
@@ -968,7 +998,7 @@ int32_t Forward::greedy_token(const Ubatch& u, int64_t i, const TokenBan& ban) {
     output_head(u, i);
     ops_->argmax(logits_, hp_.n_vocab, ban, greedy_);
     ops_->download(greedy_host_, greedy_, sizeof(int32_t));
-    ops_->sync();
+    sync_device();
     settle_layer();
     return greedy_host_[0];
 }
@@ -976,7 +1006,7 @@ int32_t Forward::greedy_token(const Ubatch& u, int64_t i, const TokenBan& ban) {
 void Forward::logits(const Ubatch& u, int64_t i, float* out) {
     output_head(u, i);
     ops_->download(out_host_, logits_, hp_.n_vocab * sizeof(float));
-    ops_->sync();
+    sync_device();
     settle_layer();
     std::memcpy(out, out_host_, hp_.n_vocab * sizeof(float));
 }

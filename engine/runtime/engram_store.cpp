@@ -229,8 +229,11 @@ void EngramStore::fetch_rows(int64_t layer, const uint64_t* rows, int64_t n, flo
     for (int64_t i0 = 0; i0 < n; i0 += rows_per_fetch()) {
         const int64_t cnt = std::min<int64_t>(n - i0, rows_per_fetch());
         const uint8_t* raw = fetch_raw(layer, rows + i0, cnt, ops);
-        // Queued, not waited for: the next fetch's upload is queued behind it.
+        // Queued, not waited for: the next fetch's upload is queued behind it. The device's busy
+        // time holds it (the caller's bracket is closed while this waits for reads).
+        ops.busy_begin();
         dequantize_engram_rows(ops, f, raw, out + i0 * dim, cnt, dim);
+        ops.busy_end();
     }
 }
 
