@@ -70,15 +70,16 @@ public:
         on(Call::kDeviceWait, "wait_host_word");
         in_->wait_host_word(w, v);
     }
-    void busy_begin() override {
-        on(Call::kBusyBegin, "busy_begin");
-        in_->busy_begin();
+    void busy_begin(BusyKind kind) override {
+        on(Call::kBusyBegin, kind == BusyKind::kBesideHost ? "busy_begin beside host" : "busy_begin");
+        in_->busy_begin(kind);
     }
     void busy_end() override {
         on(Call::kBusyEnd, "busy_end");
         in_->busy_end();
     }
     double busy_ms() const override { return in_->busy_ms(); }
+    double busy_beside_host_ms() const override { return in_->busy_beside_host_ms(); }
     void begin_timeline() override { in_->begin_timeline(); }
     const bg::Timeline* timeline() const override { return in_->timeline(); }
 

@@ -5,12 +5,15 @@
 //    left out before 2026-12-07, about a quarter of a slice decode token's kernel time;
 //  - no wait: not the host's (a sync, a fence waited for) and not the device's (for a copy's
 //    event, for the CPU's word), so a bracket never holds an idle device;
-//  - brackets alternate begin, end, and none is left open when a run ends.
+//  - brackets alternate begin, end, and none is left open when a run ends;
+//  - those of the MoE calls' experts and shared experts, which run beside the host's paths
+//    (Ops::BusyKind::kBesideHost, left out of issue 24's bound), hold nothing else.
 // Checked on the tiny model through the CPU backend, whose ops run the forward's exact sequence of
 // calls, for every --decode-experts path and the routing rules that change the MoE's flow.
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -35,8 +38,9 @@ public:
         ForwardingOps::begin_timeline();
     }
     std::vector<std::string> outside, waits_inside, misnested;
-    int64_t inside = 0, brackets = 0;
-    bool open = false;
+    std::set<std::string> beside_host_ops;  // what the kBesideHost brackets held
+    int64_t inside = 0, brackets = 0, beside_host_brackets = 0;
+    bool open = false, beside_host = false;
 
 protected:
     void on(Call kind, const char* what) override {
@@ -45,6 +49,8 @@ protected:
                 if (open) misnested.push_back("begin inside a bracket");
                 open = true;
                 ++brackets;
+                beside_host = std::string(what) == "busy_begin beside host";
+                beside_host_brackets += beside_host;
                 break;
             case Call::kBusyEnd:
                 if (!open) misnested.push_back("end outside a bracket");
@@ -56,6 +62,7 @@ protected:
                     ++inside;
                 else
                     outside.push_back(what);
+                if (open && beside_host) beside_host_ops.insert(what);
                 break;
             case Call::kSync:
             case Call::kFenceWait:
@@ -125,6 +132,13 @@ TEST(BusyBrackets, EveryComputeOpIsInsideOneAndNoWaitIs) {
             EXPECT_FALSE(w.open) << "a bracket left open at the end of the run";
             EXPECT_GT(w.inside, 0);
             EXPECT_GT(w.brackets, 0);
+            // The brackets a bound may leave out (kBesideHost) hold the experts and the shared
+            // expert, nothing of the chain a token waits for.
+            EXPECT_GT(w.beside_host_brackets, 0);
+            for (const std::string& op : w.beside_host_ops)
+                EXPECT_TRUE(op == "expert_ffn" || op == "matmul" || op == "swiglu")
+                    << op << " in a beside-host bracket";
+            EXPECT_TRUE(w.beside_host_ops.count("expert_ffn")) << "no expert in a beside-host bracket";
         }
     }
 }

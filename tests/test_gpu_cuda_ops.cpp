@@ -197,6 +197,41 @@ TEST_F(GpuCudaOps, ExpertFfnFusedAndUnfused) {
 // The routing slots grouped by expert on the device: the same counts and rows as the CPU's
 // stable counting sort, bit for bit, over tile and thread-block boundaries (5,000 slots, 600
 // experts) and with ids outside the experts.
+// Busy brackets of both kinds: the kernel time of all of them, and apart that of the brackets
+// beside the host's paths (Ops::BusyKind::kBesideHost), which issue 24's bound leaves out.
+TEST_F(GpuCudaOps, BusyTimeCountsBesideHostBracketsApart) {
+    OpsLimits lim;
+    lim.max_tok = 1;
+    lim.busy_pairs = 2;
+    lim.timeline_capacity = 16;
+    std::unique_ptr<Ops> gpu = cuda::make_cuda_ops();
+    gpu->reserve(lim);
+    gpu->begin_timeline();
+    const int64_t n = int64_t(1) << 24;
+    auto* x = static_cast<float*>(gpu->alloc(n * sizeof(float)));
+    EXPECT_DOUBLE_EQ(gpu->busy_ms(), 0.0);
+    EXPECT_DOUBLE_EQ(gpu->busy_beside_host_ms(), 0.0);
+    for (int round = 0; round < 3; ++round) {  // more pairs than one stretch holds: counted at each sync
+        gpu->busy_begin(Ops::BusyKind::kChain);
+        for (int i = 0; i < 8; ++i) gpu->scale(x, n, 1.0f);
+        gpu->busy_end();
+        gpu->busy_begin(Ops::BusyKind::kBesideHost);
+        for (int i = 0; i < 4; ++i) gpu->scale(x, n, 1.0f);
+        gpu->busy_end();
+        gpu->sync();
+        const double all = gpu->busy_ms(), beside = gpu->busy_beside_host_ms();
+        EXPECT_GT(beside, 0.0);
+        EXPECT_LT(beside, all);
+        // Work outside any bracket counts in neither.
+        gpu->scale(x, n, 1.0f);
+        gpu->sync();
+        EXPECT_DOUBLE_EQ(gpu->busy_ms(), all);
+        EXPECT_DOUBLE_EQ(gpu->busy_beside_host_ms(), beside);
+    }
+    ASSERT_NE(gpu->timeline(), nullptr);
+    EXPECT_EQ(gpu->timeline()->intervals().size(), 6u) << "each bracket an interval of the timeline";
+}
+
 TEST_F(GpuCudaOps, GroupByExpertMatchesTheCpu) {
     std::unique_ptr<Ops> gpu = cuda::make_cuda_ops();
     std::unique_ptr<Ops> cpu = cpu::make_cpu_ops(pool_);

@@ -181,10 +181,16 @@ public:
     // (hybrid decode queues a layer's dense chain while the CPU computes its experts), and the
     // queueing thread does not wait. The CPU's ops, run when queued, wait here for the word.
     virtual void wait_host_word(const uint32_t* word_host, uint32_t value) = 0;
-    // Busy time: brackets around queued compute (no-ops where not measured: the CPU).
-    virtual void busy_begin() = 0;
+    // Busy time: brackets around queued compute (no-ops where not measured: the CPU). A bracket
+    // holds either work a token waits for in order (kChain) or work that runs beside the host's
+    // paths (kBesideHost: a MoE call's experts and shared expert, computed while host-resident
+    // experts are copied or computed by the CPU), counted apart too, so a bound of the wall can
+    // leave out what may hide under those paths.
+    enum class BusyKind : uint8_t { kChain, kBesideHost };
+    virtual void busy_begin(BusyKind kind) = 0;
     virtual void busy_end() = 0;
-    virtual double busy_ms() const { return -1.0; }
+    virtual double busy_ms() const { return -1.0; }              // every bracket
+    virtual double busy_beside_host_ms() const { return -1.0; }  // the kBesideHost brackets
     virtual void begin_timeline() {}
     virtual const Timeline* timeline() const { return nullptr; }
 

@@ -92,7 +92,7 @@ public:
             if (i % 1024 == 0) std::this_thread::yield();
         }
     }
-    void busy_begin() override {}
+    void busy_begin(BusyKind) override {}
     void busy_end() override {}
 
     void matmul(const MatView& W, const float* x, int64_t ldx, int64_t n_tok, float* y, int64_t ldy) override {

@@ -81,6 +81,7 @@ public:
         BG_CHECK(events_.empty());
         // Two stretches' pairs: the last one's, counted at the next sync, and the one recording.
         events_.resize(static_cast<size_t>(4 * lim.busy_pairs));
+        pair_beside_.resize(events_.size() / 2);
         for (cudaEvent_t& e : events_) BG_CUDA_CHECK(cudaEventCreate(&e));
         timeline_ = std::make_unique<Timeline>(lim.timeline_capacity);
         // The matmul paths the model's weights take (backend/matmul_plan.h), sized once.
@@ -167,8 +168,9 @@ public:
         BG_CUDA_CHECK(q);
         return true;
     }
-    void busy_begin() override {
+    void busy_begin(BusyKind kind) override {
         BG_CHECK(events_used_ + 2 <= events_.size() && events_used_ % 2 == 0);
+        pair_beside_[events_used_ / 2] = kind == BusyKind::kBesideHost;
         BG_CUDA_CHECK(cudaEventRecord(events_[events_used_++], stream_));
     }
     void busy_end() override {
@@ -179,6 +181,10 @@ public:
     double busy_ms() const override {
         count_completed_pairs();
         return busy_ms_;
+    }
+    double busy_beside_host_ms() const override {
+        count_completed_pairs();
+        return busy_beside_host_ms_;
     }
     // Busy intervals in host time: an anchor event whose host time is known (recorded on an idle
     // stream and waited for), each event placed at anchor + elapsed.
@@ -424,19 +430,23 @@ private:
             float ms = 0, at = 0;
             BG_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[i], events_[i + 1]));
             busy_ms_ += ms;
+            if (pair_beside_[i / 2]) busy_beside_host_ms_ += ms;
             BG_CUDA_CHECK(cudaEventElapsedTime(&at, anchor_, events_[i]));
             timeline_->add(anchor_host_ms_ + at, anchor_host_ms_ + at + ms);
         }
         std::rotate(events_.begin(), events_.begin() + static_cast<std::ptrdiff_t>(events_completed_),
                     events_.begin() + static_cast<std::ptrdiff_t>(events_used_));
+        std::rotate(pair_beside_.begin(), pair_beside_.begin() + static_cast<std::ptrdiff_t>(events_completed_ / 2),
+                    pair_beside_.begin() + static_cast<std::ptrdiff_t>((events_used_ + 1) / 2));
         events_used_ -= events_completed_;
         events_completed_ = 0;
     }
     // Busy pairs, created by reserve: [0, events_completed_) seen complete by a sync and not yet
     // counted, then those recorded since (events_used_ in all).
     mutable std::vector<cudaEvent_t> events_;
+    mutable std::vector<uint8_t> pair_beside_;  // [pair]: the pair's bracket is BusyKind::kBesideHost
     mutable size_t events_used_ = 0, events_completed_ = 0;
-    mutable double busy_ms_ = 0;
+    mutable double busy_ms_ = 0, busy_beside_host_ms_ = 0;
     cudaEvent_t anchor_ = nullptr;
     double anchor_host_ms_ = 0;
     std::unique_ptr<Timeline> timeline_;

@@ -773,7 +773,7 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
     // thread beside this thread's launches (TieredExpertStore::start_copies).
     if (host_compute) experts_.start_copies();
     if (shared_first) {
-        open_busy();
+        open_busy(Ops::BusyKind::kBesideHost);
         shared_expert(pos0, n_pos);
         close_busy();  // the provider is asked for experts next
     }
@@ -803,7 +803,7 @@ void Forward::moe_half(int64_t l, Ubatch* const* units, int64_t n_units) {
         }
         if (batch.n == 0) continue;
         int64_t n_calls = 0;
-        open_busy();
+        open_busy(Ops::BusyKind::kBesideHost);
         for (int64_t b = 0; b < n_got; ++b) {
             if (got_views[b].on_host) continue;
             const int32_t e = got_experts[b];
@@ -873,10 +873,12 @@ void Forward::publish_host_done(void* self, int64_t seq) {
     publish_host_word(f->host_done_, static_cast<uint32_t>(seq));
 }
 
-void Forward::open_busy() {
-    if (busy_open_) return;
-    ops_->busy_begin();
+void Forward::open_busy(Ops::BusyKind kind) {
+    if (busy_open_ && busy_kind_ == kind) return;
+    close_busy();
+    ops_->busy_begin(kind);
     busy_open_ = true;
+    busy_kind_ = kind;
 }
 
 void Forward::close_busy() {

@@ -60,6 +60,8 @@ public:
     // Milliseconds the device spent running this pass's ops so far, from events around the work
     // (idle gaps while the host waits are excluded); < 0 where not measured (CPU).
     double device_busy_ms() const { return ops_->busy_ms(); }
+    // Of that, the MoE calls' experts and shared experts (Ops::BusyKind::kBesideHost).
+    double device_busy_beside_host_ms() const { return ops_->busy_beside_host_ms(); }
     // The same busy time as intervals on the host's steady clock, since the last
     // begin_timeline(), so it can be laid over the disk's; nullptr where not measured (CPU).
     void begin_timeline() { ops_->begin_timeline(); }
@@ -226,8 +228,13 @@ private:
     // decode layer in c9ed0e0's H100 trace), and every kernel of a step is inside one: the
     // Engram projections, the grouping, the CPU rows' scatter, the output head and the embedding
     // were outside until 2026-12-07 (about 0.5 ms of a slice decode token's 2.1 ms of kernels).
+    // The experts and the shared expert of a MoE call are brackets of their own kind
+    // (Ops::BusyKind::kBesideHost): they run while the host-resident experts' copies land and the
+    // CPU computes, so a bound of the wall may leave them out.
     bool busy_open_ = false;
-    void open_busy();
+    Ops::BusyKind busy_kind_ = Ops::BusyKind::kChain;
+    // Opens a bracket of that kind, or goes on in the one open where it is of that kind.
+    void open_busy(Ops::BusyKind kind = Ops::BusyKind::kChain);
     void close_busy();
     // Closes the bracket, then waits for the device.
     void sync_device();

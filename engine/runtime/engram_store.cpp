@@ -231,7 +231,7 @@ void EngramStore::fetch_rows(int64_t layer, const uint64_t* rows, int64_t n, flo
         const uint8_t* raw = fetch_raw(layer, rows + i0, cnt, ops);
         // Queued, not waited for: the next fetch's upload is queued behind it. The device's busy
         // time holds it (the caller's bracket is closed while this waits for reads).
-        ops.busy_begin();
+        ops.busy_begin(Ops::BusyKind::kChain);
         dequantize_engram_rows(ops, f, raw, out + i0 * dim, cnt, dim);
         ops.busy_end();
     }

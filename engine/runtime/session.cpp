@@ -357,28 +357,33 @@ nlohmann::json Session::run(bool verbose, const std::function<void(int32_t)>& on
     };
 
     // The figures of a pass (or of decode) that ran from t0_ms to t1_ms on the steady clock.
-    auto tier_metrics = [&](const StoreCounters& d, const EngramCounters& g, double t0_ms, double t1_ms, double busy_ms) {
+    // busy_ms: the GPU's kernel time over the span (negative: not measured); beside_ms: of it, the
+    // MoE calls' experts and shared experts (Ops::BusyKind::kBesideHost).
+    auto tier_metrics = [&](const StoreCounters& d, const EngramCounters& g, double t0_ms, double t1_ms, double busy_ms,
+                            double beside_ms) {
         const double wall_ms = t1_ms - t0_ms;
         const double blocked = d.disk_wait_ms + d.copy_wait_ms;
         const nlohmann::json overlap = overlap_metrics(t0_ms, t1_ms);
-        return nlohmann::json{
-            {"overlap", overlap},
-            {"gpu_busy_while_disk_idle_fraction", overlap["gpu_busy_while_disk_idle_fraction"]},
-            {"gpu_busy_while_io_idle_fraction", overlap["gpu_busy_while_io_idle_fraction"]},
-            {"gpu_busy_ms", busy_ms >= 0 ? nlohmann::json(busy_ms) : nlohmann::json(nullptr)},
-            {"gpu_busy_fraction", busy_ms >= 0 && wall_ms > 0 ? nlohmann::json(busy_ms / wall_ms) : nlohmann::json(nullptr)},
-            {"experts", d.to_json()},
-            {"engram", g.to_json()},
-            {"disk_read_pct", d.consumed_bytes ? 100.0 * d.disk_bytes / d.consumed_bytes : 0.0},
-            {"disk_wait_ms", d.disk_wait_ms},
-            {"pcie_bytes", d.pcie_bytes},
-            {"pcie_gb_s", d.pcie_ms > 0 ? d.pcie_bytes / (d.pcie_ms * 1e6) : 0.0},
-            {"pcie_wall_gb_s", d.pcie_wall_ms > 0 ? d.pcie_bytes / (d.pcie_wall_ms * 1e6) : 0.0},
-            {"disk_gb_s", d.disk_busy_ms > 0 ? d.disk_read_bytes / (d.disk_busy_ms * 1e6) : 0.0},
-            {"compute_busy_fraction", wall_ms > 0 ? std::max(0.0, 1.0 - blocked / wall_ms) : 0.0},
-            {"vram_peak_mib", vram_mib},
-            {"vram_device_reported_mib", backend_->device_used_bytes() / 1048576.0},
-            {"host_peak_rss_mib", host_peak_rss_mib()}};
+        return nlohmann::json{{"overlap", overlap},
+                              {"gpu_busy_while_disk_idle_fraction", overlap["gpu_busy_while_disk_idle_fraction"]},
+                              {"gpu_busy_while_io_idle_fraction", overlap["gpu_busy_while_io_idle_fraction"]},
+                              {"gpu_busy_ms", busy_ms >= 0 ? nlohmann::json(busy_ms) : nlohmann::json(nullptr)},
+                              {"gpu_busy_beside_host_ms",
+                               busy_ms >= 0 && beside_ms >= 0 ? nlohmann::json(beside_ms) : nlohmann::json(nullptr)},
+                              {"gpu_busy_fraction", busy_ms >= 0 && wall_ms > 0 ? nlohmann::json(busy_ms / wall_ms)
+                                                                                : nlohmann::json(nullptr)},
+                              {"experts", d.to_json()},
+                              {"engram", g.to_json()},
+                              {"disk_read_pct", d.consumed_bytes ? 100.0 * d.disk_bytes / d.consumed_bytes : 0.0},
+                              {"disk_wait_ms", d.disk_wait_ms},
+                              {"pcie_bytes", d.pcie_bytes},
+                              {"pcie_gb_s", d.pcie_ms > 0 ? d.pcie_bytes / (d.pcie_ms * 1e6) : 0.0},
+                              {"pcie_wall_gb_s", d.pcie_wall_ms > 0 ? d.pcie_bytes / (d.pcie_wall_ms * 1e6) : 0.0},
+                              {"disk_gb_s", d.disk_busy_ms > 0 ? d.disk_read_bytes / (d.disk_busy_ms * 1e6) : 0.0},
+                              {"compute_busy_fraction", wall_ms > 0 ? std::max(0.0, 1.0 - blocked / wall_ms) : 0.0},
+                              {"vram_peak_mib", vram_mib},
+                              {"vram_device_reported_mib", backend_->device_used_bytes() / 1048576.0},
+                              {"host_peak_rss_mib", host_peak_rss_mib()}};
     };
 
     if (cfg_.preload) {
@@ -404,14 +409,15 @@ nlohmann::json Session::run(bool verbose, const std::function<void(int32_t)>& on
         const StoreCounters s0 = store_->counters();
         const EngramCounters g0 = engram_->counters();
         begin_timelines();
-        const double b0 = fwd_->device_busy_ms();
+        const double b0 = fwd_->device_busy_ms(), bb0 = fwd_->device_busy_beside_host_ms();
         const double t0_ms = now_ms();
         runner_->prefill(prompt_, order_, cfg_.ubatch, &logits);
         const double t1_ms = now_ms();
         const double ms = t1_ms - t0_ms;
         const StoreCounters d = store_->counters() - s0;
         const EngramCounters g = engram_->counters() - g0;
-        nlohmann::json pm = tier_metrics(d, g, t0_ms, t1_ms, b0 >= 0 ? fwd_->device_busy_ms() - b0 : -1.0);
+        nlohmann::json pm = tier_metrics(d, g, t0_ms, t1_ms, b0 >= 0 ? fwd_->device_busy_ms() - b0 : -1.0,
+                                         bb0 >= 0 ? fwd_->device_busy_beside_host_ms() - bb0 : -1.0);
         pm["pass"] = pass;
         pm["state"] = pass > 1 ? "warm" : cfg_.preload ? "preloaded" : "cold";
         pm["prompt_tokens"] = n_prompt;
@@ -438,7 +444,7 @@ nlohmann::json Session::run(bool verbose, const std::function<void(int32_t)>& on
     const StoreCounters s0 = store_->counters();
     const EngramCounters g0 = engram_->counters();
     begin_timelines();
-    const double b0 = fwd_->device_busy_ms();
+    const double b0 = fwd_->device_busy_ms(), bb0 = fwd_->device_busy_beside_host_ms();
     const double host_ms0 = fwd_->host_expert_ms();
     const double t_dec_ms = now_ms();
     const DecodeStop stop{&eog_, cfg_.ignore_eos};
@@ -451,8 +457,9 @@ nlohmann::json Session::run(bool verbose, const std::function<void(int32_t)>& on
     // one-token steps that followed it (none follows an end-of-generation token).
     const int64_t steps = std::max<int64_t>(0, n_generated - 1);
     const StoreCounters dd = store_->counters() - s0;
-    nlohmann::json dm = tier_metrics(dd, engram_->counters() - g0, t_dec_ms, t_dec_end_ms,
-                                     b0 >= 0 ? fwd_->device_busy_ms() - b0 : -1.0);
+    nlohmann::json dm =
+        tier_metrics(dd, engram_->counters() - g0, t_dec_ms, t_dec_end_ms, b0 >= 0 ? fwd_->device_busy_ms() - b0 : -1.0,
+                     bb0 >= 0 ? fwd_->device_busy_beside_host_ms() - bb0 : -1.0);
     // Where the host-resident experts went (--decode-experts): each path's bytes and busy time.
     nlohmann::json rates = nlohmann::json::array(), rates_end = nlohmann::json::array();
     const std::vector<HostPathRates> at_start = store_->host_path_rates_at_start();
