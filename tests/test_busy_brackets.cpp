@@ -22,7 +22,7 @@
 #include "backend/device.h"
 #include "cpu/cpu_ops.h"
 #include "forwarding_ops.h"
-#include "model_fixture.h"
+#include "tiny_decode_run.h"
 #include "runtime/session.h"
 
 namespace {
@@ -103,19 +103,7 @@ TEST(BusyBrackets, EveryComputeOpIsInsideOneAndNoWaitIs) {
     for (bg::RoutingPolicy routing : {bg::RoutingPolicy::kExact, bg::RoutingPolicy::kResidentOnly}) {
         for (bg::DecodeExperts mode : {bg::DecodeExperts::kGpu, bg::DecodeExperts::kCpu, bg::DecodeExperts::kHybrid}) {
             SCOPED_TRACE(std::string(bg::enum_name(routing)) + " " + bg::enum_name(mode));
-            bg::RunConfig c;
-            c.model_path = bgtest::tiny_model();
-            c.prompt_tokens = 24;
-            c.prompt_seed = 3;
-            c.gen = 6;
-            c.ignore_eos = true;
-            c.slots = 8;
-            c.hot = 2;
-            c.transient_slots = 4;
-            c.threads = 2;
-            c.passes = 2;
-            c.routing = routing;
-            c.decode_experts = mode;
+            const bg::RunConfig c = bgtest::tiny_decode_run(mode, routing, 6);
             WatchedDevice device;
             bg::Session s(c, &device);
             const nlohmann::json m = s.run(false);

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model_fixture.h"
+#include "tiny_decode_run.h"
 #include "runtime/decode_split.h"
 #include "runtime/session.h"
 
@@ -213,30 +214,13 @@ TEST(DecodeSplit, AutoIsHybridOnAGpuOnly) {
     EXPECT_EQ(bg::host_expert_positions(DecodeExperts::kHybrid), 1);
 }
 
-bg::RunConfig tiny_cfg(DecodeExperts mode, bg::RoutingPolicy routing) {
-    bg::RunConfig c;
-    c.model_path = bgtest::tiny_model();
-    c.prompt_tokens = 24;
-    c.prompt_seed = 3;
-    c.gen = 8;
-    c.ignore_eos = true;
-    c.slots = 8;
-    c.hot = 2;
-    c.transient_slots = 4;
-    c.threads = 2;
-    c.passes = 2;
-    c.routing = routing;
-    c.decode_experts = mode;
-    return c;
-}
-
 TEST(DecodeSplit, SameTokensOnEveryPathAndEachHostByteTakesOnePath) {
     for (bg::RoutingPolicy routing : {bg::RoutingPolicy::kExact, bg::RoutingPolicy::kResidentOnly}) {
         SCOPED_TRACE(bg::enum_name(routing));
         std::vector<int32_t> want;
         for (DecodeExperts mode : {DecodeExperts::kGpu, DecodeExperts::kCpu, DecodeExperts::kHybrid}) {
             SCOPED_TRACE(bg::enum_name(mode));
-            bg::Session s(tiny_cfg(mode, routing));
+            bg::Session s(bgtest::tiny_decode_run(mode, routing, 8));
             const nlohmann::json m = s.run(false);
             EXPECT_EQ(m["config"]["decode_experts"], bg::enum_name(mode));
             if (want.empty()) want = s.generated();
