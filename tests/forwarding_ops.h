@@ -15,7 +15,18 @@ namespace bgtest {
 
 class ForwardingOps : public bg::Ops {
 public:
-    enum class Call { kMemory, kCopy, kCompute, kSync, kFence, kFenceWait, kDeviceWait, kBusyBegin, kBusyEnd };
+    enum class Call {
+        kMemory,
+        kCopy,
+        kCompute,
+        kSync,
+        kFence,
+        kFenceWait,
+        kDeviceWait,
+        kBusyBegin,
+        kBusyBeginBesideHost,
+        kBusyEnd
+    };
 
     explicit ForwardingOps(std::unique_ptr<bg::Ops> in) : in_(std::move(in)) {}
     const char* name() const override { return in_->name(); }
@@ -71,7 +82,7 @@ public:
         in_->wait_host_word(w, v);
     }
     void busy_begin(BusyKind kind) override {
-        on(Call::kBusyBegin, kind == BusyKind::kBesideHost ? "busy_begin beside host" : "busy_begin");
+        on(kind == BusyKind::kBesideHost ? Call::kBusyBeginBesideHost : Call::kBusyBegin, "busy_begin");
         in_->busy_begin(kind);
     }
     void busy_end() override {

@@ -46,10 +46,11 @@ protected:
     void on(Call kind, const char* what) override {
         switch (kind) {
             case Call::kBusyBegin:
+            case Call::kBusyBeginBesideHost:
                 if (open) misnested.push_back("begin inside a bracket");
                 open = true;
                 ++brackets;
-                beside_host = std::string(what) == "busy_begin beside host";
+                beside_host = kind == Call::kBusyBeginBesideHost;
                 beside_host_brackets += beside_host;
                 break;
             case Call::kBusyEnd:
