@@ -56,6 +56,8 @@
 #   slice-timeline  Nsight Systems GPU trace of the 64-token cold+warm run: gaps, launches, streams -> measurements/slice/timeline/ (BG_TIMELINE_UBATCH: units other than 16)
 #   slice-decode-timeline  CUPTI trace of 32 decode tokens (all resident experts in VRAM; --decode-experts gpu) -> measurements/slice/decode-timeline/
 #   slice-ubatch    engine: the warm pass with launches of 16, 32 and 64 tokens (--launch-tokens; dense weights read once a launch) -> measurements/slice/ubatch/, on all SMs and on 28 (--sm-limit)
+#   slice-short-prompts  engine: the warm prefill of 2-12-token prompts with --host-expert-positions 1 and 16, alternated
+#                   (issue 24's small prefill units on the decode split) -> measurements/slice/short-prompts/
 #   slice-decode-ab  engine: two builds alternated on one machine (BG_STAGE_BASE=path at staging puts the other as
 #                   betelgeuse.base), slice decode hybrid and all-in-VRAM -> measurements/slice/decode-ab/
 #   slice-fidelity  engine: resident-only and pinned-top1 against exact, 64 and 500 tokens -> measurements/slice/
@@ -426,6 +428,28 @@ for part in "$@"; do
           --metrics-json "$dir/$name.json" > "$dir/$name.log" 2>&1 || status=1
         grep -E "^decode" "$dir/$name.log" | tee -a "$log"
         python3 -c "import json,sys; m=json.load(open(sys.argv[1])); d=m['decode']; h=d['host_experts']; print(sys.argv[2], 'threads', m['engine']['threads'], 'decode %.1f tok/s' % d['decode_tok_s'], 'gpu_busy_ms', round(d['gpu_busy_ms'] or -1, 1), {k: (round(v, 3) if isinstance(v, float) else v) for k, v in h.items() if not k.startswith('rates')}, 'L0 start', h['rates_by_layer'][:1], 'L0 end', h['rates_by_layer_at_end'][:1])" "$dir/$name.json" "$cfg" 2>&1 | tee -a "$log"
+      done
+      ;;
+    slice-short-prompts)
+      # Issue 24's "small prefill units may use the same split": the warm prefill of short random
+      # prompts (BG_SHORT_TOKENS, below the 14 tokens where resident-only speculation copies a
+      # layer's host experts before its routing) with --host-expert-positions 1 (prefill copies
+      # every host-resident expert) and 16 (a call of up to 16 positions splits them as decode
+      # does), alternated BG_SHORT_REPS rounds; decode.json's configuration otherwise (hybrid).
+      slice_model
+      dir="$root/measurements/slice/short-prompts"; mkdir -p "$dir"
+      nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$dir/machine.txt"
+      for rep in $(seq 1 "${BG_SHORT_REPS:-2}"); do
+        for n in ${BG_SHORT_TOKENS:-2 4 8 12}; do
+          for p in 1 16; do
+            name="n$n-p$p-r$rep"
+            "$bin" run --backend cuda --model models/slice.gguf --prompt-tokens "$n" --prompt-seed 1 --passes 2 --gen 1 \
+              --ignore-eos --routing resident-only --prefill layer-major --ubatch 16 --promote --slots 20 --hot 5 \
+              --transient-slots 12 --host-budget 2900 --vram-budget 3068 --decode-experts hybrid \
+              --host-expert-positions "$p" --metrics-json "$dir/$name.json" > "$dir/$name.log" 2>&1 || status=1
+            python3 -c "import json,sys; m=json.load(open(sys.argv[1])); w=m['passes'][1]; x=w['experts']; print(sys.argv[2], 'warm prefill %.2f ms, %.1f tok/s' % (w['prefill_ms'], w['prefill_tok_s']), 'cpu_experts', x['cpu_experts'], 'copied', x['copied_experts'], 'split', x['split_experts'], 'gpu_busy_ms %.2f' % (w['gpu_busy_ms'] or -1), 'generated', m['generated'])" "$dir/$name.json" "$name" 2>&1 | tee -a "$log"
+          done
+        done
       done
       ;;
     slice-decode-ab)

@@ -2,7 +2,8 @@
 //  - The split is a pure function of the rates and token counts (runtime/decode_split.h).
 //  - On the tiny model, CPU backend: gpu, cpu and hybrid give the same tokens; every host-resident
 //    expert byte of decode is either copied or computed by the CPU in place, never both; cpu
-//    copies only what came from disk; prefill never uses the CPU path.
+//    copies only what came from disk; prefill uses the CPU path only where its calls are no larger
+//    than --host-expert-positions (a short prompt), and then gives the tokens of the GPU path.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -14,6 +15,7 @@
 #include "tiny_decode_run.h"
 #include "runtime/decode_split.h"
 #include "runtime/session.h"
+#include "util/check.h"
 
 namespace {
 
@@ -210,8 +212,10 @@ TEST(DecodeSplit, AutoIsHybridOnAGpuOnly) {
     EXPECT_EQ(bg::resolve_decode_experts(DecodeExperts::kAuto, true), DecodeExperts::kHybrid);
     EXPECT_EQ(bg::resolve_decode_experts(DecodeExperts::kAuto, false), DecodeExperts::kGpu);
     EXPECT_EQ(bg::resolve_decode_experts(DecodeExperts::kCpu, false), DecodeExperts::kCpu);
-    EXPECT_EQ(bg::host_expert_positions(DecodeExperts::kGpu), 0);
-    EXPECT_EQ(bg::host_expert_positions(DecodeExperts::kHybrid), 1);
+    EXPECT_EQ(bg::host_expert_positions(DecodeExperts::kGpu, 1), 0);
+    EXPECT_EQ(bg::host_expert_positions(DecodeExperts::kGpu, 8), 0);
+    EXPECT_EQ(bg::host_expert_positions(DecodeExperts::kHybrid, 1), 1);
+    EXPECT_EQ(bg::host_expert_positions(DecodeExperts::kCpu, 8), 8);
 }
 
 TEST(DecodeSplit, SameTokensOnEveryPathAndEachHostByteTakesOnePath) {
@@ -264,6 +268,71 @@ TEST(DecodeSplit, SameTokensOnEveryPathAndEachHostByteTakesOnePath) {
                 EXPECT_GT(d["host_experts"]["cpu_busy_ms"].get<double>(), 0.0);
             }
             for (const auto& p : m["passes"]) EXPECT_EQ(p["experts"]["cpu_experts"], 0u) << "prefill keeps the GPU path";
+        }
+    }
+}
+
+// A prompt no longer than --host-expert-positions is computed as decode is: its host-resident
+// experts go where --decode-experts says, in prefill too, with the same tokens as the GPU path.
+// Longer prompts keep the GPU path. (4 positions: 24 routing slots, below the 4 a resident
+// expert at which resident-only prefill copies a layer's host experts before its routing.)
+TEST(DecodeSplit, ShortPromptsTakeTheHostPathsUpToHostExpertPositions) {
+    for (DecodeExperts mode : {DecodeExperts::kCpu, DecodeExperts::kHybrid}) {
+        SCOPED_TRACE(bg::enum_name(mode));
+        bg::RunConfig gpu = bgtest::tiny_decode_run(DecodeExperts::kGpu, bg::RoutingPolicy::kResidentOnly, 4);
+        gpu.prompt_tokens = 4;
+        bg::Session sg(gpu);
+        const nlohmann::json mg = sg.run(false);
+
+        bg::RunConfig c = gpu;
+        c.decode_experts = mode;
+        c.host_expert_positions = 4;
+        bg::Session s(c);
+        const nlohmann::json m = s.run(false);
+        EXPECT_EQ(m["config"]["host_expert_positions"], 4);
+        EXPECT_EQ(s.generated(), sg.generated());
+        ASSERT_EQ(m["passes"].size(), 2u);
+        ASSERT_EQ(mg["passes"].size(), 2u);
+        for (size_t i = 0; i < 2; ++i) {
+            const nlohmann::json& x = m["passes"][i]["experts"];
+            const uint64_t cpu = x["cpu_bytes"], pcie = x["pcie_bytes"], host = x["host_hit_bytes"],
+                           disk = x["disk_bytes"];
+            EXPECT_EQ(cpu + pcie, host + disk)
+                << "pass " << i << ": each host or disk expert byte takes one path, once";
+            EXPECT_EQ(mg["passes"][i]["experts"]["cpu_bytes"], 0u);
+        }
+        // The warm pass finds every resident expert in its slot: the host-resident ones of a
+        // 4-position call go to the CPU (all of them under cpu; under hybrid the rates decide, and
+        // a CPU that the rates give none is probed once in kCpuProbeEveryLayers layers).
+        const nlohmann::json& warm = m["passes"][1]["experts"];
+        EXPECT_GT(warm["host_hit_bytes"].get<uint64_t>(), 0u) << "no host-resident expert in the warm pass: no test";
+        if (mode == DecodeExperts::kCpu) {
+            EXPECT_EQ(warm["cpu_bytes"], warm["host_hit_bytes"]);
+            EXPECT_EQ(warm["pcie_bytes"].get<uint64_t>(), 0u);
+        }
+        // The start-up rates price an expert's further tokens from a timed call of 4 of them.
+        for (const auto& r : m["decode"]["host_experts"]["rates_by_layer"])
+            EXPECT_GT(r["cpu_ms_per_token"].get<double>(), 0.0);
+
+        // One position more than the prompt allows: prefill keeps the GPU path.
+        bg::RunConfig longer = c;
+        longer.host_expert_positions = 3;
+        bg::Session sl(longer);
+        const nlohmann::json ml = sl.run(false);
+        EXPECT_EQ(sl.generated(), sg.generated());
+        for (const auto& p : ml["passes"]) EXPECT_EQ(p["experts"]["cpu_experts"], 0u);
+    }
+}
+
+TEST(DecodeSplit, HostExpertPositionsOutsideItsRangeIsRefused) {
+    for (int64_t p : {int64_t{0}, bg::kMaxHostExpertPositions + 1}) {
+        bg::RunConfig c = bgtest::tiny_decode_run(DecodeExperts::kHybrid, bg::RoutingPolicy::kResidentOnly, 1);
+        c.host_expert_positions = p;
+        try {
+            bg::Session s(c);
+            ADD_FAILURE() << "accepted " << p;
+        } catch (const bg::Error& e) {
+            EXPECT_NE(std::string(e.what()).find("--host-expert-positions"), std::string::npos) << e.what();
         }
     }
 }

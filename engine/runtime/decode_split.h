@@ -34,9 +34,14 @@ struct EnumNames<DecodeExperts> {
 DecodeExperts resolve_decode_experts(DecodeExperts mode, bool on_gpu);
 
 // The MoE calls whose host-resident experts may go to the CPU, in positions
-// (dsv41::ForwardConfig::host_expert_positions): decode steps, one position, unless gpu. Prefill
-// units keep the GPU path (their experts serve many tokens each, where the GPU wins).
-inline int64_t host_expert_positions(DecodeExperts resolved) { return resolved == DecodeExperts::kGpu ? 0 : 1; }
+// (dsv41::ForwardConfig::host_expert_positions): up to max_positions (--host-expert-positions; 1,
+// decode steps alone, by default), none under gpu. Larger calls keep the GPU path: in a prefill
+// each expert serves many tokens, and the CPU's time grows with them where a copy's does not.
+inline int64_t host_expert_positions(DecodeExperts resolved, int64_t max_positions) {
+    return resolved == DecodeExperts::kGpu ? 0 : max_positions;
+}
+// --host-expert-positions takes 1..kMaxHostExpertPositions (the CPU's buffers grow with it).
+constexpr int64_t kMaxHostExpertPositions = 64;
 
 // How a split expert's copied part (its hidden rows [f, n_ff)) reaches the device: those rows of
 // gate and up, and of down either those columns (a 2D copy of n_embd short rows: the fewest

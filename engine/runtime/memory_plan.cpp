@@ -143,7 +143,8 @@ MemoryPlan plan_memory(const ModelShape& shape, const RunConfig& cfg, bool cuda,
     fc.max_ubatch = cfg.ubatch;
     fc.max_launch = cfg.max_launch();
     fc.matmul = cfg.matmul;
-    fc.host_expert_positions = host_expert_positions(resolve_decode_experts(cfg.decode_experts, cuda));
+    fc.host_expert_positions =
+        host_expert_positions(resolve_decode_experts(cfg.decode_experts, cuda), cfg.host_expert_positions);
     // A run always builds a residency plan (the default from router bias): a resident and a hot
     // mask per layer.
     const std::vector<std::vector<uint8_t>> masks(static_cast<size_t>(hp.n_layer), std::vector<uint8_t>(hp.n_expert));

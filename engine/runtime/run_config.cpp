@@ -69,6 +69,7 @@ nlohmann::json RunConfig::to_json() const {
         {"n_ctx", n_ctx},
         {"routing", enum_name(routing)},
         {"decode_experts", enum_name(decode_experts)},
+        {"host_expert_positions", host_expert_positions},
         {"residency", residency},
         {"slots", slots},
         {"hot", hot},

@@ -74,6 +74,10 @@ struct RunConfig {
     // Where a decode step's host-resident experts are computed (runtime/decode_split.h); the
     // session resolves auto (hybrid on a GPU, gpu on the CPU backend) and keeps what it chose.
     DecodeExperts decode_experts = DecodeExperts::kAuto;
+    // --host-expert-positions: MoE calls of at most this many positions (a decode step has one; a
+    // short prompt's prefill, a few) compute their host-resident experts as --decode-experts says;
+    // larger calls copy them all to the GPU (runtime/decode_split.h).
+    int64_t host_expert_positions = 1;
     std::string residency;            // plan file from `betelgeuse profile`; "" = highest bias
     int64_t slots = kFromModel;       // S resident experts per layer
     int64_t hot = kFromModel;         // H of them in VRAM

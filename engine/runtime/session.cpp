@@ -121,6 +121,9 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
     plan_ = cfg.residency.empty() ? plan_from_bias(*model_, cfg_.slots, cfg_.hot) : load_plan(cfg.residency, *model_);
 
     if (cfg.sm_limit < 0) fail("--sm-limit must be >= 0 (0: no limit), got %lld", (long long)cfg.sm_limit);
+    if (cfg.host_expert_positions < 1 || cfg.host_expert_positions > kMaxHostExpertPositions)
+        fail("--host-expert-positions must be 1..%lld, got %lld", (long long)kMaxHostExpertPositions,
+             (long long)cfg.host_expert_positions);
     BackendOptions bo;
     bo.sm_limit = static_cast<int>(std::min<int64_t>(cfg.sm_limit, 1 << 20));
     bo.chained_launches = cfg.chained_launches;
@@ -183,7 +186,7 @@ Session::Session(const RunConfig& cfg, DeviceFactory* device) : cfg_(cfg) {
     // The hot set starts as the plan's; promotion changes it (only hot-pool reads it).
     hot_mask_ = plan_.hot_masks(hp.n_expert);
     fc.hot = &hot_mask_;
-    fc.host_expert_positions = host_expert_positions(cfg_.decode_experts);
+    fc.host_expert_positions = host_expert_positions(cfg_.decode_experts, cfg_.host_expert_positions);
     fwd_ = std::make_unique<dsv41::Forward>(*model_, device->make_ops(*pool_), *store_, *engram_, fc,
                                             fc.host_expert_positions > 0 ? cpu::make_cpu_ops(*pool_) : nullptr);
     BG_CHECK_MSG(fwd_->device_bytes() == memory_.forward_device_bytes && fwd_->buffer_bytes() == memory_.forward_host_bytes,
@@ -243,21 +246,25 @@ void Session::measure_host_paths() {
         // bytes left the caches since), so each run reads its weights from memory as decode does;
         // the median. on_host: by the CPU; else by the device, reading the slot in place (its
         // kernel was loaded above).
-        auto median_ms = [&](bool on_host) {
+        auto median_ms = [&](bool on_host, int64_t m) {
             std::vector<double> ms;
             for (size_t i = 0; i <= p.host.size(); ++i) {
                 ExpertView v = p.host[i % p.host.size()];
                 v.on_host = on_host;
-                ms.push_back(fwd_->time_expert_ms(v, l, 1, 1, false));
+                ms.push_back(fwd_->time_expert_ms(v, l, m, 1, false));
             }
             std::sort(ms.begin(), ms.end());
             return ms[ms.size() / 2];
         };
-        r.cpu_ms_one = median_ms(true);
-        // Decode steps have one token (host_expert_positions); more would each cost about as
-        // much again at these widths, where the CPU kernel is compute-bound.
-        r.cpu_ms_per_token = r.cpu_ms_one;
-        r.gpu_in_place_ms = median_ms(false);
+        r.cpu_ms_one = median_ms(true, 1);
+        // Calls of more positions (--host-expert-positions > 1) give an expert more tokens: what
+        // each further one costs, from the expert at up to 4 tokens. At these widths the CPU
+        // kernel is compute-bound past one token, so it is nearly linear (bench_cpu, M = 1, 4, 16).
+        // Decode alone: as much again (never used: its experts have one token).
+        const int64_t m = std::min<int64_t>(cfg_.host_expert_positions, 4);
+        r.cpu_ms_per_token =
+            m > 1 ? std::max(0.0, (median_ms(true, m) - r.cpu_ms_one) / static_cast<double>(m - 1)) : r.cpu_ms_one;
+        r.gpu_in_place_ms = median_ms(false, 1);
     }
     store_->set_host_compute(cfg_.decode_experts, rates);
     const HostPathRates& r = rates.front();
