@@ -258,7 +258,8 @@ const std::map<std::string, std::string>& reserved_flags() {
         {"--threads", "engine.threads"},    {"--residency", "engine.residency"},
         {"--engram-buffer", "engine.engram_buffer_kib"}, {"--backend", "engine.backend"},
         {"--engram-read-ahead", "engine.engram_read_ahead_kib"},
-        {"--decode-experts", "engine.decode_experts"}};
+        {"--decode-experts", "engine.decode_experts"},
+        {"--host-expert-positions", "engine.host_expert_positions"}};
     return m;
 }
 
@@ -448,6 +449,7 @@ Scenario parse_scenario(const std::string& text, const std::string& path) {
     e.engram_read_ahead_kib = en.integer("engram_read_ahead_kib", 0, 1 << 22).value_or(e.engram_read_ahead_kib);
     e.backend = en.string("backend", false, {"auto", "cpu", "cuda"}).value_or("");
     e.decode_experts = en.string("decode_experts", false, {"auto", "gpu", "cpu", "hybrid"}).value_or("");
+    e.host_expert_positions = en.integer("host_expert_positions", 1, 64).value_or(e.host_expert_positions);
     if (auto r = en.string("residency")) {
         e.residency_path = resolve(dir, *r);
         if (!is_file(e.residency_path)) en.problem("residency", "no residency plan at " + path_text(e.residency_path));
@@ -576,6 +578,7 @@ std::vector<std::string> engine_args(const Scenario& s, const Changes& c, const 
     if (e.engram_read_ahead_kib >= 0) a.insert(a.end(), {"--engram-read-ahead", std::to_string(e.engram_read_ahead_kib)});
     if (!e.backend.empty()) a.insert(a.end(), {"--backend", e.backend});
     if (!e.decode_experts.empty()) a.insert(a.end(), {"--decode-experts", e.decode_experts});
+    a.insert(a.end(), {"--host-expert-positions", std::to_string(e.host_expert_positions)});
     if (!e.residency_path.empty()) a.insert(a.end(), {"--residency", e.residency_path});
     a.insert(a.end(), e.extra_args.begin(), e.extra_args.end());
     a.insert(a.end(), {"--metrics-json", metrics_json_path});

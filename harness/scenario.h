@@ -84,6 +84,10 @@ struct EngineOptions {
     int64_t engram_read_ahead_kib = -1;  // --engram-read-ahead; -1 = not passed (the engine's default)
     std::string backend;             // "" = the engine's default (auto)
     std::string decode_experts;      // --decode-experts; "" = the engine's default (auto)
+    // --host-expert-positions, always passed: 1 (decode steps alone) unless a scenario says, so the
+    // token-major baselines' 3-token units copy every host expert, as every result before the
+    // engine's default became 12 (2026-12-07) did.
+    int64_t host_expert_positions = 1;
     std::string residency_path;      // resolved; "" = the engine's default plan
     std::vector<std::string> extra_args;
 };

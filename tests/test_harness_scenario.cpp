@@ -343,6 +343,27 @@ TEST_F(Fixture, DecodeExpertsReachTheEngine) {
                     "engine.decode_experts"));
 }
 
+// engine.host_expert_positions reaches the engine as --host-expert-positions, 1 where a scenario
+// says nothing (its baselines copy every host expert in prefill, as all results before the
+// engine's default became 12 did); out of 1..64 it is refused, and extra_args may not set it.
+TEST_F(Fixture, HostExpertPositionsReachTheEngineAndDefaultToOne) {
+    const auto line_of = [](const bgh::Scenario& s) {
+        std::string line;
+        for (const auto& x : bgh::engine_args(s, s.changes, "m")) line += " " + x;
+        return line + " ";
+    };
+    const bgh::Scenario d = parse(valid());
+    EXPECT_EQ(d.engine.host_expert_positions, 1);
+    EXPECT_NE(line_of(d).find(" --host-expert-positions 1 "), std::string::npos) << line_of(d);
+    const bgh::Scenario s = parse(with(valid(), {{"engine", {{"host_expert_positions", 12}}}}));
+    EXPECT_NE(line_of(s).find(" --host-expert-positions 12 "), std::string::npos) << line_of(s);
+    for (int bad : {0, 65})
+        EXPECT_TRUE(has(problems(with(valid(), {{"engine", {{"host_expert_positions", bad}}}})),
+                        "engine.host_expert_positions"));
+    EXPECT_TRUE(has(problems(with(valid(), {{"engine", {{"extra_args", {"--host-expert-positions", "4"}}}}})),
+                    "engine.host_expert_positions"));
+}
+
 // Every scenario file under scenarios/ (beside the models, plans and prompts) loads without a
 // problem or a warning, and sits in the folder of its profile.
 TEST(HarnessScenarios, EveryScenarioFileLoads) {
