@@ -147,8 +147,9 @@ void add_run_flags(CLI::App* cmd, RunConfig& cfg) {
                     "CPU where they lie, no copy) | hybrid (split between the two by rates measured at start-up, so "
                     "both finish together) | auto (hybrid on a GPU, gpu on the CPU backend)");
     cmd->add_option("--host-expert-positions", cfg.host_expert_positions,
-                    "MoE calls of at most this many positions (a decode step: 1; a short prompt: a few) compute their "
-                    "host-resident experts as --decode-experts says; larger ones copy them all to the GPU")
+                    "MoE calls of at most this many positions (a decode step: 1; a short prompt's prefill: its tokens) "
+                    "compute their host-resident experts as --decode-experts says; larger ones copy them all to the "
+                    "GPU (1: decode steps alone)")
         ->capture_default_str()
         ->check(CLI::Range(int64_t{1}, bg::kMaxHostExpertPositions));
     cmd->add_option("--split-experts", cfg.split_experts,

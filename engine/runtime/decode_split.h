@@ -34,8 +34,8 @@ struct EnumNames<DecodeExperts> {
 DecodeExperts resolve_decode_experts(DecodeExperts mode, bool on_gpu);
 
 // The MoE calls whose host-resident experts may go to the CPU, in positions
-// (dsv41::ForwardConfig::host_expert_positions): up to max_positions (--host-expert-positions; 1,
-// decode steps alone, by default), none under gpu. Larger calls keep the GPU path: in a prefill
+// (dsv41::ForwardConfig::host_expert_positions): up to max_positions (--host-expert-positions:
+// decode steps and short prompts), none under gpu. Larger calls keep the GPU path: in a prefill
 // each expert serves many tokens, and the CPU's time grows with them where a copy's does not.
 inline int64_t host_expert_positions(DecodeExperts resolved, int64_t max_positions) {
     return resolved == DecodeExperts::kGpu ? 0 : max_positions;
