@@ -77,7 +77,7 @@ struct RunConfig {
     // --host-expert-positions: MoE calls of at most this many positions (a decode step has one; a
     // short prompt's prefill, a few) compute their host-resident experts as --decode-experts says;
     // larger calls copy them all to the GPU (runtime/decode_split.h). 12: the slice's warm prefill
-    // of 2-12-token prompts took 1.44-1.73x less time with the split than with every host expert
+    // of 2-12-token prompts took 1.44-1.76x less time with the split than with every host expert
     // copied (H100 machine, 2026-12-07, measurements/slice/short-prompts/), and from 14 tokens
     // resident-only prefill copies a layer's host experts before its routing anyway (S = 20).
     int64_t host_expert_positions = 12;
