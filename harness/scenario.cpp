@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/decode_split.h"
+
 namespace bgh {
 
 namespace fs = std::filesystem;
@@ -449,7 +451,8 @@ Scenario parse_scenario(const std::string& text, const std::string& path) {
     e.engram_read_ahead_kib = en.integer("engram_read_ahead_kib", 0, 1 << 22).value_or(e.engram_read_ahead_kib);
     e.backend = en.string("backend", false, {"auto", "cpu", "cuda"}).value_or("");
     e.decode_experts = en.string("decode_experts", false, {"auto", "gpu", "cpu", "hybrid"}).value_or("");
-    e.host_expert_positions = en.integer("host_expert_positions", 1, 64).value_or(e.host_expert_positions);
+    e.host_expert_positions =
+        en.integer("host_expert_positions", 1, bg::kMaxHostExpertPositions).value_or(e.host_expert_positions);
     if (auto r = en.string("residency")) {
         e.residency_path = resolve(dir, *r);
         if (!is_file(e.residency_path)) en.problem("residency", "no residency plan at " + path_text(e.residency_path));

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "harness/harness_fixture.h"
+#include "runtime/decode_split.h"
 #include "scenario.h"
 
 using bghtest::TempDir;
@@ -357,7 +358,7 @@ TEST_F(Fixture, HostExpertPositionsReachTheEngineAndDefaultToOne) {
     EXPECT_NE(line_of(d).find(" --host-expert-positions 1 "), std::string::npos) << line_of(d);
     const bgh::Scenario s = parse(with(valid(), {{"engine", {{"host_expert_positions", 12}}}}));
     EXPECT_NE(line_of(s).find(" --host-expert-positions 12 "), std::string::npos) << line_of(s);
-    for (int bad : {0, 65})
+    for (int64_t bad : {int64_t{0}, bg::kMaxHostExpertPositions + 1})
         EXPECT_TRUE(has(problems(with(valid(), {{"engine", {{"host_expert_positions", bad}}}})),
                         "engine.host_expert_positions"));
     EXPECT_TRUE(has(problems(with(valid(), {{"engine", {{"extra_args", {"--host-expert-positions", "4"}}}}})),

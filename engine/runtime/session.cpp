@@ -363,11 +363,19 @@ nlohmann::json Session::run(bool verbose, const std::function<void(int32_t)>& on
         fwd_->begin_timeline();
     };
 
-    // The figures of a pass (or of decode) that ran from t0_ms to t1_ms on the steady clock.
-    // busy_ms: the GPU's kernel time over the span (negative: not measured); beside_ms: of it, the
-    // MoE calls' experts and shared experts (Ops::BusyKind::kBesideHost).
-    auto tier_metrics = [&](const StoreCounters& d, const EngramCounters& g, double t0_ms, double t1_ms, double busy_ms,
-                            double beside_ms) {
+    // The GPU's kernel time so far (negative: not measured), and of it the MoE calls' experts and
+    // shared experts (Ops::BusyKind::kBesideHost).
+    struct Busy {
+        double all, beside;
+    };
+    auto busy_now = [&] { return Busy{fwd_->device_busy_ms(), fwd_->device_busy_beside_host_ms()}; };
+    // The figures of a pass (or of decode) that ran from t0_ms to t1_ms on the steady clock, the
+    // GPU's kernel time counted from b0 (busy_now() at t0_ms).
+    auto tier_metrics = [&](const StoreCounters& d, const EngramCounters& g, double t0_ms, double t1_ms,
+                            const Busy& b0) {
+        const Busy b1 = busy_now();
+        const double busy_ms = b0.all >= 0 ? b1.all - b0.all : -1.0;
+        const double beside_ms = b0.beside >= 0 ? b1.beside - b0.beside : -1.0;
         const double wall_ms = t1_ms - t0_ms;
         const double blocked = d.disk_wait_ms + d.copy_wait_ms;
         const nlohmann::json overlap = overlap_metrics(t0_ms, t1_ms);
@@ -416,15 +424,14 @@ nlohmann::json Session::run(bool verbose, const std::function<void(int32_t)>& on
         const StoreCounters s0 = store_->counters();
         const EngramCounters g0 = engram_->counters();
         begin_timelines();
-        const double b0 = fwd_->device_busy_ms(), bb0 = fwd_->device_busy_beside_host_ms();
+        const Busy b0 = busy_now();
         const double t0_ms = now_ms();
         runner_->prefill(prompt_, order_, cfg_.ubatch, &logits);
         const double t1_ms = now_ms();
         const double ms = t1_ms - t0_ms;
         const StoreCounters d = store_->counters() - s0;
         const EngramCounters g = engram_->counters() - g0;
-        nlohmann::json pm = tier_metrics(d, g, t0_ms, t1_ms, b0 >= 0 ? fwd_->device_busy_ms() - b0 : -1.0,
-                                         bb0 >= 0 ? fwd_->device_busy_beside_host_ms() - bb0 : -1.0);
+        nlohmann::json pm = tier_metrics(d, g, t0_ms, t1_ms, b0);
         pm["pass"] = pass;
         pm["state"] = pass > 1 ? "warm" : cfg_.preload ? "preloaded" : "cold";
         pm["prompt_tokens"] = n_prompt;
@@ -451,7 +458,7 @@ nlohmann::json Session::run(bool verbose, const std::function<void(int32_t)>& on
     const StoreCounters s0 = store_->counters();
     const EngramCounters g0 = engram_->counters();
     begin_timelines();
-    const double b0 = fwd_->device_busy_ms(), bb0 = fwd_->device_busy_beside_host_ms();
+    const Busy b0 = busy_now();
     const double host_ms0 = fwd_->host_expert_ms();
     const double t_dec_ms = now_ms();
     const DecodeStop stop{&eog_, cfg_.ignore_eos};
@@ -464,9 +471,7 @@ nlohmann::json Session::run(bool verbose, const std::function<void(int32_t)>& on
     // one-token steps that followed it (none follows an end-of-generation token).
     const int64_t steps = std::max<int64_t>(0, n_generated - 1);
     const StoreCounters dd = store_->counters() - s0;
-    nlohmann::json dm =
-        tier_metrics(dd, engram_->counters() - g0, t_dec_ms, t_dec_end_ms, b0 >= 0 ? fwd_->device_busy_ms() - b0 : -1.0,
-                     bb0 >= 0 ? fwd_->device_busy_beside_host_ms() - bb0 : -1.0);
+    nlohmann::json dm = tier_metrics(dd, engram_->counters() - g0, t_dec_ms, t_dec_end_ms, b0);
     // Where the host-resident experts went (--decode-experts): each path's bytes and busy time.
     nlohmann::json rates = nlohmann::json::array(), rates_end = nlohmann::json::array();
     const std::vector<HostPathRates> at_start = store_->host_path_rates_at_start();
